@@ -1,6 +1,8 @@
 module github.com/fabric-mls/fabric
 
-go 1.26
+go 1.26.0
+
+require github.com/thomas-vilte/mls-go v1.6.0
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
@@ -17,7 +19,6 @@ require (
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/synadia-io/orbit.go/jetstreamext v0.4.0 // indirect
 	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
-	github.com/thomas-vilte/mls-go v1.6.0 // indirect
 	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
