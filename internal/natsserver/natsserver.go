@@ -1,0 +1,243 @@
+// Package natsserver runs an embedded nats-server with JetStream: one node
+// for the all-in-one mode and the tests, or a loopback cluster of several
+// nodes for tests of replication and failover.
+//
+// Every listener binds to loopback unless the caller names another host;
+// the package never defaults to all interfaces.
+package natsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultHost is the interface every listener binds to unless Options.Host
+// names another.
+const DefaultHost = "127.0.0.1"
+
+// RandomPort asks for a port chosen by the operating system.
+const RandomPort = -1
+
+// defaultReadyTimeout bounds how long Start waits for the server to accept
+// clients when the context has no deadline.
+const defaultReadyTimeout = 10 * time.Second
+
+// Options configure one embedded server.
+type Options struct {
+	// StoreDir is where JetStream keeps its files. Required.
+	StoreDir string
+	// Host is the client listener's interface; DefaultHost when empty.
+	Host string
+	// Port is the client listener's port: RandomPort (-1) for a port chosen
+	// by the system, 0 for the NATS default 4222.
+	Port int
+	// InProcess starts the server without any client listener; connect with
+	// Server.Connect, which uses an in-process pipe.
+	InProcess bool
+	// ServerName names the node; nats-server picks one when empty. Nodes of
+	// one cluster need distinct names.
+	ServerName string
+	// MaxMemory and MaxStore cap JetStream's memory and file storage in
+	// bytes; 0 lets the server choose.
+	MaxMemory int64
+	MaxStore  int64
+	// SyncAlways makes the file store fsync every write instead of every
+	// two minutes, trading throughput for durability across power loss.
+	SyncAlways bool
+	// Cluster, when set, makes the node a member of a cluster.
+	Cluster *ClusterOptions
+	// Logger receives the server's log; nil silences it.
+	Logger server.Logger
+}
+
+// ClusterOptions make a node part of a cluster of routed servers.
+type ClusterOptions struct {
+	// Name is the cluster's name, the same on every node.
+	Name string
+	// Host and Port are the route listener; Host defaults to DefaultHost.
+	Host string
+	Port int
+	// Routes are the route URLs of every node, this one included.
+	Routes []*url.URL
+}
+
+// Server is a running embedded nats-server. Its methods are safe for
+// concurrent use.
+type Server struct {
+	mu   sync.Mutex
+	opts Options
+	ns   *server.Server
+}
+
+// Start starts a server and waits until it accepts clients and JetStream is
+// enabled, or ctx ends.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.StoreDir == "" {
+		return nil, errors.New("natsserver: StoreDir is required")
+	}
+	if opts.Host == "" {
+		opts.Host = DefaultHost
+	}
+	s := &Server{opts: opts}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start(ctx context.Context) error {
+	ns, err := server.NewServer(s.serverOptions())
+	if err != nil {
+		return fmt.Errorf("natsserver: configure: %w", err)
+	}
+	if s.opts.Logger != nil {
+		ns.SetLoggerV2(s.opts.Logger, false, false, false)
+	}
+	ns.Start()
+	if err := waitReady(ctx, ns); err != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return err
+	}
+	// A restart must come back on the same port, so clients find it again.
+	if !s.opts.InProcess {
+		if addr, ok := ns.Addr().(*net.TCPAddr); ok {
+			s.opts.Port = addr.Port
+		}
+	}
+	s.ns = ns
+	return nil
+}
+
+func (s *Server) serverOptions() *server.Options {
+	o := &server.Options{
+		ServerName:         s.opts.ServerName,
+		Host:               s.opts.Host,
+		Port:               s.opts.Port,
+		DontListen:         s.opts.InProcess,
+		JetStream:          true,
+		StoreDir:           s.opts.StoreDir,
+		JetStreamMaxMemory: s.opts.MaxMemory,
+		JetStreamMaxStore:  s.opts.MaxStore,
+		NoLog:              s.opts.Logger == nil,
+		NoSigs:             true,
+		// The embedded server has no HTTP monitor; the roles serve their own.
+		HTTPPort: 0,
+	}
+	if s.opts.SyncAlways {
+		o.SyncAlways = true
+	}
+	if c := s.opts.Cluster; c != nil {
+		host := c.Host
+		if host == "" {
+			host = DefaultHost
+		}
+		o.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: c.Port}
+		o.Routes = c.Routes
+	}
+	return o
+}
+
+// waitReady waits for client readiness and JetStream. A lone server's
+// JetStream is ready when enabled; a clustered one also needs its meta
+// layer, which callers of a cluster wait for separately.
+func waitReady(ctx context.Context, ns *server.Server) error {
+	timeout := defaultReadyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if !ns.ReadyForConnections(timeout) {
+		return errors.New("natsserver: server not ready for connections")
+	}
+	for !ns.JetStreamEnabled() {
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("natsserver: waiting for JetStream: %w", err)
+		}
+	}
+	return nil
+}
+
+// ClientURL is the URL clients connect to, e.g. nats://127.0.0.1:4222.
+// It is empty for an in-process server.
+func (s *Server) ClientURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.InProcess {
+		return ""
+	}
+	return "nats://" + net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
+}
+
+// Connect opens a client connection: in-process for an InProcess server,
+// over loopback otherwise.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	s.mu.Lock()
+	ns, inProcess := s.ns, s.opts.InProcess
+	s.mu.Unlock()
+	if ns == nil {
+		return nil, errors.New("natsserver: server is shut down")
+	}
+	if inProcess {
+		return nats.Connect("", append(opts, nats.InProcessServer(ns))...)
+	}
+	return nats.Connect(s.ClientURL(), opts...)
+}
+
+// NATS returns the underlying nats-server, nil after Shutdown.
+func (s *Server) NATS() *server.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ns
+}
+
+// Shutdown stops the server and waits until it has stopped. It is a no-op
+// on a server that is already shut down.
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	ns := s.ns
+	s.ns = nil
+	s.mu.Unlock()
+	if ns == nil {
+		return
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+}
+
+// Restart starts a shut-down server again with the same options, store
+// directory and port.
+func (s *Server) Restart(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns != nil {
+		return errors.New("natsserver: server is running")
+	}
+	return s.start(ctx)
+}
+
+// Running reports whether the server is started and not shut down.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ns != nil && s.ns.Running()
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
