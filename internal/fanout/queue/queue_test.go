@@ -1,0 +1,353 @@
+package queue
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// drain pops everything ready and credits each item at once, as SSE does.
+func drain(t *testing.T, q *Queue[int]) []Item[int] {
+	t.Helper()
+	var got []Item[int]
+	for {
+		it, ok := q.Pop()
+		if !ok {
+			return got
+		}
+		got = append(got, it)
+		if err := q.Credit(1); err != nil {
+			t.Fatalf("credit: %v", err)
+		}
+	}
+}
+
+func TestBoundHoldsExactlyCapacity_EVENT030(t *testing.T) {
+	q := New[int](DefaultCapacity)
+	for i := range DefaultCapacity {
+		if !q.Push(i) {
+			t.Fatalf("event %d discarded below the bound", i)
+		}
+	}
+	if q.Held() != DefaultCapacity {
+		t.Fatalf("held = %d, want %d", q.Held(), DefaultCapacity)
+	}
+	for i := range 5 {
+		if q.Push(DefaultCapacity + i) {
+			t.Fatalf("event %d accepted past the bound", DefaultCapacity+i)
+		}
+	}
+	if q.Held() != DefaultCapacity || q.PendingDiscards() != 5 || q.TotalDiscarded() != 5 {
+		t.Fatalf("held=%d pending=%d total=%d", q.Held(), q.PendingDiscards(), q.TotalDiscarded())
+	}
+}
+
+// Sent and uncredited events count against the bound, end to end.
+func TestOutstandingCountsAgainstBound_EVENT030(t *testing.T) {
+	q := New[int](4)
+	for i := range 4 {
+		q.Push(i)
+	}
+	for range 4 {
+		if _, ok := q.Pop(); !ok {
+			t.Fatal("pop failed")
+		}
+	}
+	if q.Len() != 0 || q.Outstanding() != 4 || q.Held() != 4 {
+		t.Fatalf("len=%d outstanding=%d", q.Len(), q.Outstanding())
+	}
+	if q.Push(99) {
+		t.Fatal("accepted an event while the SDK holds the whole window")
+	}
+	if err := q.Credit(1); err != nil {
+		t.Fatal(err)
+	}
+	if !q.Push(100) {
+		t.Fatal("credit did not free a slot")
+	}
+}
+
+func TestLaggedBeforeLaterEvents_EVENT031(t *testing.T) {
+	q := New[int](DefaultCapacity)
+	for i := range DefaultCapacity {
+		q.Push(i)
+	}
+	const discarded = 37
+	for i := range discarded {
+		q.Push(-i)
+	}
+	got := drain(t, q)
+	// The app now reads again; new events follow the gap.
+	q.Push(5000)
+	q.Push(5001)
+	got = append(got, drain(t, q)...)
+
+	if len(got) != DefaultCapacity+1+2 {
+		t.Fatalf("got %d items", len(got))
+	}
+	for i := range DefaultCapacity {
+		if got[i].Lagged || got[i].Value != i {
+			t.Fatalf("item %d = %+v", i, got[i])
+		}
+	}
+	lag := got[DefaultCapacity]
+	if !lag.Lagged || lag.Discarded != discarded {
+		t.Fatalf("want one lagged{%d} at the gap, got %+v", discarded, lag)
+	}
+	if got[DefaultCapacity+1].Value != 5000 || got[DefaultCapacity+2].Value != 5001 {
+		t.Fatalf("later events out of order: %+v", got[DefaultCapacity+1:])
+	}
+	if q.TotalLagged() != 1 {
+		t.Fatalf("lagged handed off %d times", q.TotalLagged())
+	}
+}
+
+// The marker sits at the first discard; events accepted after it, and more
+// discards while it is pending, stay behind one marker counting them all.
+func TestOneLaggedCountsSinceLastHandoff_EVENT031(t *testing.T) {
+	q := New[int](2)
+	q.Push(1)
+	q.Push(2)
+	q.Push(3) // discarded: marker after 2
+	it, _ := q.Pop()
+	if it.Value != 1 {
+		t.Fatalf("got %+v", it)
+	}
+	if err := q.Credit(1); err != nil {
+		t.Fatal(err)
+	}
+	q.Push(4) // accepted behind the marker
+	q.Push(5) // discarded again while the marker is pending
+	var got []Item[int]
+	got = append(got, drain(t, q)...)
+	want := []Item[int]{{Value: 2}, {Lagged: true, Discarded: 2}, {Value: 4}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("item %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// A new episode starts a new count.
+	q.Push(6)
+	q.Push(7)
+	q.Push(8)
+	got = drain(t, q)
+	if len(got) != 3 || !got[2].Lagged || got[2].Discarded != 1 {
+		t.Fatalf("second episode: %+v", got)
+	}
+}
+
+// A pending lagged marker does not take a slot.
+func TestPendingLaggedNotCounted_EVENT030(t *testing.T) {
+	q := New[int](3)
+	q.Push(1)
+	q.Push(2)
+	q.Push(3)
+	q.Push(4) // discard
+	if q.Held() != 3 {
+		t.Fatalf("held = %d", q.Held())
+	}
+	drain(t, q)
+	if q.Held() != 0 {
+		t.Fatalf("after drain held = %d", q.Held())
+	}
+	for i := range 3 {
+		if !q.Push(10 + i) {
+			t.Fatalf("push %d refused: the lagged marker took a slot", i)
+		}
+	}
+}
+
+// While a lagged marker is uncredited, a second marker waits, and so do the
+// events behind it: the SDK never holds two markers.
+func TestSecondLaggedWaitsForFirstCredit_EVENT031(t *testing.T) {
+	q := New[int](1)
+	q.Push(1)
+	q.Push(2) // discard, marker after 1
+	a, _ := q.Pop()
+	b, _ := q.Pop()
+	if a.Value != 1 || !b.Lagged || b.Discarded != 1 {
+		t.Fatalf("got %+v %+v", a, b)
+	}
+	q.Push(3) // still full: 1 outstanding
+	if q.Ready() {
+		t.Fatal("second marker ready while the first is out")
+	}
+	// Credit the event: frees the slot, the first marker is still out.
+	if err := q.Credit(1); err != nil {
+		t.Fatal(err)
+	}
+	q.Push(4) // accepted behind the second marker
+	if _, ok := q.Pop(); ok {
+		t.Fatal("popped past an uncredited marker")
+	}
+	if err := q.Credit(1); err != nil { // the first marker's handoff
+		t.Fatal(err)
+	}
+	c, _ := q.Pop()
+	d, _ := q.Pop()
+	if !c.Lagged || c.Discarded != 1 || d.Value != 4 {
+		t.Fatalf("got %+v %+v", c, d)
+	}
+}
+
+func TestCreditRejectsMoreThanOutstanding(t *testing.T) {
+	q := New[int](4)
+	if err := q.Credit(1); !errors.Is(err, ErrCredit) {
+		t.Fatalf("credit on empty queue: %v", err)
+	}
+	q.Push(1)
+	q.Pop()
+	if err := q.Credit(0); !errors.Is(err, ErrCredit) {
+		t.Fatalf("credit 0: %v", err)
+	}
+	if err := q.Credit(2); !errors.Is(err, ErrCredit) {
+		t.Fatalf("credit 2 of 1: %v", err)
+	}
+	if q.Outstanding() != 1 {
+		t.Fatal("a refused credit changed the count")
+	}
+}
+
+// Credit spanning events on both sides of a marker retires the marker once.
+func TestCreditAcrossMarker(t *testing.T) {
+	q := New[int](2)
+	q.Push(1)
+	q.Push(2)
+	q.Push(3) // discard
+	for range 3 {
+		q.Pop() // 1, 2, lagged
+	}
+	if err := q.Credit(3); err != nil {
+		t.Fatal(err)
+	}
+	if q.Held() != 0 || q.Outstanding() != 0 {
+		t.Fatalf("held=%d", q.Held())
+	}
+	if err := q.Credit(1); !errors.Is(err, ErrCredit) {
+		t.Fatal("marker credited twice")
+	}
+}
+
+func TestUnrepairableGapCountsAsDiscards_EVENT031(t *testing.T) {
+	q := New[int](8)
+	q.Push(1)
+	q.Discard(5)
+	q.Push(2)
+	got := drain(t, q)
+	if len(got) != 3 || got[0].Value != 1 || !got[1].Lagged || got[1].Discarded != 5 || got[2].Value != 2 {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+// A model check: random pushes, pops and credits, then every accepted event
+// handed off once in order, the bound never exceeded, and every discard
+// reported by the first lagged popped after it, ahead of every later event.
+func TestQueueAgainstModel_EVENT030_EVENT031(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := range 300 {
+		capacity := 1 + r.IntN(16)
+		q := New[int](capacity)
+		next := 0
+		var popped []Item[int] // in pop order
+		credited := 0          // items of popped credited
+		var pushed []int       // accepted values
+		type discard struct{ value, popsBefore int }
+		var discards []discard
+		pop := func() bool {
+			it, ok := q.Pop()
+			if ok {
+				popped = append(popped, it)
+			}
+			return ok
+		}
+		for range 500 {
+			switch r.IntN(3) {
+			case 0:
+				if q.Push(next) {
+					pushed = append(pushed, next)
+				} else {
+					discards = append(discards, discard{next, len(popped)})
+				}
+				next++
+			case 1:
+				pop()
+			case 2:
+				if out := len(popped) - credited; out > 0 {
+					n := 1 + r.IntN(out)
+					if err := q.Credit(n); err != nil {
+						t.Fatalf("round %d: credit %d: %v", round, n, err)
+					}
+					credited += n
+				}
+			}
+			if q.Held() > capacity {
+				t.Fatalf("round %d: held %d > %d", round, q.Held(), capacity)
+			}
+		}
+		for {
+			if pop() {
+				continue
+			}
+			out := len(popped) - credited
+			if out == 0 {
+				break
+			}
+			if err := q.Credit(out); err != nil {
+				t.Fatal(err)
+			}
+			credited += out
+		}
+
+		var events []int
+		var lagSum uint64
+		for _, it := range popped {
+			if it.Lagged {
+				if it.Discarded == 0 {
+					t.Fatalf("round %d: empty lagged", round)
+				}
+				lagSum += it.Discarded
+				continue
+			}
+			events = append(events, it.Value)
+		}
+		if len(events) != len(pushed) {
+			t.Fatalf("round %d: handed %d events, accepted %d", round, len(events), len(pushed))
+		}
+		for i := range events {
+			if events[i] != pushed[i] {
+				t.Fatalf("round %d: order broken at %d", round, i)
+			}
+		}
+		if lagSum+q.PendingDiscards() != uint64(len(discards)) {
+			t.Fatalf("round %d: lagged %d + pending %d != discarded %d", round, lagSum, q.PendingDiscards(), len(discards))
+		}
+		for _, d := range discards {
+			lag := -1
+			for i := d.popsBefore; i < len(popped); i++ {
+				if popped[i].Lagged {
+					lag = i
+					break
+				}
+			}
+			for i, it := range popped {
+				if !it.Lagged && it.Value > d.value && (lag < 0 || i < lag) {
+					t.Fatalf("round %d: event %d handed before the lagged reporting discard %d", round, it.Value, d.value)
+				}
+			}
+		}
+	}
+}
+
+func TestRingReleasedWhenDrained(t *testing.T) {
+	q := New[int](DefaultCapacity)
+	for i := range 100 {
+		q.Push(i)
+	}
+	drain(t, q)
+	if q.ring != nil {
+		t.Fatalf("ring of %d kept after drain", len(q.ring))
+	}
+}
