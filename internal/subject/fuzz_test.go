@@ -1,0 +1,168 @@
+package subject
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// FuzzTenantGroup: builders taking a tenant and a group never produce a
+// subject with a bad token, and parsing what they build gives back the input.
+func FuzzTenantGroup(f *testing.F) {
+	f.Add(tenant, group)
+	f.Add("a", "00")
+	f.Add("a.b", "00")
+	f.Add("t", "0.")
+	f.Add("*", ">")
+	f.Add("t ", "00\n")
+	f.Fuzz(func(t *testing.T, tn, g string) {
+		in, err := Input(tn, g)
+		if err != nil {
+			return
+		}
+		checkSubject(t, in)
+		if a, b, err := ParseInput(in); err != nil || a != tn || b != g {
+			t.Fatalf("ParseInput(Input(%q, %q)) = %q, %q, %v", tn, g, a, b, err)
+		}
+		st, err := StoredInput(tn, g)
+		if err != nil {
+			t.Fatalf("StoredInput after Input succeeded: %v", err)
+		}
+		checkSubject(t, st)
+		p, a, b, err := ParseStoredInput(st)
+		if err != nil || a != tn || b != g || p < 0 || p >= Partitions {
+			t.Fatalf("ParseStoredInput(%q) = %d, %q, %q, %v", st, p, a, b, err)
+		}
+		ck, err := Checkpoint(tn, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSubject(t, ck)
+		if a, b, err := ParseCheckpoint(ck); err != nil || a != tn || b != g {
+			t.Fatalf("ParseCheckpoint(%q) = %q, %q, %v", ck, a, b, err)
+		}
+		k, err := GroupKey(tn, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSubject(t, k)
+		if a, parts, err := ParseKey(k); err != nil || a != tn || len(parts) != 1 || parts[0] != g {
+			t.Fatalf("ParseKey(%q) = %q, %q, %v", k, a, parts, err)
+		}
+	})
+}
+
+// FuzzTenantClient covers Events, Live and ClientKey.
+func FuzzTenantClient(f *testing.F) {
+	f.Add(tenant, client)
+	f.Add("t", "ab")
+	f.Add("t", "AB")
+	f.Add("t\x7f", "ab")
+	f.Add("", "")
+	f.Fuzz(func(t *testing.T, tn, c string) {
+		ev, err := Events(tn, c)
+		if err != nil {
+			return
+		}
+		checkSubject(t, ev)
+		if a, b, err := ParseEvents(ev); err != nil || a != tn || b != c {
+			t.Fatalf("ParseEvents(%q) = %q, %q, %v", ev, a, b, err)
+		}
+		lv, err := Live(tn, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSubject(t, lv)
+		if a, b, err := ParseLive(lv); err != nil || a != tn || b != c {
+			t.Fatalf("ParseLive(%q) = %q, %q, %v", lv, a, b, err)
+		}
+		k, err := ClientKey(tn, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSubject(t, k)
+	})
+}
+
+// FuzzOutcomeRetained covers Outcome, SeenKey and Retained.
+func FuzzOutcomeRetained(f *testing.F) {
+	f.Add(tenant, msgID, group, "deferred")
+	f.Add("t", strings.ToUpper(msgID), "00", "x.y")
+	f.Add("t", msgID[:63]+"g", "00", "")
+	f.Fuzz(func(t *testing.T, tn, m, g, r string) {
+		if oc, err := Outcome(tn, m); err == nil {
+			checkSubject(t, oc)
+			if a, b, err := ParseOutcome(oc); err != nil || a != tn || b != m {
+				t.Fatalf("ParseOutcome(%q) = %q, %q, %v", oc, a, b, err)
+			}
+			k, err := SeenKey(tn, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSubject(t, k)
+		}
+		if rt, err := Retained(tn, g, r); err == nil {
+			checkSubject(t, rt)
+			if a, b, c, err := ParseRetained(rt); err != nil || a != tn || b != g || c != r {
+				t.Fatalf("ParseRetained(%q) = %q, %q, %q, %v", rt, a, b, c, err)
+			}
+		}
+	})
+}
+
+// FuzzParse: parsers never panic on arbitrary input, and what they accept
+// builds back to the same subject.
+func FuzzParse(f *testing.F) {
+	f.Add("fabric.in." + tenant + "." + group)
+	f.Add("fabric.ev." + tenant + "." + client)
+	f.Add("fabric.live.t.00")
+	f.Add("fabric.ck.t.00")
+	f.Add("fabric.outcome.t." + msgID)
+	f.Add("fabric.retained.t.00.deferred")
+	f.Add("fabric.in.12.t.00")
+	f.Add("t.a.b")
+	f.Add("fabric.in.t.*")
+	f.Add("fabric.in..")
+	f.Fuzz(func(t *testing.T, s string) {
+		if a, b, err := ParseInput(s); err == nil {
+			if re, _ := Input(a, b); re != s {
+				t.Fatalf("ParseInput(%q) rebuilds as %q", s, re)
+			}
+		}
+		if p, a, b, err := ParseStoredInput(s); err == nil {
+			if re, _ := StoredInput(a, b); re != s || !strings.HasPrefix(s, "fabric.in."+strconv.Itoa(p)+".") {
+				t.Fatalf("ParseStoredInput(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, b, err := ParseEvents(s); err == nil {
+			if re, _ := Events(a, b); re != s {
+				t.Fatalf("ParseEvents(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, b, err := ParseLive(s); err == nil {
+			if re, _ := Live(a, b); re != s {
+				t.Fatalf("ParseLive(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, b, err := ParseCheckpoint(s); err == nil {
+			if re, _ := Checkpoint(a, b); re != s {
+				t.Fatalf("ParseCheckpoint(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, b, err := ParseOutcome(s); err == nil {
+			if re, _ := Outcome(a, b); re != s {
+				t.Fatalf("ParseOutcome(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, b, c, err := ParseRetained(s); err == nil {
+			if re, _ := Retained(a, b, c); re != s {
+				t.Fatalf("ParseRetained(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, parts, err := ParseKey(s); err == nil {
+			if re, _ := Key(a, parts...); re != s {
+				t.Fatalf("ParseKey(%q) rebuilds as %q", s, re)
+			}
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package subject
+
+import (
+	"strconv"
+	"strings"
+)
+
+// split checks that s is prefix followed by exactly n dot-separated tokens
+// and returns them. Token contents are checked by the caller.
+func split(s, prefix string, n int) ([]string, error) {
+	rest, ok := strings.CutPrefix(s, prefix)
+	if !ok {
+		return nil, invalid(RoleSubject, "wrong prefix")
+	}
+	toks := strings.Split(rest, ".")
+	if len(toks) != n {
+		return nil, invalid(RoleSubject, "wrong number of tokens")
+	}
+	return toks, nil
+}
+
+// ParseInput reads tenant and group from an input subject as published,
+// fabric.in.<tenant>.<group>.
+func ParseInput(s string) (tenant, groupHex string, err error) {
+	return parseTenantGroup(s, prefixIn)
+}
+
+// ParseStoredInput reads partition, tenant and group from an input subject
+// as FABRIC_IN stores it, fabric.in.<partition>.<tenant>.<group>. It checks
+// that the partition is the one Partition computes.
+func ParseStoredInput(s string) (partition int, tenant, groupHex string, err error) {
+	toks, err := split(s, prefixIn, 3)
+	if err != nil {
+		return 0, "", "", err
+	}
+	p, perr := strconv.Atoi(toks[0])
+	if perr != nil || p < 0 || p >= Partitions || strconv.Itoa(p) != toks[0] {
+		return 0, "", "", invalid(RolePartition, "not a partition number")
+	}
+	want, err := Partition(toks[1], toks[2])
+	if err != nil {
+		return 0, "", "", err
+	}
+	if want != p {
+		return 0, "", "", invalid(RolePartition, "does not match tenant and group")
+	}
+	return p, toks[1], toks[2], nil
+}
+
+// ParseEvents reads tenant and client from fabric.ev.<tenant>.<client>.
+func ParseEvents(s string) (tenant, clientHex string, err error) {
+	return parseTenantClient(s, prefixEvents)
+}
+
+// ParseLive reads tenant and client from fabric.live.<tenant>.<client>.
+func ParseLive(s string) (tenant, clientHex string, err error) {
+	return parseTenantClient(s, prefixLive)
+}
+
+// ParseCheckpoint reads tenant and group from fabric.ck.<tenant>.<group>.
+func ParseCheckpoint(s string) (tenant, groupHex string, err error) {
+	return parseTenantGroup(s, prefixCk)
+}
+
+// ParseOutcome reads tenant and message id from
+// fabric.outcome.<tenant>.<message_id>.
+func ParseOutcome(s string) (tenant, msgIDHex string, err error) {
+	toks, err := split(s, prefixOutcome, 2)
+	if err != nil {
+		return "", "", err
+	}
+	if err := ValidTenant(toks[0]); err != nil {
+		return "", "", err
+	}
+	if err := ValidMessageID(toks[1]); err != nil {
+		return "", "", err
+	}
+	return toks[0], toks[1], nil
+}
+
+// ParseRetained reads tenant, group and reason from
+// fabric.retained.<tenant>.<group>.<reason>.
+func ParseRetained(s string) (tenant, groupHex, reason string, err error) {
+	toks, err := split(s, prefixRetained, 3)
+	if err != nil {
+		return "", "", "", err
+	}
+	if err := ValidTenant(toks[0]); err != nil {
+		return "", "", "", err
+	}
+	if err := ValidGroup(toks[1]); err != nil {
+		return "", "", "", err
+	}
+	if err := ValidReason(toks[2]); err != nil {
+		return "", "", "", err
+	}
+	return toks[0], toks[1], toks[2], nil
+}
+
+// ParseKey reads the tenant and the parts of a KV key built by Key,
+// ClientKey, GroupKey or SeenKey.
+func ParseKey(key string) (tenant string, parts []string, err error) {
+	toks := strings.Split(key, ".")
+	if len(toks) < 2 {
+		return "", nil, invalid(RoleSubject, "wrong number of tokens")
+	}
+	if err := ValidTenant(toks[0]); err != nil {
+		return "", nil, err
+	}
+	for _, p := range toks[1:] {
+		if err := checkWord(RoleKeyPart, p, MaxKeyPartLen); err != nil {
+			return "", nil, err
+		}
+	}
+	return toks[0], toks[1:], nil
+}
+
+func parseTenantGroup(s, prefix string) (string, string, error) {
+	toks, err := split(s, prefix, 2)
+	if err != nil {
+		return "", "", err
+	}
+	if err := ValidTenant(toks[0]); err != nil {
+		return "", "", err
+	}
+	if err := ValidGroup(toks[1]); err != nil {
+		return "", "", err
+	}
+	return toks[0], toks[1], nil
+}
+
+func parseTenantClient(s, prefix string) (string, string, error) {
+	toks, err := split(s, prefix, 2)
+	if err != nil {
+		return "", "", err
+	}
+	if err := tenantClient(toks[0], toks[1]); err != nil {
+		return "", "", err
+	}
+	return toks[0], toks[1], nil
+}
