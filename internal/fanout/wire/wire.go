@@ -1,0 +1,364 @@
+// Package wire is the WebSocket frame protocol between the gateway and the
+// SDK (DESIGN §10): objects with an op, in JSON text frames under the
+// subprotocol fabric.v1.json or msgpack binary frames under fabric.v1.msgpack.
+//
+// App to gateway: subscribe {id, client_id, filter}, credit {sub, n},
+// unsubscribe {sub}. Gateway to app: subscribed {id, sub}, event {sub, seq,
+// event}, ended {sub, reason}, error {id?, code, message}.
+//
+// Output frames are appended by hand so the encoded event, shared by every
+// subscription it is handed to, is copied in without re-encoding.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// Subprotocols of GET /v1/events.
+const (
+	SubprotocolJSON    = "fabric.v1.json"
+	SubprotocolMsgpack = "fabric.v1.msgpack"
+)
+
+// Ops of a frame.
+const (
+	OpSubscribe   = "subscribe"
+	OpCredit      = "credit"
+	OpUnsubscribe = "unsubscribe"
+	OpSubscribed  = "subscribed"
+	OpEvent       = "event"
+	OpEnded       = "ended"
+	OpError       = "error"
+)
+
+// Reasons an ended frame carries.
+const (
+	// ReasonUnsubscribed answers the app's unsubscribe.
+	ReasonUnsubscribed = "unsubscribed"
+	// ReasonShutdown ends subscriptions when the gateway drains.
+	ReasonShutdown = "shutdown"
+	// ReasonTapFailed ends subscriptions whose event source failed.
+	ReasonTapFailed = "source_failed"
+)
+
+// Error codes an error frame carries.
+const (
+	CodeMalformedFrame       = "malformed_frame"
+	CodeFrameTooLarge        = "frame_too_large"
+	CodeUnknownOp            = "unknown_op"
+	CodeInvalidFilter        = "invalid_filter"
+	CodeForbidden            = "forbidden"
+	CodeTooManySubscriptions = "too_many_subscriptions"
+	CodeUnknownSubscription  = "unknown_subscription"
+	CodeBadCredit            = "bad_credit"
+	CodeUnavailable          = "unavailable"
+)
+
+// InitialCredit is the credit a subscription starts with: the bound of
+// EVENT-030, counted end to end.
+const InitialCredit = 1024
+
+// Encoding is a frame encoding.
+type Encoding uint8
+
+// The two encodings.
+const (
+	JSON Encoding = iota
+	Msgpack
+)
+
+// Subprotocol returns the subprotocol that selects e.
+func (e Encoding) Subprotocol() string {
+	if e == Msgpack {
+		return SubprotocolMsgpack
+	}
+	return SubprotocolJSON
+}
+
+// EncodingOf returns the encoding a subprotocol selects.
+func EncodingOf(subprotocol string) (Encoding, bool) {
+	switch subprotocol {
+	case SubprotocolJSON:
+		return JSON, true
+	case SubprotocolMsgpack:
+		return Msgpack, true
+	}
+	return 0, false
+}
+
+// Frame is one frame in either direction. Which members are set depends on
+// Op.
+type Frame struct {
+	Op       string
+	ID       uint64
+	Sub      uint64
+	ClientID string
+	Filter   *schema.EventFilter
+	N        int64
+	Seq      uint64
+	// Event is the ClientEvent already encoded in the frame's encoding.
+	Event   []byte
+	Reason  string
+	Code    string
+	Message string
+}
+
+// ErrMalformed is wrapped by every Decode error.
+var ErrMalformed = errors.New("malformed frame")
+
+type jsonFrame struct {
+	Op       string              `json:"op"`
+	ID       uint64              `json:"id,omitempty"`
+	Sub      uint64              `json:"sub,omitempty"`
+	ClientID string              `json:"client_id,omitempty"`
+	Filter   *schema.EventFilter `json:"filter,omitempty"`
+	N        int64               `json:"n,omitempty"`
+	Seq      uint64              `json:"seq,omitempty"`
+	Event    json.RawMessage     `json:"event,omitempty"`
+	Reason   string              `json:"reason,omitempty"`
+	Code     string              `json:"code,omitempty"`
+	Message  string              `json:"message,omitempty"`
+}
+
+type msgpackFrame struct {
+	Op       string              `msgpack:"op"`
+	ID       uint64              `msgpack:"id,omitempty"`
+	Sub      uint64              `msgpack:"sub,omitempty"`
+	ClientID string              `msgpack:"client_id,omitempty"`
+	Filter   *schema.EventFilter `msgpack:"filter,omitempty"`
+	N        int64               `msgpack:"n,omitempty"`
+	Seq      uint64              `msgpack:"seq,omitempty"`
+	Event    msgpack.RawMessage  `msgpack:"event,omitempty"`
+	Reason   string              `msgpack:"reason,omitempty"`
+	Code     string              `msgpack:"code,omitempty"`
+	Message  string              `msgpack:"message,omitempty"`
+}
+
+// Decode parses one frame. Members a frame does not define are refused, so a
+// misspelt member is an error, not a silent default. Errors wrap ErrMalformed.
+func Decode(enc Encoding, b []byte) (Frame, error) {
+	if enc == Msgpack {
+		var m msgpackFrame
+		r := bytes.NewReader(b)
+		d := msgpack.NewDecoder(r)
+		d.DisallowUnknownFields(true)
+		if err := d.Decode(&m); err != nil {
+			return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		if r.Len() > 0 {
+			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
+		}
+		return Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, Filter: m.Filter, N: m.N,
+			Seq: m.Seq, Event: m.Event, Reason: m.Reason, Code: m.Code, Message: m.Message}, nil
+	}
+	var j jsonFrame
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&j); err != nil {
+		return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if d.More() {
+		return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
+	}
+	return Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, Filter: j.Filter, N: j.N,
+		Seq: j.Seq, Event: j.Event, Reason: j.Reason, Code: j.Code, Message: j.Message}, nil
+}
+
+// Append appends f to dst in encoding enc. Event, when set, must already be
+// encoded in enc; it is copied as is.
+func Append(enc Encoding, dst []byte, f *Frame) []byte {
+	w := appender{buf: dst, json: enc == JSON}
+	n := 1
+	count := func(set bool) {
+		if set {
+			n++
+		}
+	}
+	count(f.ID != 0)
+	count(f.Sub != 0)
+	count(f.ClientID != "")
+	count(f.Filter != nil)
+	count(f.N != 0)
+	count(f.Seq != 0)
+	count(f.Event != nil)
+	count(f.Reason != "")
+	count(f.Code != "")
+	count(f.Message != "")
+	w.mapStart(n)
+	w.str("op", f.Op)
+	if f.ID != 0 {
+		w.uint("id", f.ID)
+	}
+	if f.Sub != 0 {
+		w.uint("sub", f.Sub)
+	}
+	if f.ClientID != "" {
+		w.str("client_id", f.ClientID)
+	}
+	if f.Filter != nil {
+		w.key("filter")
+		var raw []byte
+		if w.json {
+			raw, _ = json.Marshal(f.Filter)
+		} else {
+			raw, _ = msgpack.Marshal(f.Filter)
+		}
+		w.buf = append(w.buf, raw...)
+	}
+	if f.N != 0 {
+		w.int("n", f.N)
+	}
+	if f.Seq != 0 {
+		w.uint("seq", f.Seq)
+	}
+	if f.Event != nil {
+		w.key("event")
+		w.buf = append(w.buf, f.Event...)
+	}
+	if f.Reason != "" {
+		w.str("reason", f.Reason)
+	}
+	if f.Code != "" {
+		w.str("code", f.Code)
+	}
+	if f.Message != "" {
+		w.str("message", f.Message)
+	}
+	if w.json {
+		w.buf = append(w.buf, '}')
+	}
+	return w.buf
+}
+
+// AppendLagged appends the ClientEvent lagged {discarded: n} in enc
+// (EVENT-031).
+func AppendLagged(enc Encoding, dst []byte, n uint64) []byte {
+	if enc == JSON {
+		dst = append(dst, `{"kind":"lagged","lagged":{"discarded":`...)
+		dst = strconv.AppendUint(dst, n, 10)
+		return append(dst, "}}"...)
+	}
+	w := appender{buf: dst}
+	w.mapStart(2)
+	w.str("kind", string(schema.KindLagged))
+	w.key("lagged")
+	w.mapStart(1)
+	w.uint("discarded", n)
+	return w.buf
+}
+
+// appender writes the few shapes frames need, in msgpack or JSON.
+type appender struct {
+	buf   []byte
+	json  bool
+	first bool
+}
+
+func (w *appender) mapStart(n int) {
+	if w.json {
+		w.buf = append(w.buf, '{')
+		w.first = true
+		return
+	}
+	// Frames have at most 11 members: a fixmap.
+	w.buf = append(w.buf, 0x80|byte(n))
+}
+
+func (w *appender) key(k string) {
+	if w.json {
+		if !w.first {
+			w.buf = append(w.buf, ',')
+		}
+		w.first = false
+		w.buf = append(w.buf, '"')
+		w.buf = append(w.buf, k...) // keys are this package's constants
+		w.buf = append(w.buf, '"', ':')
+		return
+	}
+	w.rawStr(k)
+}
+
+func (w *appender) rawStr(s string) {
+	switch n := len(s); {
+	case n < 32:
+		w.buf = append(w.buf, 0xa0|byte(n))
+	case n < 1<<8:
+		w.buf = append(w.buf, 0xd9, byte(n))
+	case n < 1<<16:
+		w.buf = append(w.buf, 0xda, byte(n>>8), byte(n))
+	default:
+		w.buf = append(w.buf, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	w.buf = append(w.buf, s...)
+}
+
+func (w *appender) str(k, v string) {
+	w.key(k)
+	if w.json {
+		if plain(v) {
+			w.buf = append(w.buf, '"')
+			w.buf = append(w.buf, v...)
+			w.buf = append(w.buf, '"')
+			return
+		}
+		b, _ := json.Marshal(v) // escapes as JSON, unlike strconv.Quote
+		w.buf = append(w.buf, b...)
+		return
+	}
+	w.rawStr(v)
+}
+
+func (w *appender) uint(k string, v uint64) {
+	w.key(k)
+	if w.json {
+		w.buf = strconv.AppendUint(w.buf, v, 10)
+		return
+	}
+	switch {
+	case v < 128:
+		w.buf = append(w.buf, byte(v))
+	case v < 1<<8:
+		w.buf = append(w.buf, 0xcc, byte(v))
+	case v < 1<<16:
+		w.buf = append(w.buf, 0xcd, byte(v>>8), byte(v))
+	case v < 1<<32:
+		w.buf = append(w.buf, 0xce, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	default:
+		w.buf = append(w.buf, 0xcf, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32),
+			byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	}
+}
+
+func (w *appender) int(k string, v int64) {
+	if v >= 0 {
+		w.uint(k, uint64(v))
+		return
+	}
+	w.key(k)
+	if w.json {
+		w.buf = strconv.AppendInt(w.buf, v, 10)
+		return
+	}
+	u := uint64(v)
+	w.buf = append(w.buf, 0xd3, byte(u>>56), byte(u>>48), byte(u>>40), byte(u>>32),
+		byte(u>>24), byte(u>>16), byte(u>>8), byte(u))
+}
+
+// plain reports whether s needs no JSON escaping.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}

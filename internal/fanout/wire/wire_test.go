@@ -1,0 +1,90 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+func TestRoundTrip(t *testing.T) {
+	filter := &schema.EventFilter{
+		Kinds:        []schema.EventKind{schema.KindMessageReceived},
+		GroupIDs:     []schema.Bytes{{1, 2}},
+		ContentTypes: []schema.ContentTypeID{{AuthorityID: "xmtp.org", TypeID: "text", VersionMajor: 1}},
+	}
+	for _, enc := range []Encoding{JSON, Msgpack} {
+		lagged := AppendLagged(enc, nil, 7)
+		frames := []Frame{
+			{Op: OpSubscribe, ID: 3, ClientID: "ab01", Filter: filter},
+			{Op: OpCredit, Sub: 1 << 40, N: 5},
+			{Op: OpUnsubscribe, Sub: 9},
+			{Op: OpSubscribed, ID: 3, Sub: 9},
+			{Op: OpEvent, Sub: 9, Seq: 300, Event: lagged},
+			{Op: OpEnded, Sub: 9, Reason: ReasonShutdown},
+			{Op: OpError, ID: 4, Code: CodeForbidden, Message: "token does not name \"this\" client <&>"},
+		}
+		for _, f := range frames {
+			b := Append(enc, nil, &f)
+			got, err := Decode(enc, b)
+			if err != nil {
+				t.Fatalf("%v %s: decode %q: %v", enc, f.Op, b, err)
+			}
+			if !reflect.DeepEqual(got, f) {
+				t.Fatalf("%v: got %+v, want %+v", enc, got, f)
+			}
+		}
+		var ev schema.ClientEvent
+		var err error
+		if enc == JSON {
+			err = json.Unmarshal(lagged, &ev)
+		} else {
+			err = msgpack.Unmarshal(lagged, &ev)
+		}
+		if err != nil || ev.Kind != schema.KindLagged || ev.Lagged == nil || ev.Lagged.Discarded != 7 {
+			t.Fatalf("%v lagged event: %+v %v", enc, ev, err)
+		}
+	}
+}
+
+func TestDecodeRefusesUnknownMembers(t *testing.T) {
+	if _, err := Decode(JSON, []byte(`{"op":"credit","sub":1,"n":1,"bogus":1}`)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("unknown member: %v", err)
+	}
+	if _, err := Decode(JSON, []byte(`{"op":"credit"} {}`)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("trailing data: %v", err)
+	}
+	b, _ := msgpack.Marshal(map[string]any{"op": "credit", "bogus": 1})
+	if _, err := Decode(Msgpack, b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("msgpack unknown member: %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(byte(0), []byte(`{"op":"subscribe","id":1,"client_id":"ab","filter":{"kinds":["message.received"],"group_ids":["0102"]}}`))
+	f.Add(byte(0), []byte(`{"op":"credit","sub":1,"n":1}`))
+	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpSubscribe, ID: 1, ClientID: "ab", Filter: &schema.EventFilter{Kinds: []schema.EventKind{}}}))
+	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpEvent, Sub: 1, Seq: 2, Event: AppendLagged(Msgpack, nil, 3)}))
+	f.Fuzz(func(t *testing.T, e byte, b []byte) {
+		enc := Encoding(e % 2)
+		fr, err := Decode(enc, b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error does not wrap ErrMalformed: %v", err)
+			}
+			return
+		}
+		// What decodes re-encodes and decodes to the same frame.
+		again, err := Decode(enc, Append(enc, nil, &fr))
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		if again.Op != fr.Op || again.ID != fr.ID || again.Sub != fr.Sub || again.N != fr.N {
+			t.Fatalf("round trip changed the frame: %+v vs %+v", again, fr)
+		}
+	})
+}
