@@ -1,0 +1,455 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"slices"
+
+	"github.com/thomas-vilte/mls-go/ciphersuite"
+	mlsext "github.com/thomas-vilte/mls-go/extensions"
+	"github.com/thomas-vilte/mls-go/framing"
+	"github.com/thomas-vilte/mls-go/group"
+	"github.com/thomas-vilte/mls-go/treesync"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// More sentinel causes.
+var (
+	// ErrNoRatchetTree: the Welcome's GroupInfo has no ratchet_tree extension
+	// and no tree was supplied.
+	ErrNoRatchetTree = errors.New("no ratchet tree")
+	// ErrMembershipTag: the PublicMessage's membership tag does not verify
+	// under this state; another candidate parent may authenticate it
+	// (inbound-processing: the input stays deferred).
+	ErrMembershipTag = errors.New("membership tag does not verify under this state")
+	// ErrSignature: the sender's signature does not verify.
+	ErrSignature = errors.New("signature does not verify")
+	// ErrUnauthorized: the committer may not make this change.
+	ErrUnauthorized = errors.New("committer not authorized")
+	// ErrAdderNotAdmin: the Welcome's signer is not an admin of the group it
+	// joins (Marmot joining.md step 8).
+	ErrAdderNotAdmin = errors.New("welcome signer is not an admin")
+)
+
+// JoinInfo is what a join learned.
+type JoinInfo struct {
+	GroupID       []byte
+	Epoch         uint64
+	Adder         Member // the GroupInfo signer's leaf (JOIN-025)
+	Components    components.Set
+	HasComponents bool
+	KeyPackageRef []byte // the consumed KeyPackage; remove it once the group is stored
+}
+
+// Join joins a group from a Welcome MLSMessage addressed to one of inst's
+// KeyPackages. The ratchet tree comes from the GroupInfo's ratchet_tree
+// extension, or from ratchetTree (an RFC 9420 §12.4.3.3 ratchet_tree
+// extension body) when the GroupInfo has none. Join is tentative: it changes
+// nothing in inst; the caller removes the KeyPackage once it stored the group.
+func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinOption) (*State, *JoinInfo, error) {
+	const op = "join"
+	var cfg joinConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := Classify(welcomeMessage)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.WireFormat != WireWelcome {
+		return nil, nil, fail(op, schema.CategoryInvalidEncoding, errors.New("not a Welcome"))
+	}
+	if c.CipherSuite != uint16(inst.suite) {
+		return nil, nil, fail(op, schema.CategoryWrongRecipient, ErrCipherSuite)
+	}
+	welcome, err := group.UnmarshalWelcome(welcomeMessage[4:])
+	if err != nil {
+		return nil, nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	var entry *keyPackageEntry
+	var ref []byte
+	for _, s := range welcome.Secrets {
+		if e, ok := inst.keyPackages[string(s.NewMember)]; ok {
+			entry, ref = e, slices.Clone(s.NewMember)
+			break
+		}
+	}
+	if entry == nil {
+		return nil, nil, fail(op, schema.CategoryWrongRecipient, ErrNoKeyPackage)
+	}
+	keys, err := entry.privateKeys(inst.suite)
+	if err != nil {
+		return nil, nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	g, err := group.JoinFromWelcome(welcome, entry.kp, keys, cfg.psks)
+	if err != nil {
+		return nil, nil, classifyMLSGoError(op, err)
+	}
+	info := welcome.GroupInfo
+	if info == nil || info.GroupContext == nil {
+		return nil, nil, fail(op, schema.CategoryInvalidEncoding, errors.New("welcome without group info"))
+	}
+	if !hasExtension(info.Extensions, mlsext.ExtensionTypeRatchetTree) {
+		if len(ratchetTree) == 0 {
+			return nil, nil, fail(op, schema.CategoryInvalidEncoding, ErrNoRatchetTree)
+		}
+		if g, err = withSuppliedTree(g, info, ratchetTree, entry.kp.LeafNode.EncryptionKey); err != nil {
+			return nil, nil, err
+		}
+	}
+	st := &State{g: g}
+	set, found, err := st.Components()
+	if err != nil {
+		return nil, nil, err
+	}
+	adder, ok := st.Member(uint32(info.Signer))
+	if !ok {
+		return nil, nil, fail(op, schema.CategoryInvalidSignature, errors.New("group info signer is not a member"))
+	}
+	if found && components.RoleOf(set, accountOf(adder.InboxID)) < components.RoleAdmin {
+		return nil, nil, fail(op, schema.CategoryAuthorizationFailed, ErrAdderNotAdmin)
+	}
+	return st, &JoinInfo{
+		GroupID:       st.GroupID(),
+		Epoch:         st.Epoch(),
+		Adder:         adder,
+		Components:    set,
+		HasComponents: found,
+		KeyPackageRef: ref,
+	}, nil
+}
+
+// JoinOption configures Join.
+type JoinOption func(*joinConfig)
+
+type joinConfig struct {
+	psks map[string][]byte
+}
+
+// WithExternalPSKs supplies external pre-shared keys by psk_id (RFC 9420
+// §8.4) that the Welcome or later commits may name.
+func WithExternalPSKs(psks map[string][]byte) JoinOption {
+	return func(c *joinConfig) { c.psks = psks }
+}
+
+func hasExtension(exts []group.Extension, t mlsext.ExtensionType) bool {
+	return slices.ContainsFunc(exts, func(e group.Extension) bool { return e.Type == t })
+}
+
+// withSuppliedTree rebuilds a group joined without a ratchet_tree extension
+// around a tree supplied out of band. mls-go v1.6.0 cannot take such a tree
+// in JoinFromWelcome, so the state is rewritten with the tree and restored;
+// restoring verifies the tree against the GroupContext's tree hash, and the
+// GroupInfo signature is checked against the signer's leaf here. Path keys
+// from the Welcome's path_secret are not derived on this path (Marmot always
+// sends the tree in the GroupInfo).
+func withSuppliedTree(g *group.Group, info *group.Info, treeBytes, ownEncryptionKey []byte) (*group.Group, error) {
+	const op = "join"
+	cs := g.CipherSuite()
+	tree, err := treesync.UnmarshalTreeFromExtension(treeBytes, cs)
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	tree = tree.ExpandToPowerOf2()
+	signer := tree.GetLeaf(treesync.LeafIndex(info.Signer))
+	if signer == nil || signer.LeafData == nil {
+		return nil, fail(op, schema.CategoryInvalidSignature, errors.New("group info signer leaf missing"))
+	}
+	pub := ciphersuite.NewMLSSignaturePublicKey(signer.LeafData.SigKeyBytes(), cs.SignatureScheme())
+	if err := ciphersuite.VerifyWithLabel(pub, "GroupInfoTBS", info.MarshalTBS(), ciphersuite.NewSignature(info.Signature)); err != nil {
+		return nil, fail(op, schema.CategoryInvalidSignature, ErrSignature)
+	}
+	raw, err := g.MarshalState()
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	defer clear(raw)
+	var sd group.StateData
+	if err := json.Unmarshal(raw, &sd); err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	own, found := uint32(0), false
+	sd.Members = make(map[uint32]*group.MemberStateData)
+	for i := range tree.NumLeaves {
+		leaf := tree.GetLeaf(treesync.LeafIndex(i))
+		if leaf == nil || leaf.State != treesync.NodeStatePresent || leaf.LeafData == nil {
+			continue
+		}
+		m := &group.MemberStateData{LeafIndex: i, Active: true, SigningKey: slices.Clone(leaf.LeafData.SigKeyBytes())}
+		if leaf.LeafData.Credential != nil {
+			m.Credential = leaf.LeafData.Credential.Marshal()
+		}
+		sd.Members[i] = m
+		if !found && bytes.Equal(leaf.LeafData.EncryptionKey, ownEncryptionKey) {
+			own, found = i, true
+		}
+	}
+	if !found {
+		return nil, fail(op, schema.CategoryInvalidEncoding, errors.New("own leaf not in supplied tree"))
+	}
+	sd.OwnLeafIndex = own
+	sd.RatchetTree = tree.MarshalTree()
+	sd.SecretTree = nil // rebuilt from the encryption secret for the real leaf count
+	sd.PathNodePrivKeys = nil
+	fixed, err := json.Marshal(&sd)
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	defer clear(fixed)
+	ng, err := group.UnmarshalGroupState(fixed)
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	return ng, nil
+}
+
+// HandshakeResult is what processing a proposal or commit changed.
+type HandshakeResult struct {
+	Class     schema.InputClass // ClassProposal or ClassCommit
+	MessageID MessageID         // for a commit, its commit_digest
+	Sender    Member            // the proposal's sender or the committer
+	// Commit only:
+	Privileged        bool     // needed an admin in the parent (convergence order)
+	AddedInboxes      []string // inboxes member after and not before, sorted
+	RemovedInboxes    []string // inboxes member before and not after, sorted
+	AddedLeaves       []Member
+	RemovedLeaves     []Member
+	RemovedSelf       bool     // the hosted member's own leaf was removed
+	ChangedComponents []string // EVENT-019 names
+	Components        components.Set
+}
+
+// ProcessHandshake applies a PublicMessage proposal or commit to a copy of s
+// and returns the copy: s itself is untouched, so a commit can be tried
+// against any retained parent. A commit is authorized against s's components
+// (privileged changes need an admin); an unauthorized commit fails with
+// category authorization_failed.
+func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, error) {
+	const op = "process handshake"
+	c, err := Classify(mlsMessage)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.WireFormat != WirePublicMessage || (c.Class != schema.ClassCommit && c.Class != schema.ClassProposal) {
+		// Marmot pins handshakes to PublicMessage; a PrivateMessage handshake
+		// is a feature the fabric does not support.
+		return nil, nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrNotHandshake)
+	}
+	if err := s.checkGroup(op, c); err != nil {
+		return nil, nil, err
+	}
+	if c.Epoch != s.Epoch() {
+		return nil, nil, fail(op, schema.CategoryStaleEpoch, ErrWrongEpoch)
+	}
+	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
+	if err != nil {
+		return nil, nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	pm, ok := msg.AsPublic()
+	if !ok {
+		return nil, nil, fail(op, schema.CategoryInvalidEncoding, ErrNotHandshake)
+	}
+	if err := s.g.VerifyPublicMessage(pm); err != nil {
+		if errors.Is(err, framing.ErrInvalidMembershipTag) {
+			return nil, nil, fail(op, schema.CategoryInvalidSignature, ErrMembershipTag)
+		}
+		return nil, nil, fail(op, schema.CategoryInvalidSignature, errors.Join(ErrSignature, err))
+	}
+	res := &HandshakeResult{Class: c.Class, MessageID: c.MessageID}
+	if pm.Content.Sender.Type == framing.SenderTypeMember {
+		res.Sender, _ = s.Member(pm.Content.Sender.LeafIndex)
+	}
+	var ops []components.Op
+	if c.Class == schema.ClassCommit {
+		if ops, err = s.commitOps(pm, res.Sender); err != nil {
+			return nil, nil, err
+		}
+	}
+	next, err := s.Clone()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := next.g.ProcessPublicMessage(pm); err != nil {
+		return nil, nil, classifyMLSGoError(op, err)
+	}
+	if c.Class == schema.ClassProposal {
+		return next, res, nil
+	}
+	parentSet, _, err := s.Components()
+	if err != nil {
+		return nil, nil, err
+	}
+	nextSet, _, err := next.Components()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := components.Authorize(parentSet, nextSet, accountOf(res.Sender.InboxID), ops); err != nil {
+		return nil, nil, fail(op, schema.CategoryAuthorizationFailed, ErrUnauthorized)
+	}
+	res.Privileged = components.Privileged(parentSet, nextSet, ops)
+	res.Components = nextSet
+	res.ChangedComponents = components.Diff(parentSet, nextSet)
+	s.membershipDiff(next, res)
+	return next, res, nil
+}
+
+// commitOps lists a commit's proposals for authorization, resolving
+// by-reference proposals against the proposals s has stored.
+func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]components.Op, error) {
+	data, ok := pm.Content.CommitData()
+	if !ok {
+		return nil, fail("process handshake", schema.CategoryInvalidEncoding, errors.New("commit without body"))
+	}
+	commit, err := group.UnmarshalCommit(data)
+	if err != nil {
+		return nil, fail("process handshake", schema.CategoryInvalidEncoding, err)
+	}
+	stored := s.g.StoredProposals()
+	var ops []components.Op
+	for _, por := range commit.Proposals {
+		p, sender := por.Proposal, committer
+		if p == nil {
+			i := slices.IndexFunc(stored, func(sp group.StoredProposal) bool { return bytes.Equal(sp.Ref, por.ProposalRef) })
+			if i < 0 {
+				// mls-go rejects the commit for the unknown reference.
+				continue
+			}
+			p = stored[i].Proposal
+			sender, _ = s.Member(uint32(stored[i].Sender))
+		}
+		op := components.Op{Proposer: accountOf(sender.InboxID)}
+		switch p.Type {
+		case group.ProposalTypeAdd:
+			op.Type = components.OpAdd
+		case group.ProposalTypeUpdate:
+			op.Type = components.OpUpdate
+		case group.ProposalTypeRemove:
+			op.Type = components.OpRemove
+			if p.Remove != nil {
+				target, _ := s.Member(uint32(p.Remove.Removed))
+				op.Target = accountOf(target.InboxID)
+				op.SelfTarget = sender.InboxID != "" && target.Leaf == sender.Leaf && bytes.Equal(target.InstallationKey, sender.InstallationKey)
+			}
+		case group.ProposalTypeGroupContextExtensions:
+			op.Type = components.OpOtherExtensions
+			if p.GroupContextExtensions != nil && onlyComponentsDiffer(s.g.GroupContext().Extensions, p.GroupContextExtensions.Extensions) {
+				op.Type = components.OpComponents
+			}
+		case group.ProposalTypePreSharedKey:
+			op.Type = components.OpPSK
+		case group.ProposalTypeReInit:
+			op.Type = components.OpReInit
+		default:
+			op.Type = components.OpExternalInit
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// onlyComponentsDiffer reports whether two extension lists differ at most in
+// the components extension.
+func onlyComponentsDiffer(a, b []group.Extension) bool {
+	strip := func(exts []group.Extension) map[mlsext.ExtensionType][]byte {
+		m := make(map[mlsext.ExtensionType][]byte)
+		for _, e := range exts {
+			if uint16(e.Type) != components.ExtensionType {
+				m[e.Type] = e.Data
+			}
+		}
+		return m
+	}
+	x, y := strip(a), strip(b)
+	if len(x) != len(y) {
+		return false
+	}
+	for t, d := range x {
+		if e, ok := y[t]; !ok || !bytes.Equal(d, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// membershipDiff fills the membership changes between s and next.
+func (s *State) membershipDiff(next *State, res *HandshakeResult) {
+	before, after := s.Members(), next.Members()
+	key := func(m Member) string { return m.InboxID + "/" + hex.EncodeToString(m.InstallationKey) }
+	in := func(list []Member, m Member) bool {
+		return slices.ContainsFunc(list, func(o Member) bool { return o.Leaf == m.Leaf && key(o) == key(m) })
+	}
+	for _, m := range after {
+		if !in(before, m) {
+			res.AddedLeaves = append(res.AddedLeaves, m)
+		}
+	}
+	for _, m := range before {
+		if !in(after, m) {
+			res.RemovedLeaves = append(res.RemovedLeaves, m)
+			if m.Leaf == s.OwnLeaf() {
+				res.RemovedSelf = true
+			}
+		}
+	}
+	bi, ai := s.InboxIDs(), next.InboxIDs()
+	for _, id := range ai {
+		if _, found := slices.BinarySearch(bi, id); !found {
+			res.AddedInboxes = append(res.AddedInboxes, id)
+		}
+	}
+	for _, id := range bi {
+		if _, found := slices.BinarySearch(ai, id); !found {
+			res.RemovedInboxes = append(res.RemovedInboxes, id)
+		}
+	}
+}
+
+// Application is a decrypted application message.
+type Application struct {
+	MessageID MessageID
+	Epoch     uint64
+	Sender    Member
+	Payload   []byte // the app payload (internal/apppayload decodes it)
+	AAD       []byte // authenticated_data
+}
+
+// Decrypt decrypts an application PrivateMessage of this epoch. It advances
+// the sender's ratchet in s (RFC 9420 §9: each key is used once), so
+// decrypting the same message twice fails; snapshot s afterwards.
+func (s *State) Decrypt(mlsMessage []byte) (*Application, error) {
+	const op = "decrypt"
+	c, err := Classify(mlsMessage)
+	if err != nil {
+		return nil, err
+	}
+	if c.WireFormat != WirePrivateMessage || c.Class != schema.ClassApplication {
+		return nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrNotApplication)
+	}
+	if err := s.checkGroup(op, c); err != nil {
+		return nil, err
+	}
+	if c.Epoch != s.Epoch() {
+		return nil, fail(op, schema.CategoryStaleEpoch, ErrWrongEpoch)
+	}
+	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	pm, ok := msg.AsPrivate()
+	if !ok {
+		return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotApplication)
+	}
+	pt, aad, leaf, err := s.g.ReceiveApplicationMessage(pm)
+	if err != nil {
+		return nil, classifyMLSGoError(op, err)
+	}
+	sender, ok := s.Member(uint32(leaf))
+	if !ok {
+		return nil, fail(op, schema.CategoryInvalidSignature, errors.New("sender leaf is blank"))
+	}
+	return &Application{MessageID: c.MessageID, Epoch: c.Epoch, Sender: sender, Payload: pt, AAD: aad}, nil
+}

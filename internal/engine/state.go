@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/thomas-vilte/mls-go/group"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// GroupEventLabel and GroupEventContext are the exporter inputs of the group
+// event key that seals transport messages (DESIGN §3).
+const (
+	GroupEventLabel   = "fabric"
+	GroupEventContext = "group-event"
+)
+
+// State is one hosted member's MLS state of one group at one epoch. The
+// handshake methods never mutate it; [State.Decrypt] advances the secret
+// tree in place. A State is not safe for concurrent use.
+type State struct {
+	g *group.Group
+}
+
+// Member is one leaf of a group.
+type Member struct {
+	Leaf            uint32
+	InboxID         string // lowercase hex of the credential identity
+	InstallationKey []byte // the leaf's signature public key
+}
+
+// GroupID returns the MLS group id.
+func (s *State) GroupID() []byte { return slices.Clone(s.g.ID().AsSlice()) }
+
+// Epoch returns the epoch.
+func (s *State) Epoch() uint64 { return s.g.Epoch().AsUint64() }
+
+// CipherSuite returns the group's cipher suite.
+func (s *State) CipherSuite() uint16 { return uint16(s.g.CipherSuite()) }
+
+// EpochAuthenticator returns the RFC 9420 §8.7 epoch authenticator.
+func (s *State) EpochAuthenticator() []byte { return slices.Clone(s.g.EpochAuthenticator()) }
+
+// OwnLeaf returns the hosted member's leaf index.
+func (s *State) OwnLeaf() uint32 { return uint32(s.g.OwnLeafIndex()) }
+
+// Exporter returns MLS-Exporter(label, context, length) of this epoch
+// (RFC 9420 §8.5).
+func (s *State) Exporter(label string, context []byte, length int) ([]byte, error) {
+	out, err := s.g.Export(label, context, length)
+	if err != nil {
+		return nil, fmt.Errorf("engine: exporter: %w", err)
+	}
+	return out, nil
+}
+
+// GroupEventKey returns MLS-Exporter("fabric", "group-event", 32), the key
+// that seals this epoch's transport messages (DESIGN §3).
+func (s *State) GroupEventKey() ([32]byte, error) {
+	var k [32]byte
+	out, err := s.Exporter(GroupEventLabel, []byte(GroupEventContext), 32)
+	if err != nil {
+		return k, err
+	}
+	copy(k[:], out)
+	return k, nil
+}
+
+// Members returns the group's leaves in leaf order.
+func (s *State) Members() []Member {
+	var out []Member
+	for _, m := range s.g.GetMembers() {
+		if m == nil || !m.Active {
+			continue
+		}
+		out = append(out, s.member(uint32(m.LeafIndex)))
+	}
+	slices.SortFunc(out, func(a, b Member) int { return int(a.Leaf) - int(b.Leaf) })
+	return out
+}
+
+// InboxIDs returns the distinct inbox ids of the members, sorted.
+func (s *State) InboxIDs() []string {
+	var out []string
+	for _, m := range s.Members() {
+		out = append(out, m.InboxID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Member returns the member at leaf, or false when the leaf is blank.
+func (s *State) Member(leaf uint32) (Member, bool) {
+	m, ok := s.g.GetMember(group.LeafNodeIndex(leaf))
+	if !ok || m == nil || !m.Active {
+		return Member{}, false
+	}
+	return s.member(leaf), true
+}
+
+func (s *State) member(leaf uint32) Member {
+	out := Member{Leaf: leaf, InstallationKey: slices.Clone(s.g.MemberSigningKey(group.LeafNodeIndex(leaf)))}
+	if node := s.g.GetTreeLeaf(group.LeafNodeIndex(leaf)); node != nil && node.LeafData != nil && node.LeafData.Credential != nil {
+		out.InboxID = hex.EncodeToString(node.LeafData.Credential.Identity)
+	} else if m, ok := s.g.GetMember(group.LeafNodeIndex(leaf)); ok && m.Credential != nil {
+		out.InboxID = hex.EncodeToString(m.Credential.Identity)
+	}
+	return out
+}
+
+// Components returns the group's components; found is false when the group
+// carries no components extension.
+func (s *State) Components() (set components.Set, found bool, err error) {
+	set, found, err = components.FromExtensions(s.g.GroupContext().Extensions)
+	if err != nil {
+		return components.Set{}, false, fail("components", schema.CategoryInvalidEncoding, err)
+	}
+	return set, found, nil
+}
+
+// Snapshot serializes the whole state (mls-go MarshalState). The bytes hold
+// epoch secrets and private keys: seal them with [Vault.SealState] before
+// they leave the process.
+func (s *State) Snapshot() ([]byte, error) {
+	b, err := s.g.MarshalState()
+	if err != nil {
+		return nil, fmt.Errorf("engine: snapshot: %w", err)
+	}
+	return b, nil
+}
+
+// Restore rebuilds a State from Snapshot bytes, checking its consistency
+// (mls-go UnmarshalGroupState, which verifies the tree hash).
+func Restore(snapshot []byte) (*State, error) {
+	g, err := group.UnmarshalGroupState(snapshot)
+	if err != nil {
+		return nil, fail("restore", schema.CategoryMissingHistory, err)
+	}
+	return &State{g: g}, nil
+}
+
+// Clone returns an independent copy of s, through a snapshot round trip.
+func (s *State) Clone() (*State, error) {
+	b, err := s.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer clear(b)
+	return Restore(b)
+}
+
+// String describes the state without ids or secrets.
+func (s *State) String() string {
+	return fmt.Sprintf("engine.State{epoch:%d members:%d}", s.Epoch(), s.g.MemberCount())
+}
+
+// Format makes every fmt verb print String, so no verb reaches a secret.
+func (s *State) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(s.String())) }
+
+// accountOf returns the 32-byte account id of an inbox id, or the zero id
+// when the credential identity is not 32 bytes (such a member matches no
+// admin entry).
+func accountOf(inboxID string) components.AccountID {
+	a, err := components.ParseInboxID(inboxID)
+	if err != nil {
+		return components.AccountID{}
+	}
+	return a
+}
+
+// checkGroup rejects a message naming another group.
+func (s *State) checkGroup(op string, c Classification) error {
+	if !bytes.Equal(c.GroupID, s.g.ID().AsSlice()) {
+		return fail(op, schema.CategoryWrongRecipient, ErrWrongGroup)
+	}
+	return nil
+}
+
+// classifyMLSGoError maps an mls-go processing error to a category.
+func classifyMLSGoError(op string, err error) error {
+	var sig *group.ErrInvalidSignature
+	var epoch *group.ErrEpochMismatch
+	var gid *group.ErrGroupIDMismatch
+	switch {
+	case errors.As(err, &sig):
+		return fail(op, schema.CategoryInvalidSignature, err)
+	case errors.As(err, &epoch):
+		return fail(op, schema.CategoryStaleEpoch, err)
+	case errors.As(err, &gid):
+		return fail(op, schema.CategoryWrongRecipient, err)
+	case errors.Is(err, group.ErrRequiredExtensionMissing):
+		return fail(op, schema.CategoryUnsupportedRequiredFeature, err)
+	}
+	return fail(op, schema.CategoryInvalidEncoding, err)
+}
