@@ -1,0 +1,444 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/subject"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// setup starts an embedded server and returns a JetStream context on it.
+func setup(t *testing.T) (context.Context, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	s, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), InProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, nc, js
+}
+
+func ensured(t *testing.T, cfg Config) (context.Context, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ctx, nc, js := setup(t)
+	if err := Ensure(ctx, js, cfg); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	return ctx, nc, js
+}
+
+func TestEnsureCreatesThenIsNoOp(t *testing.T) {
+	ctx, _, js := ensured(t, Config{})
+	created := map[string]time.Time{}
+	for _, sc := range StreamConfigs(Config{}) {
+		s, err := js.Stream(ctx, sc.Name)
+		if err != nil {
+			t.Fatalf("stream %s missing: %v", sc.Name, err)
+		}
+		created[sc.Name] = s.CachedInfo().Created
+	}
+	for _, kc := range BucketConfigs(Config{}) {
+		if _, err := js.KeyValue(ctx, kc.Bucket); err != nil {
+			t.Fatalf("bucket %s missing: %v", kc.Bucket, err)
+		}
+	}
+	if err := Ensure(ctx, js, Config{}); err != nil {
+		t.Fatalf("second Ensure: %v", err)
+	}
+	for name, c := range created {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.CachedInfo().Created.Equal(c) {
+			t.Fatalf("second Ensure recreated %s", name)
+		}
+	}
+}
+
+func TestEnsureReportsDrift(t *testing.T) {
+	ctx, _, js := ensured(t, Config{})
+	s, err := js.Stream(ctx, StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	altered := s.CachedInfo().Config
+	altered.MaxAge = time.Hour
+	altered.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, altered); err != nil {
+		t.Fatal(err)
+	}
+	kvs, err := js.Stream(ctx, "KV_"+BucketGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvAltered := kvs.CachedInfo().Config
+	kvAltered.MaxMsgsPerSubject = 5
+	if _, err := js.UpdateStream(ctx, kvAltered); err != nil {
+		t.Fatal(err)
+	}
+
+	err = Ensure(ctx, js, Config{})
+	var de *DriftError
+	if !errors.As(err, &de) {
+		t.Fatalf("Ensure = %v, want *DriftError", err)
+	}
+	got := map[string]Drift{}
+	for _, d := range de.Drifts {
+		got[d.Name+"."+d.Field] = d
+	}
+	if d, ok := got[StreamEvents+".MaxAge"]; !ok || d.Want != (24*time.Hour).String() || d.Got != time.Hour.String() {
+		t.Errorf("MaxAge drift = %+v (all: %v)", d, de.Drifts)
+	}
+	if _, ok := got[StreamEvents+".AllowDirect"]; !ok {
+		t.Errorf("AllowDirect drift missing: %v", de.Drifts)
+	}
+	if d, ok := got[BucketGroups+".History"]; !ok || d.Want != "1" || d.Got != "5" {
+		t.Errorf("History drift = %+v (all: %v)", d, de.Drifts)
+	}
+	if len(de.Drifts) != 3 {
+		t.Errorf("drifts = %v, want exactly 3", de.Drifts)
+	}
+	// Never silently overwritten.
+	s, _ = js.Stream(ctx, StreamEvents)
+	if s.CachedInfo().Config.MaxAge != time.Hour {
+		t.Fatal("Ensure overwrote the drifted stream")
+	}
+}
+
+func TestEnsureOtherConfigIsDrift(t *testing.T) {
+	ctx, _, js := ensured(t, Config{})
+	err := Ensure(ctx, js, Config{EventsMaxAge: 48 * time.Hour})
+	var de *DriftError
+	if !errors.As(err, &de) || len(de.Drifts) != 1 || de.Drifts[0].Field != "MaxAge" {
+		t.Fatalf("Ensure with another MaxAge = %v", err)
+	}
+}
+
+// TestInputTransformStoresPartition verifies FABRIC_IN's subject transform:
+// the server stores fabric.in.<p>.<tenant>.<group> with the partition
+// subject.Partition computes, and a consumer filtered on fabric.in.<p>.>
+// receives it.
+func TestInputTransformStoresPartition(t *testing.T) {
+	ctx, _, js := ensured(t, Config{})
+	st, err := js.Stream(ctx, StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tenant = "acme"
+	for i := range 32 {
+		group := fmt.Sprintf("%08x", i*7919)
+		in, err := subject.Input(tenant, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, in, []byte(group)); err != nil {
+			t.Fatal(err)
+		}
+		stored, _ := subject.StoredInput(tenant, group)
+		m, err := st.GetLastMsgForSubject(ctx, stored)
+		if err != nil {
+			t.Fatalf("group %s not stored under %s: %v", group, stored, err)
+		}
+		if string(m.Data) != group {
+			t.Fatalf("wrong message under %s", stored)
+		}
+	}
+
+	group := "00ff"
+	p, _ := subject.Partition(tenant, group)
+	filter, _ := subject.InputPartition(p)
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := subject.Input(tenant, group)
+	if _, err := js.Publish(ctx, in, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := subject.StoredInput(tenant, group)
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("consumer on %s got nothing: %v", filter, err)
+		}
+		if _, _, _, err := subject.ParseStoredInput(m.Subject()); err != nil {
+			t.Fatalf("delivered subject does not parse: %v", err)
+		}
+		if m.Subject() == stored && string(m.Data()) == "x" {
+			break
+		}
+	}
+}
+
+// TestRepublishHeaders: an event on fabric.ev.t.c is republished on
+// fabric.live.t.c with the sequence chain, and duplicates are not.
+func TestRepublishHeaders(t *testing.T) {
+	ctx, nc, js := ensured(t, Config{})
+	ev, _ := subject.Events("t", "c0")
+	live, _ := subject.Live("t", "c0")
+	sub, err := nc.SubscribeSync(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, id := range []string{"a", "a", "b"} {
+		ack, err := js.Publish(ctx, ev, []byte("e"+id), jetstream.WithMsgID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ack.Duplicate {
+			seqs = append(seqs, ack.Sequence)
+		}
+	}
+	// An event of another client in between must not break the chain.
+	other, _ := subject.Events("t", "c1")
+	if _, err := js.Publish(ctx, other, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	var last uint64
+	for i, want := range seqs {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("republished copy %d: %v", i, err)
+		}
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		prev, perr := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+		if seq != want || perr != nil || prev != last {
+			t.Fatalf("copy %d: Nats-Sequence %d Nats-Last-Sequence %q, want %d and %d", i, seq, m.Header.Get("Nats-Last-Sequence"), want, last)
+		}
+		if m.Header.Get(jetstream.MsgIDHeader) == "" || m.Header.Get(jetstream.TimeStampHeaer) == "" {
+			t.Fatalf("copy %d lacks Nats-Msg-Id or Nats-Time-Stamp: %v", i, m.Header)
+		}
+		last = seq
+	}
+	if m, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("unexpected republished copy %v", m.Header)
+	}
+}
+
+// TestCheckpointFence_AtomicBatch documents converge's fence on R1: a batch
+// of events plus a checkpoint carrying Nats-Expected-Last-Subject-Sequence
+// commits once; the same batch with the now stale expectation fails as a
+// whole with 10071 (wrong last sequence) and stores nothing; a retry that
+// repeats a stored event id fails as a whole with 10201 whatever the
+// expectation; with the current expectation and fresh ids it commits.
+func TestCheckpointFence_AtomicBatch(t *testing.T) {
+	ctx, _, js := ensured(t, Config{})
+	ev, _ := subject.Events("t", "c0")
+	ck, _ := subject.Checkpoint("t", "00ff")
+	batch := func(expect uint64, ids ...string) []*nats.Msg {
+		var msgs []*nats.Msg
+		for _, id := range ids {
+			m := nats.NewMsg(ev)
+			m.Header.Set(jetstream.MsgIDHeader, id)
+			msgs = append(msgs, m)
+		}
+		c := nats.NewMsg(ck)
+		c.Header.Set(jetstream.MsgTTLHeader, CheckpointTTL)
+		c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+		return append(msgs, c)
+	}
+
+	ack, err := jetstreamext.PublishMsgBatch(ctx, js, batch(0, "e1", "e2"))
+	if err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+	if ack.BatchSize != 3 || ack.Sequence != 3 {
+		t.Fatalf("first batch ack %+v", ack)
+	}
+	ckSeq := ack.Sequence
+
+	// A zombie replaying with the stale expectation, new ids.
+	_, err = jetstreamext.PublishMsgBatch(ctx, js, batch(0, "e3", "e4"))
+	assertAPIError(t, err, 10071)
+	// A retry of the committed batch, same ids, same stale expectation:
+	// inside an atomic batch the ids are checked first, even on R1, so the
+	// retry fails with 10201 (duplicate message id), not 10071 as a single
+	// publish with both headers would on R1.
+	_, err = jetstreamext.PublishMsgBatch(ctx, js, batch(0, "e1", "e2"))
+	assertAPIError(t, err, int(jetstreamext.JSErrCodeBatchPublishDuplicateMsgID))
+
+	st, _ := js.Stream(ctx, StreamEvents)
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Fatalf("stream holds %d messages after rejected batches, want 3", info.State.Msgs)
+	}
+
+	// The current owner, with the current expectation, but one id that
+	// was already stored: the whole batch is refused as a duplicate.
+	_, err = jetstreamext.PublishMsgBatch(ctx, js, batch(ckSeq, "e2", "e5"))
+	assertAPIError(t, err, int(jetstreamext.JSErrCodeBatchPublishDuplicateMsgID))
+
+	ack, err = jetstreamext.PublishMsgBatch(ctx, js, batch(ckSeq, "e5", "e6"))
+	if err != nil {
+		t.Fatalf("batch with current expectation: %v", err)
+	}
+	if ack.Sequence != 6 {
+		t.Fatalf("second batch ack %+v", ack)
+	}
+
+	// For contrast, a single publish repeating a stored id with a stale
+	// expectation gets 10071 on R1, not a duplicate ack.
+	m := nats.NewMsg(ev)
+	m.Header.Set(jetstream.MsgIDHeader, "e6")
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	_, err = js.PublishMsg(ctx, m)
+	assertAPIError(t, err, 10071)
+}
+
+func assertAPIError(t *testing.T, err error, code int) {
+	t.Helper()
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("err = %v, want API error %d", err, code)
+	}
+	if int(apiErr.ErrorCode) != code {
+		t.Fatalf("err = %v (code %d), want %d", err, apiErr.ErrorCode, code)
+	}
+}
+
+// TestCheckpointOutlivesMaxAge: events expire after EventsMaxAge, a
+// checkpoint published with Nats-TTL: never stays.
+func TestCheckpointOutlivesMaxAge(t *testing.T) {
+	ctx, _, js := ensured(t, Config{EventsMaxAge: time.Second, DuplicateWindow: 500 * time.Millisecond})
+	ev, _ := subject.Events("t", "c0")
+	ck, _ := subject.Checkpoint("t", "00ff")
+	c := nats.NewMsg(ck)
+	c.Header.Set(jetstream.MsgTTLHeader, CheckpointTTL)
+	if _, err := js.PublishMsg(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, ev, []byte("e")); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, StreamEvents)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := st.GetLastMsgForSubject(ctx, ev)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event did not expire: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := st.GetLastMsgForSubject(ctx, ck); err != nil {
+		t.Fatalf("checkpoint expired with the events: %v", err)
+	}
+}
+
+func TestPruneCheckpoint(t *testing.T) {
+	ctx, _, js := ensured(t, Config{})
+	ck, _ := subject.Checkpoint("t", "00ff")
+	other, _ := subject.Checkpoint("t", "00fe")
+	for i := range 3 {
+		for _, s := range []string{ck, other} {
+			if _, err := js.Publish(ctx, s, []byte{byte(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := PruneCheckpoint(ctx, js, "t", "00ff"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, StreamEvents)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("fabric.ck.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Subjects[ck] != 1 || info.State.Subjects[other] != 3 {
+		t.Fatalf("after prune: %v", info.State.Subjects)
+	}
+	m, _ := st.GetLastMsgForSubject(ctx, ck)
+	if len(m.Data) != 1 || m.Data[0] != 2 {
+		t.Fatal("prune removed the newest checkpoint")
+	}
+	if err := PruneCheckpoint(ctx, js, "t", "X"); err == nil {
+		t.Fatal("PruneCheckpoint accepted an invalid group")
+	}
+}
+
+// TestEnsureAndFenceOnR3 provisions everything with three replicas on a
+// three-node cluster and checks that the fence behaves as on R1.
+func TestEnsureAndFenceOnR3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := natsserver.StartCluster(ctx, 3, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown()
+	nc, err := c.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(ctx, js, Config{Replicas: 3}); err != nil {
+		t.Fatalf("Ensure R3: %v", err)
+	}
+	if err := Ensure(ctx, js, Config{Replicas: 3}); err != nil {
+		t.Fatalf("second Ensure R3: %v", err)
+	}
+	ev, _ := subject.Events("t", "c0")
+	ck, _ := subject.Checkpoint("t", "00ff")
+	batch := func(expect uint64, id string) []*nats.Msg {
+		m := nats.NewMsg(ev)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		c := nats.NewMsg(ck)
+		c.Header.Set(jetstream.MsgTTLHeader, CheckpointTTL)
+		c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+		return []*nats.Msg{m, c}
+	}
+	ack, err := jetstreamext.PublishMsgBatch(ctx, js, batch(0, "e1"))
+	if err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+	_, err = jetstreamext.PublishMsgBatch(ctx, js, batch(0, "e2"))
+	assertAPIError(t, err, 10071)
+	_, err = jetstreamext.PublishMsgBatch(ctx, js, batch(0, "e1"))
+	assertAPIError(t, err, int(jetstreamext.JSErrCodeBatchPublishDuplicateMsgID))
+	if _, err := jetstreamext.PublishMsgBatch(ctx, js, batch(ack.Sequence, "e2")); err != nil {
+		t.Fatalf("batch with current expectation: %v", err)
+	}
+}
