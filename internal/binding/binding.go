@@ -114,38 +114,27 @@ func open(aead cipher.AEAD, sealed []byte) ([]byte, error) {
 // of the group; if none opens it, Peel returns ErrTransportDeferred. Peel does
 // not parse the MLSMessage: classification is the caller's next step.
 func Peel(msg schema.TransportMessage, candidateKeys [][KeySize]byte) ([]byte, error) {
-	if msg.V != schema.TransportVersion {
-		return nil, fmt.Errorf("peel: unsupported version: %w", ErrInvalidEncoding)
+	// The transport message's own rules (version, kind, lengths) live in
+	// pkg/schema; a violation is invalid_encoding.
+	if err := msg.Validate(); err != nil {
+		return nil, fmt.Errorf("peel: %w: %w", err, ErrInvalidEncoding)
 	}
-	if len(msg.Payload) > schema.MaxTransportPayloadSize {
-		return nil, fmt.Errorf("peel: payload over %d bytes: %w", schema.MaxTransportPayloadSize, ErrInvalidEncoding)
-	}
-	switch msg.Kind {
-	case schema.TransportMLS:
-		if len(msg.Payload) == 0 {
-			return nil, fmt.Errorf("peel: empty payload: %w", ErrInvalidEncoding)
-		}
+	if msg.Kind == schema.TransportMLS {
 		return msg.Payload, nil
-	case schema.TransportSealed:
-		if len(msg.Payload) < schema.MinSealedPayloadSize {
-			return nil, fmt.Errorf("peel: sealed payload shorter than %d bytes: %w", schema.MinSealedPayloadSize, ErrInvalidEncoding)
-		}
-		for i := range candidateKeys {
-			aead, err := chacha20poly1305.New(candidateKeys[i][:])
-			if err != nil {
-				return nil, fmt.Errorf("peel: %w", err)
-			}
-			pt, err := open(aead, msg.Payload)
-			if errors.Is(err, ErrTransportDeferred) {
-				continue
-			}
-			if err == nil && len(pt) == 0 {
-				return nil, fmt.Errorf("peel: sealed an empty MLSMessage: %w", ErrInvalidEncoding)
-			}
-			return pt, err
-		}
-		return nil, fmt.Errorf("peel: %d candidate keys: %w", len(candidateKeys), ErrTransportDeferred)
-	default:
-		return nil, fmt.Errorf("peel: unknown kind: %w", ErrInvalidEncoding)
 	}
+	for i := range candidateKeys {
+		aead, err := chacha20poly1305.New(candidateKeys[i][:])
+		if err != nil {
+			return nil, fmt.Errorf("peel: %w", err)
+		}
+		pt, err := open(aead, msg.Payload)
+		if errors.Is(err, ErrTransportDeferred) {
+			continue
+		}
+		if err == nil && len(pt) == 0 {
+			return nil, fmt.Errorf("peel: sealed an empty MLSMessage: %w", ErrInvalidEncoding)
+		}
+		return pt, err
+	}
+	return nil, fmt.Errorf("peel: %d candidate keys: %w", len(candidateKeys), ErrTransportDeferred)
 }

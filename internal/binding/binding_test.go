@@ -67,7 +67,7 @@ func TestSealFailsWithoutRandomness(t *testing.T) {
 }
 
 func TestPeelMLSIsIdentity(t *testing.T) {
-	got, err := Peel(schema.TransportMessage{V: 1, Kind: schema.TransportMLS, Payload: mlsBytes}, nil)
+	got, err := Peel(schema.TransportMessage{V: 1, Group: []byte{1}, Kind: schema.TransportMLS, Payload: mlsBytes}, nil)
 	if err != nil || !bytes.Equal(got, mlsBytes) {
 		t.Fatalf("Peel = %q, %v", got, err)
 	}
@@ -109,13 +109,14 @@ func TestPeelRejectsMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]schema.TransportMessage{
-		"version 0":        {V: 0, Kind: schema.TransportMLS, Payload: mlsBytes},
-		"version 2":        {V: 2, Kind: schema.TransportMLS, Payload: mlsBytes},
-		"unknown kind":     {V: 1, Kind: "nostr", Payload: mlsBytes},
-		"empty mls":        {V: 1, Kind: schema.TransportMLS},
-		"short sealed":     {V: 1, Kind: schema.TransportSealed, Payload: good.Payload[:schema.MinSealedPayloadSize-1]},
-		"sealed empty mls": {V: 1, Kind: schema.TransportSealed, Payload: emptySealed},
-		"oversized":        {V: 1, Kind: schema.TransportMLS, Payload: make([]byte, schema.MaxTransportPayloadSize+1)},
+		"version 0":        {V: 0, Group: []byte{1}, Kind: schema.TransportMLS, Payload: mlsBytes},
+		"version 2":        {V: 2, Group: []byte{1}, Kind: schema.TransportMLS, Payload: mlsBytes},
+		"unknown kind":     {V: 1, Group: []byte{1}, Kind: "nostr", Payload: mlsBytes},
+		"empty mls":        {V: 1, Group: []byte{1}, Kind: schema.TransportMLS},
+		"short sealed":     {V: 1, Group: []byte{1}, Kind: schema.TransportSealed, Payload: good.Payload[:schema.MinSealedPayloadSize-1]},
+		"sealed empty mls": {V: 1, Group: []byte{1}, Kind: schema.TransportSealed, Payload: emptySealed},
+		"no group":         {V: 1, Kind: schema.TransportMLS, Payload: mlsBytes},
+		"oversized":        {V: 1, Group: []byte{1}, Kind: schema.TransportMLS, Payload: make([]byte, schema.MaxTransportPayloadSize+1)},
 	}
 	for name, msg := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -27,7 +27,7 @@ func FuzzPeel(f *testing.F) {
 		for i := range keys {
 			keys[i] = key(keySeed + byte(i))
 		}
-		msg := schema.TransportMessage{V: v, Kind: schema.TransportKind(kind), Payload: payload}
+		msg := schema.TransportMessage{V: v, Group: []byte{0xab}, Kind: schema.TransportKind(kind), Payload: payload}
 		got, err := Peel(msg, keys)
 		if err != nil {
 			var pe *Error
@@ -49,6 +49,41 @@ func FuzzPeel(f *testing.F) {
 			if !opened {
 				t.Fatal("Peel output does not match any candidate key")
 			}
+		}
+	})
+}
+
+// FuzzPeelMsgpack feeds arbitrary bytes through the schema's strict msgpack
+// decoding of a transport message and then Peel, as ingest does.
+func FuzzPeelMsgpack(f *testing.F) {
+	for _, k := range []byte{7, 8} {
+		b, err := sealed(f, key(k), mlsBytes).MarshalMsgpack()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	b, err := schema.TransportMessage{V: 1, Group: []byte{1}, Kind: schema.TransportMLS, Payload: mlsBytes}.MarshalMsgpack()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	keys := [][KeySize]byte{key(7)}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var msg schema.TransportMessage
+		if err := msg.UnmarshalMsgpack(b); err != nil {
+			return
+		}
+		got, err := Peel(msg, keys)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		if len(got) == 0 {
+			t.Fatal("Peel returned empty MLS bytes")
 		}
 	})
 }
