@@ -3,8 +3,10 @@ package engine
 import (
 	"bytes"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/thomas-vilte/mls-go/group"
@@ -123,11 +125,31 @@ func (s *State) Components() (set components.Set, found bool, err error) {
 	return set, found, nil
 }
 
+// snapshotEnvelope is the Snapshot format: mls-go's MarshalState JSON plus
+// the cached PSKs again. mls-go keeps those in a map[string][]byte whose keys
+// hold raw bytes (a group id for resumption PSKs), and JSON map keys do not
+// survive non-UTF-8 bytes, so a restored mls-go state alone would lose them.
+type snapshotEnvelope struct {
+	V     int             `json:"v"`
+	State json.RawMessage `json:"state"`
+	PSKs  [][2][]byte     `json:"psks,omitempty"`
+}
+
 // Snapshot serializes the whole state (mls-go MarshalState). The bytes hold
 // epoch secrets and private keys: seal them with [Vault.SealState] before
 // they leave the process.
 func (s *State) Snapshot() ([]byte, error) {
-	b, err := s.g.MarshalState()
+	raw, err := s.g.MarshalState()
+	if err != nil {
+		return nil, fmt.Errorf("engine: snapshot: %w", err)
+	}
+	env := snapshotEnvelope{V: 1, State: raw}
+	psks := s.g.CachedPsks()
+	for _, k := range slices.Sorted(maps.Keys(psks)) {
+		env.PSKs = append(env.PSKs, [2][]byte{[]byte(k), psks[k]})
+	}
+	b, err := json.Marshal(env)
+	clear(raw)
 	if err != nil {
 		return nil, fmt.Errorf("engine: snapshot: %w", err)
 	}
@@ -137,9 +159,16 @@ func (s *State) Snapshot() ([]byte, error) {
 // Restore rebuilds a State from Snapshot bytes, checking its consistency
 // (mls-go UnmarshalGroupState, which verifies the tree hash).
 func Restore(snapshot []byte) (*State, error) {
-	g, err := group.UnmarshalGroupState(snapshot)
+	var env snapshotEnvelope
+	if err := json.Unmarshal(snapshot, &env); err != nil || env.V != 1 {
+		return nil, fail("restore", schema.CategoryMissingHistory, errors.New("not a state snapshot"))
+	}
+	g, err := group.UnmarshalGroupState(env.State)
 	if err != nil {
 		return nil, fail("restore", schema.CategoryMissingHistory, err)
+	}
+	for _, kv := range env.PSKs {
+		g.LoadPsk(kv[0], kv[1])
 	}
 	return &State{g: g}, nil
 }
