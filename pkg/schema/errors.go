@@ -69,8 +69,13 @@ func quoteName(b []byte) string {
 
 // path joins a parent member path and a member name.
 func path(parent, name string) string {
-	if parent == "" {
+	switch {
+	case parent == "":
 		return name
+	case name == "":
+		return parent
+	case name[0] == '[':
+		return parent + name
 	}
 	return parent + "." + name
 }

@@ -95,7 +95,7 @@ func sampleEvents() []sampleEvent {
 // the other contract types, also kept as golden files.
 func sampleFilters() map[string]EventFilter {
 	return map[string]EventFilter{
-		"filter-kinds-only": {Kinds: []EventKind{KindMessageReceived, KindConversationJoined}},
+		"filter-kinds-only":  {Kinds: []EventKind{KindMessageReceived, KindConversationJoined}},
 		"filter-empty-kinds": {Kinds: []EventKind{}},
 		"filter-full": {
 			Kinds:                 []EventKind{KindMessageReceived},
