@@ -27,20 +27,20 @@ type outcomeNote struct {
 
 // accepted, deferred, stale and rejected build the notes of each
 // disposition (Marmot foundation/errors.md vocabulary).
-func accepted(id []byte, class schema.InputClass, at time.Time) outcomeNote {
-	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted, Time: at.UnixMilli()}
+func accepted(id []byte, class schema.InputClass, at int64) outcomeNote {
+	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted, Time: at}
 }
 
-func deferredNote(id []byte, class schema.InputClass, cat schema.Category, at time.Time) outcomeNote {
-	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionDeferred, Category: cat, Time: at.UnixMilli()}
+func deferredNote(id []byte, class schema.InputClass, cat schema.Category, at int64) outcomeNote {
+	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionDeferred, Category: cat, Time: at}
 }
 
-func staleNote(id []byte, class schema.InputClass, at time.Time) outcomeNote {
-	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionStale, Category: schema.CategoryStaleEpoch, Time: at.UnixMilli()}
+func staleNote(id []byte, class schema.InputClass, at int64) outcomeNote {
+	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionStale, Category: schema.CategoryStaleEpoch, Time: at}
 }
 
-func rejectedNote(id []byte, class schema.InputClass, cat schema.Category, at time.Time) outcomeNote {
-	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusRejected, Category: cat, Time: at.UnixMilli()}
+func rejectedNote(id []byte, class schema.InputClass, cat schema.Category, at int64) outcomeNote {
+	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusRejected, Category: cat, Time: at}
 }
 
 // outcomes publishes outcome records on FABRIC_OUTCOMES.

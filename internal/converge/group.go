@@ -1,0 +1,465 @@
+package converge
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"slices"
+
+	"github.com/fabric-mls/fabric/internal/apppayload"
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/converge/project"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// input is one protocol input of a group, as FABRIC_IN stores it.
+type input struct {
+	// Seq is the FABRIC_IN stream sequence.
+	Seq       uint64
+	Class     schema.InputClass
+	MessageID []byte
+	Data      []byte
+	// Time is when the stream stored the input (unix ms): the same on
+	// every delivery, so expiry decisions replay identically.
+	Time int64
+}
+
+// emission is one event of a transaction, for one client, with what makes
+// its id: the cause (an input's message id, or an expiry) and its index
+// among the events that cause made for that client.
+type emission struct {
+	Client string
+	Cause  []byte
+	Index  int
+	Event  project.Event
+}
+
+// txn is one transaction over one group: the input it applies (and any
+// deferred input that becomes processable), the state it produces, and what
+// it emits. Nothing is visible until the worker commits it.
+type txn struct {
+	tenant  string
+	g       *groupState
+	members map[string]MemberState // engine states of active members
+	dirty   map[string]bool        // members whose engine state changed
+	events  []emission
+	notes   []outcomeNote
+	now     int64 // emission time (unix ms), for expiry decisions
+
+	mls MLS
+	dir directory
+}
+
+// directory finds hosted clients.
+type directory interface {
+	// ByKeyPackage returns the client id a KeyPackageRef (lowercase hex)
+	// belongs to, or ok false when no hosted client has it.
+	ByKeyPackage(ctx context.Context, tenant, refHex string) (clientID string, ok bool, err error)
+	// Client returns a hosted client.
+	Client(ctx context.Context, tenant, clientID string) (Client, error)
+}
+
+// policy decides how input advances a group's canonical state. The linear
+// policy below applies each input to every hosted member in stream order.
+// Branch selection (Marmot convergence: forks, rewinds, witness quorum)
+// plugs in here as another policy over the same txn.
+type policy interface {
+	apply(ctx context.Context, t *txn, in input) (outcomeNote, bool, error)
+}
+
+// linear is the policy of a linear history: one branch, stream order.
+type linear struct{}
+
+// run applies in, then retries deferred input for as long as the state
+// advances. It records outcome notes for every input it decides.
+func (t *txn) run(ctx context.Context, p policy, in input) error {
+	note, advanced, err := p.apply(ctx, t, in)
+	if err != nil {
+		return err
+	}
+	t.notes = append(t.notes, note)
+	if note.Disposition == schema.DispositionDeferred {
+		t.g.Deferred = append(t.g.Deferred, deferredInput{Seq: in.Seq, MessageID: in.MessageID, Class: in.Class, Data: in.Data, Time: in.Time})
+		if len(t.g.Deferred) > maxDeferred {
+			old := t.g.Deferred[0]
+			t.g.Deferred = t.g.Deferred[1:]
+			t.notes = append(t.notes, staleNote(old.MessageID, old.Class, t.now))
+		}
+	}
+	for advanced && len(t.g.Deferred) > 0 {
+		advanced = false
+		pending := t.g.Deferred
+		t.g.Deferred = nil
+		for i, d := range pending {
+			note, adv, err := p.apply(ctx, t, input{Seq: d.Seq, Class: d.Class, MessageID: d.MessageID, Data: d.Data, Time: d.Time})
+			if err != nil {
+				t.g.Deferred = append(t.g.Deferred, pending[i:]...)
+				return err
+			}
+			if note.Disposition == schema.DispositionDeferred {
+				t.g.Deferred = append(t.g.Deferred, d)
+				continue
+			}
+			t.notes = append(t.notes, note)
+			advanced = advanced || adv
+		}
+	}
+	return nil
+}
+
+// emit records the events one cause made for one client, in kind-table
+// order (EVENT-012), numbering them after any the cause already made.
+func (t *txn) emit(client string, cause []byte, evs ...project.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	project.Order(evs)
+	next := 0
+	for _, e := range t.events {
+		if e.Client == client && bytes.Equal(e.Cause, cause) {
+			next = e.Index + 1
+		}
+	}
+	for i, ev := range evs {
+		t.events = append(t.events, emission{Client: client, Cause: cause, Index: next + i, Event: ev})
+	}
+}
+
+func (t *txn) components() components.Set {
+	if t.g.Components == nil {
+		return components.Set{}
+	}
+	s, err := components.Decode(t.g.Components)
+	if err != nil {
+		return components.Set{}
+	}
+	return s
+}
+
+func (t *txn) setComponents(s components.Set) {
+	if b, err := components.Encode(s); err == nil {
+		t.g.Components = b
+	}
+}
+
+// recordKey stores the group event key of st's epoch as a candidate.
+func (t *txn) recordKey(st MemberState) {
+	if k, err := st.GroupEventKey(); err == nil {
+		t.g.setKey(st.Epoch(), k)
+	}
+}
+
+func (linear) apply(ctx context.Context, t *txn, in input) (outcomeNote, bool, error) {
+	at := in.Time
+	switch in.Class {
+	case schema.ClassWelcome:
+		return t.welcome(ctx, in)
+	case schema.ClassCommit:
+		return t.commit(ctx, in)
+	case schema.ClassProposal:
+		return t.proposal(ctx, in)
+	case schema.ClassApplication:
+		return t.application(ctx, in)
+	}
+	return rejectedNote(in.MessageID, in.Class, schema.CategoryUnsupportedRequiredFeature, at), false, nil
+}
+
+// welcome joins every hosted client the Welcome is addressed to (JOIN-045).
+func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) {
+	at := in.Time
+	refs, err := t.mls.WelcomeRefs(in.Data)
+	if err != nil {
+		return rejectedNote(in.MessageID, in.Class, categoryOr(err, schema.CategoryInvalidEncoding), at), false, nil
+	}
+	cat := schema.CategoryWrongRecipient
+	joined := false
+	for _, ref := range refs {
+		clientID, ok, err := t.dir.ByKeyPackage(ctx, t.tenant, hex.EncodeToString(ref))
+		if err != nil {
+			return outcomeNote{}, false, err
+		}
+		if !ok {
+			continue
+		}
+		if m := t.g.Members[clientID]; m != nil && !m.Removed {
+			// JOIN step 9: a group already held is not joined again.
+			continue
+		}
+		c, err := t.dir.Client(ctx, t.tenant, clientID)
+		if err != nil {
+			return outcomeNote{}, false, err
+		}
+		st, info, err := t.mls.Join(ctx, c, in.Data)
+		if err != nil {
+			cat = categoryOr(err, schema.CategoryInvalidEncoding)
+			continue
+		}
+		if !bytes.Equal(info.GroupID, t.g.GroupID) {
+			cat = schema.CategoryWrongRecipient
+			continue
+		}
+		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq}
+		t.members[clientID] = st
+		t.dirty[clientID] = true
+		comps := st.Components()
+		if st.Epoch() >= t.g.Epoch || t.g.Components == nil {
+			t.g.Epoch = st.Epoch()
+			t.setComponents(comps)
+		}
+		t.recordKey(st)
+		t.emit(clientID, in.MessageID, project.Joined(t.g.GroupID, comps, schema.OriginWelcomed, info.AdderInboxID))
+		joined = true
+	}
+	if !joined {
+		return rejectedNote(in.MessageID, in.Class, cat, at), false, nil
+	}
+	return accepted(in.MessageID, in.Class, at), true, nil
+}
+
+// handshakeTargets sorts the active members by where their epoch stands
+// against the message's: the ones at its epoch take it.
+func (t *txn) handshakeTargets(msg []byte) (at []*hostedMember, future, past bool) {
+	c, err := engine.Classify(msg)
+	for _, m := range t.g.active() {
+		st := t.members[m.ClientID]
+		switch {
+		case err != nil || !c.HasEpoch || c.Epoch == st.Epoch():
+			at = append(at, m)
+		case c.Epoch > st.Epoch():
+			future = true
+		default:
+			past = true
+		}
+	}
+	return at, future, past
+}
+
+// failed turns the errors of every member into one outcome: nothing took
+// the input.
+func failed(in input, errs []error, future, past bool) (outcomeNote, bool, error) {
+	at := in.Time
+	switch {
+	case len(errs) > 0:
+		cat := categoryOr(errs[0], schema.CategoryInvalidEncoding)
+		switch cat {
+		case schema.CategoryStaleEpoch:
+			return staleNote(in.MessageID, in.Class, at), false, nil
+		case schema.CategoryMissingHistory:
+			return deferredNote(in.MessageID, in.Class, cat, at), false, nil
+		}
+		if !rejectableCategory(cat) {
+			cat = schema.CategoryInvalidEncoding
+		}
+		return rejectedNote(in.MessageID, in.Class, cat, at), false, nil
+	case future:
+		return deferredNote(in.MessageID, in.Class, schema.CategoryMissingHistory, at), false, nil
+	case past:
+		return staleNote(in.MessageID, in.Class, at), false, nil
+	}
+	return rejectedNote(in.MessageID, in.Class, schema.CategoryUnknownGroup, at), false, nil
+}
+
+// commit applies a commit for every hosted member and projects it from each
+// member's point of view.
+func (t *txn) commit(ctx context.Context, in input) (outcomeNote, bool, error) {
+	targets, future, past := t.handshakeTargets(in.Data)
+	var errs []error
+	var info *CommitInfo
+	var applied []*hostedMember
+	for _, m := range targets {
+		next, ci, err := t.members[m.ClientID].Commit(ctx, in.Data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.members[m.ClientID] = next
+		t.dirty[m.ClientID] = true
+		if info == nil {
+			info = &ci
+		}
+		applied = append(applied, m)
+	}
+	if info == nil {
+		return failed(in, errs, future, past)
+	}
+	pc := commitChange(*info)
+	stillMember := map[string]bool{}
+	for _, inbox := range info.MemberInboxIDs {
+		stillMember[inbox] = true
+	}
+	for _, m := range applied {
+		view := project.Member{InboxID: m.InboxID, Installation: m.Installation, LeaveRequested: t.g.leaveRequested(m.InboxID)}
+		t.emit(m.ClientID, in.MessageID, project.CommitEvents(t.g.GroupID, view, pc)...)
+		if slices.ContainsFunc(pc.RemovedInstallations, func(k []byte) bool { return bytes.Equal(k, m.Installation) }) {
+			// Realizing removal: the copy is inactive from here on.
+			m.Removed = true
+			delete(t.members, m.ClientID)
+		}
+	}
+	t.g.LeaveRequests = slices.DeleteFunc(t.g.LeaveRequests, func(inbox string) bool { return !stillMember[inbox] })
+	t.setComponents(info.After)
+	for _, m := range t.g.active() {
+		st := t.members[m.ClientID]
+		if st.Epoch() > t.g.Epoch {
+			t.g.Epoch = st.Epoch()
+		}
+		t.recordKey(st)
+	}
+	return accepted(in.MessageID, in.Class, in.Time), true, nil
+}
+
+// commitChange is the change the events report.
+func commitChange(ci CommitInfo) project.Commit {
+	pc := project.Commit{AddedInboxIDs: ci.AddedInboxIDs, RemovedInboxIDs: ci.RemovedInboxIDs, Before: ci.Before, After: ci.After}
+	for _, l := range ci.Removed {
+		pc.RemovedInstallations = append(pc.RemovedInstallations, l.InstallationKey)
+	}
+	return pc
+}
+
+// proposal stores a proposal in every hosted member's state and notes a
+// leave request (GMOD-031).
+func (t *txn) proposal(ctx context.Context, in input) (outcomeNote, bool, error) {
+	targets, future, past := t.handshakeTargets(in.Data)
+	var errs []error
+	stored := false
+	for _, m := range targets {
+		next, pi, err := t.members[m.ClientID].Proposal(ctx, in.Data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.members[m.ClientID] = next
+		t.dirty[m.ClientID] = true
+		if pi.SelfRemoveInboxID != "" {
+			t.g.addLeaveRequest(pi.SelfRemoveInboxID)
+		}
+		stored = true
+	}
+	if !stored {
+		return failed(in, errs, future, past)
+	}
+	return accepted(in.MessageID, in.Class, in.Time), false, nil
+}
+
+// application decrypts an application message for every hosted member and
+// delivers it to each member but its sender installation.
+func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, error) {
+	targets, future, past := t.handshakeTargets(in.Data)
+	var errs []error
+	var app *AppMessage
+	opened := map[string]bool{}
+	for _, m := range targets {
+		a, err := t.members[m.ClientID].Decrypt(ctx, in.Data)
+		t.dirty[m.ClientID] = true // a failed open may still have moved a ratchet
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		opened[m.ClientID] = true
+		if app == nil {
+			app = &a
+		}
+	}
+	if app == nil {
+		// A hosted member cannot open its own message; when it is the
+		// only target, the message is its own and has no event.
+		return failed(in, errs, future, past)
+	}
+	comps := t.components()
+	msg := storedMessage{ID: in.MessageID, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey, Seq: in.Seq}
+	if comps.Retention != nil && comps.Retention.DisappearingSecs > 0 {
+		msg.ExpiresAt = in.Time + int64(comps.Retention.DisappearingSecs)*1000 // META-050
+	}
+	var ct *schema.ContentTypeID
+	var refID, target []byte
+	if p, err := apppayload.Decode(app.Plaintext); err == nil {
+		ct = &schema.ContentTypeID{AuthorityID: p.ContentType.AuthorityID, TypeID: p.ContentType.TypeID, VersionMajor: p.ContentType.VersionMajor}
+		if id, _, ok := p.References(); ok {
+			refID = id
+		}
+		if id, ok := p.DeletionTarget(); ok {
+			target = id
+		}
+	}
+	// PROC-037 / CTYPE-018: a deletion applies to a stored message of the
+	// same sender inbox, or by an admin.
+	var deleted *storedMessage
+	if target != nil {
+		if s := t.g.message(target); s != nil && !s.Deleted &&
+			(s.SenderInboxID == app.Sender.InboxID || components.IsAdmin(comps, app.Sender.InboxID)) {
+			deleted = s
+		}
+	}
+	ref := t.g.message(refID)
+	for _, m := range t.g.active() {
+		if bytes.Equal(m.Installation, app.Sender.InstallationKey) || !opened[m.ClientID] {
+			continue
+		}
+		pm := project.Message{
+			ID: in.MessageID, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
+			ContentType: ct, ExpiresAt: msg.ExpiresAt,
+			ReferencesOwn: ref != nil && ref.SenderInboxID == m.InboxID && m.holds(ref),
+		}
+		view := project.Member{InboxID: m.InboxID, Installation: m.Installation}
+		var evs []project.Event
+		if ev, ok := project.Received(t.g.GroupID, view, pm, t.now); ok {
+			evs = append(evs, ev)
+		}
+		if deleted != nil && m.holds(deleted) {
+			evs = append(evs, project.Deleted(t.g.GroupID, deleted.ID))
+		}
+		t.emit(m.ClientID, in.MessageID, evs...)
+	}
+	if deleted != nil {
+		deleted.Deleted = true
+	}
+	t.g.addMessage(msg)
+	return accepted(in.MessageID, in.Class, in.Time), false, nil
+}
+
+// expire is the cleanup pass under disappearing messages (META-063): every
+// message whose expiry has passed is deleted, with message.expired for each
+// member that holds it.
+func (t *txn) expire() bool {
+	any := false
+	for i := range t.g.Messages {
+		s := &t.g.Messages[i]
+		if s.Deleted || s.ExpiresAt == 0 || s.ExpiresAt > t.now {
+			continue
+		}
+		s.Deleted = true
+		any = true
+		cause := append([]byte("expired:"), s.ID...)
+		for _, m := range t.g.active() {
+			if m.holds(s) {
+				t.emit(m.ClientID, cause, project.Expired(t.g.GroupID, s.ID))
+			}
+		}
+	}
+	return any
+}
+
+// categoryOr returns the category an engine error carries, or def.
+func categoryOr(err error, def schema.Category) schema.Category {
+	if c := engine.CategoryOf(err); c != "" {
+		return c
+	}
+	var ce interface{ Category() schema.Category }
+	if errors.As(err, &ce) {
+		return ce.Category()
+	}
+	return def
+}
+
+func rejectableCategory(c schema.Category) bool {
+	switch c {
+	case schema.CategoryDuplicate, schema.CategoryOwnEcho, schema.CategoryWrongRecipient, schema.CategoryUnknownGroup,
+		schema.CategoryInvalidEncoding, schema.CategoryInvalidSignature, schema.CategoryUnsupportedRequiredFeature,
+		schema.CategoryAuthorizationFailed, schema.CategoryResourceRefused:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,96 @@
+package converge
+
+import (
+	"context"
+
+	"github.com/fabric-mls/fabric/internal/components"
+)
+
+// MLS is what converge asks of the MLS engine. It is the seam between
+// convergence and internal/engine: an adapter over the engine implements it
+// (engine.go), and nothing else in converge touches MLS.
+type MLS interface {
+	// WelcomeRefs returns the KeyPackageRefs a Welcome's secrets are
+	// addressed to.
+	WelcomeRefs(welcome []byte) ([][]byte, error)
+	// Join joins a hosted client from a Welcome addressed to one of its
+	// KeyPackages. The returned sealed installation replaces the stored
+	// one when the join consumed a KeyPackage.
+	Join(ctx context.Context, client Client, welcome []byte) (MemberState, Joined, error)
+	// Restore opens a member's state from its snapshot.
+	Restore(ctx context.Context, client Client, snapshot []byte) (MemberState, error)
+}
+
+// Client is a hosted client as converge needs it to run its MLS state.
+type Client struct {
+	Tenant   string
+	ClientID string
+	InboxID  string
+	// InstallationKey is the leaf signature public key.
+	InstallationKey []byte
+	// Sealed is the engine-sealed installation (private keys).
+	Sealed []byte
+}
+
+// Joined is what a join from a Welcome tells about the group.
+type Joined struct {
+	GroupID []byte
+	Epoch   uint64
+	// AdderInboxID is the inbox of the Welcome's author: the GroupInfo
+	// signer (JOIN-025).
+	AdderInboxID string
+}
+
+// MemberState is one hosted member's MLS state of one group.
+type MemberState interface {
+	// Epoch is the state's epoch.
+	Epoch() uint64
+	// Components are the group's components at this epoch.
+	Components() components.Set
+	// GroupEventKey is MLS-Exporter("fabric", "group-event", 32) of this
+	// epoch (DESIGN section 3).
+	GroupEventKey() ([]byte, error)
+	// Snapshot serialises the state.
+	Snapshot() ([]byte, error)
+	// Commit processes a PublicMessage commit and returns the next state;
+	// the receiver is left unchanged.
+	Commit(ctx context.Context, msg []byte) (MemberState, CommitInfo, error)
+	// Proposal processes a PublicMessage proposal and returns the state
+	// that holds it; the receiver is left unchanged.
+	Proposal(ctx context.Context, msg []byte) (MemberState, ProposalInfo, error)
+	// Decrypt opens an application PrivateMessage, advancing the sender's
+	// ratchet in place.
+	Decrypt(ctx context.Context, msg []byte) (AppMessage, error)
+}
+
+// Leaf names one member leaf.
+type Leaf struct {
+	InboxID         string
+	InstallationKey []byte
+}
+
+// CommitInfo is what one commit changed.
+type CommitInfo struct {
+	// AddedInboxIDs are the inboxes that are members after the commit and
+	// were not before; RemovedInboxIDs the reverse. Sorted.
+	AddedInboxIDs, RemovedInboxIDs []string
+	// Removed are the leaves the commit removed.
+	Removed []Leaf
+	// MemberInboxIDs are the member inboxes after the commit, sorted.
+	MemberInboxIDs []string
+	// Before and After are the components around the commit.
+	Before, After components.Set
+}
+
+// ProposalInfo is what a stored proposal is.
+type ProposalInfo struct {
+	// SelfRemoveInboxID is set when the proposal is a Remove of its
+	// sender's own leaf: a leave request (GMOD-031).
+	SelfRemoveInboxID string
+}
+
+// AppMessage is a decrypted application message.
+type AppMessage struct {
+	Sender    Leaf
+	Plaintext []byte
+}

@@ -1,0 +1,232 @@
+package converge
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Bounds of what one group's state keeps.
+const (
+	// maxMessages bounds the message index: the messages a reply, reaction
+	// or deletion can name, and those awaiting expiry.
+	maxMessages = 4096
+	// maxDeferred bounds the deferred inputs of a group; beyond it the
+	// oldest is given up as stale.
+	maxDeferred = 256
+	// maxKeyEpochs is how many epochs' group event keys are kept as
+	// candidates: the current one and app_payload_past_epoch_limit (5)
+	// past ones.
+	maxKeyEpochs = 6
+)
+
+// stateVersion is the version of the group state blob format.
+const stateVersion = 1
+
+// groupState is one group's canonical state as converge keeps it, beside
+// each hosted member's engine state (kept in blobs of their own).
+type groupState struct {
+	V       int    `msgpack:"v"`
+	Tenant  string `msgpack:"tenant"`
+	GroupID []byte `msgpack:"group_id"`
+	// Epoch is the canonical epoch.
+	Epoch uint64 `msgpack:"epoch"`
+	// Components is the canonical components extension body; nil before
+	// any member joined.
+	Components []byte `msgpack:"components"`
+	// Members are the hosted members, by client id, removed ones included.
+	Members map[string]*hostedMember `msgpack:"members"`
+	// LeaveRequests are the inboxes that published a leave request (a
+	// Remove proposal of their own leaf) and are still members (EVENT-006).
+	LeaveRequests []string `msgpack:"leave_requests,omitempty"`
+	// Messages is the index of stored application messages, oldest first.
+	Messages []storedMessage `msgpack:"messages,omitempty"`
+	// Deferred holds inputs that cannot be processed yet, in stream order.
+	Deferred []deferredInput `msgpack:"deferred,omitempty"`
+	// Keys are the candidate group event keys, oldest first.
+	Keys []epochKey `msgpack:"keys,omitempty"`
+}
+
+// hostedMember is a hosted client's membership of the group.
+type hostedMember struct {
+	ClientID     string `msgpack:"client_id"`
+	InboxID      string `msgpack:"inbox_id"`
+	Installation []byte `msgpack:"installation"`
+	// JoinedSeq is the input sequence at which the member joined: it holds
+	// the messages after it.
+	JoinedSeq uint64 `msgpack:"joined_seq"`
+	// Removed is set once a commit removed the member's leaf; it then has
+	// no engine state and takes no more input.
+	Removed bool `msgpack:"removed,omitempty"`
+}
+
+// storedMessage is one application message in the index.
+type storedMessage struct {
+	ID                 []byte `msgpack:"id"`
+	SenderInboxID      string `msgpack:"sender_inbox_id"`
+	SenderInstallation []byte `msgpack:"sender_installation"`
+	Seq                uint64 `msgpack:"seq"`
+	ExpiresAt          int64  `msgpack:"expires_at,omitempty"`
+	Deleted            bool   `msgpack:"deleted,omitempty"`
+}
+
+// deferredInput is an input kept until the state it needs arrives.
+type deferredInput struct {
+	Seq       uint64            `msgpack:"seq"`
+	MessageID []byte            `msgpack:"message_id"`
+	Class     schema.InputClass `msgpack:"class"`
+	Data      []byte            `msgpack:"data"`
+	Time      int64             `msgpack:"time_unix_ms"`
+}
+
+// epochKey is a group event key of one epoch.
+type epochKey struct {
+	Epoch uint64 `msgpack:"epoch"`
+	Key   []byte `msgpack:"key"`
+}
+
+func newGroupState(tenant string, groupID []byte) *groupState {
+	return &groupState{V: stateVersion, Tenant: tenant, GroupID: groupID, Members: map[string]*hostedMember{}}
+}
+
+func (g *groupState) encode() ([]byte, error) {
+	g.V = stateVersion
+	b, err := msgpack.Marshal(g)
+	if err != nil {
+		return nil, fmt.Errorf("encode group state: %w", err)
+	}
+	return b, nil
+}
+
+func decodeGroupState(b []byte) (*groupState, error) {
+	var g groupState
+	if err := msgpack.Unmarshal(b, &g); err != nil {
+		return nil, fmt.Errorf("decode group state: %w", err)
+	}
+	if g.V != stateVersion {
+		return nil, fmt.Errorf("decode group state: unknown version %d", g.V)
+	}
+	if g.Members == nil {
+		g.Members = map[string]*hostedMember{}
+	}
+	return &g, nil
+}
+
+// clone returns a deep copy, so a failed transaction leaves the cached state
+// untouched.
+func (g *groupState) clone() (*groupState, error) {
+	b, err := g.encode()
+	if err != nil {
+		return nil, err
+	}
+	return decodeGroupState(b)
+}
+
+// active returns the members that take input, in client id order so that
+// processing and event ids do not depend on map order.
+func (g *groupState) active() []*hostedMember {
+	var out []*hostedMember
+	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+		if m := g.Members[id]; !m.Removed {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (g *groupState) leaveRequested(inbox string) bool {
+	return slices.Contains(g.LeaveRequests, inbox)
+}
+
+func (g *groupState) addLeaveRequest(inbox string) {
+	if !g.leaveRequested(inbox) {
+		g.LeaveRequests = append(g.LeaveRequests, inbox)
+		slices.Sort(g.LeaveRequests)
+	}
+}
+
+// message finds a stored message by id.
+func (g *groupState) message(id []byte) *storedMessage {
+	for i := range g.Messages {
+		if bytes.Equal(g.Messages[i].ID, id) {
+			return &g.Messages[i]
+		}
+	}
+	return nil
+}
+
+// addMessage indexes a message, dropping the oldest beyond the bound.
+func (g *groupState) addMessage(m storedMessage) {
+	g.Messages = append(g.Messages, m)
+	if len(g.Messages) > maxMessages {
+		g.Messages = slices.Delete(g.Messages, 0, len(g.Messages)-maxMessages)
+	}
+}
+
+// holds reports whether member m holds message s: it was sent after m
+// joined, or by m itself.
+func (m *hostedMember) holds(s *storedMessage) bool {
+	return s.Seq > m.JoinedSeq || bytes.Equal(s.SenderInstallation, m.Installation)
+}
+
+// nextExpiry is the earliest expiry of an undeleted message, or 0.
+func (g *groupState) nextExpiry() int64 {
+	var next int64
+	for _, m := range g.Messages {
+		if m.Deleted || m.ExpiresAt == 0 {
+			continue
+		}
+		if next == 0 || m.ExpiresAt < next {
+			next = m.ExpiresAt
+		}
+	}
+	return next
+}
+
+// setKey records the group event key of an epoch, keeping maxKeyEpochs.
+func (g *groupState) setKey(epoch uint64, key []byte) {
+	for _, k := range g.Keys {
+		if k.Epoch == epoch {
+			return
+		}
+	}
+	g.Keys = append(g.Keys, epochKey{Epoch: epoch, Key: key})
+	slices.SortFunc(g.Keys, func(a, b epochKey) int { return cmpU64(a.Epoch, b.Epoch) })
+	if len(g.Keys) > maxKeyEpochs {
+		g.Keys = slices.Delete(g.Keys, 0, len(g.Keys)-maxKeyEpochs)
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// blobKey names a fresh fabric-converge key for a state blob of the group:
+// <tenant>.<group>.s.<nonce> for the group state, <tenant>.<group>.m.
+// <client>.<nonce> for a member's engine state. The nonce makes every write
+// its own key, so a blob that a checkpoint names is never overwritten by a
+// worker that lost the fence.
+func blobKey(tenant string, groupHex string, client string) (string, error) {
+	var n [12]byte
+	if _, err := rand.Read(n[:]); err != nil {
+		return "", fmt.Errorf("blob nonce: %w", err)
+	}
+	nonce := hex.EncodeToString(n[:])
+	if client == "" {
+		return subject.Key(tenant, groupHex, "s", nonce)
+	}
+	return subject.Key(tenant, groupHex, "m", client, nonce)
+}
