@@ -97,12 +97,13 @@ func Open(key [KeySize]byte, sealed []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	return open(aead, sealed)
+	return open(aead, nil, sealed)
 }
 
-func open(aead cipher.AEAD, sealed []byte) ([]byte, error) {
+// open decrypts sealed into dst's spare capacity.
+func open(aead cipher.AEAD, dst, sealed []byte) ([]byte, error) {
 	nonce, ct := sealed[:NonceSize], sealed[NonceSize:]
-	pt, err := aead.Open(nil, nonce, ct, nil)
+	pt, err := aead.Open(dst, nonce, ct, nil)
 	if err != nil {
 		return nil, ErrTransportDeferred
 	}
@@ -122,12 +123,14 @@ func Peel(msg schema.TransportMessage, candidateKeys [][KeySize]byte) ([]byte, e
 	if msg.Kind == schema.TransportMLS {
 		return msg.Payload, nil
 	}
+	// One output buffer serves every attempt: a failed Open leaves it unused.
+	dst := make([]byte, 0, len(msg.Payload)-Overhead)
 	for i := range candidateKeys {
 		aead, err := chacha20poly1305.New(candidateKeys[i][:])
 		if err != nil {
 			return nil, fmt.Errorf("peel: %w", err)
 		}
-		pt, err := open(aead, msg.Payload)
+		pt, err := open(aead, dst, msg.Payload)
 		if errors.Is(err, ErrTransportDeferred) {
 			continue
 		}
