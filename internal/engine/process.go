@@ -227,7 +227,9 @@ type HandshakeResult struct {
 // and returns the copy: s itself is untouched, so a commit can be tried
 // against any retained parent. A commit is authorized against s's components
 // (privileged changes need an admin); an unauthorized commit fails with
-// category authorization_failed.
+// category authorization_failed. A commit that removes the hosted member's
+// own leaf returns a nil State and a result with RemovedSelf set: the copy
+// is inactive from then on (Marmot member-departure.md).
 func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, error) {
 	const op = "process handshake"
 	c, err := Classify(mlsMessage)
@@ -264,9 +266,13 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, e
 		res.Sender, _ = s.Member(pm.Content.Sender.LeafIndex)
 	}
 	var ops []components.Op
+	var shape commitShape
 	if c.Class == schema.ClassCommit {
-		if ops, err = s.commitOps(pm, res.Sender); err != nil {
+		if ops, shape, err = s.commitOps(pm, res.Sender); err != nil {
 			return nil, nil, err
+		}
+		if slices.Contains(shape.removed, s.OwnLeaf()) {
+			return s.ownRemoval(ops, shape, res)
 		}
 	}
 	next, err := s.Clone()
@@ -297,16 +303,71 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, e
 	return next, res, nil
 }
 
+// commitShape is what a commit's proposals do to membership and extensions.
+type commitShape struct {
+	removed    []uint32          // leaves of Remove proposals
+	added      []string          // inbox ids of Add proposals
+	extensions []group.Extension // the last GroupContextExtensions proposal's, if any
+	hasGCE     bool
+}
+
+// ownRemoval handles a commit that removes the hosted member's own leaf.
+// mls-go cannot process it (the removed leaf cannot decrypt the new path),
+// and the hosted copy becomes inactive anyway (Marmot member-departure.md):
+// the commit is authenticated (done by the caller) and authorized against s,
+// and the result carries no new state.
+func (s *State) ownRemoval(ops []components.Op, shape commitShape, res *HandshakeResult) (*State, *HandshakeResult, error) {
+	parentSet, _, err := s.Components()
+	if err != nil {
+		return nil, nil, err
+	}
+	nextSet := parentSet
+	if shape.hasGCE {
+		if nextSet, _, err = components.FromExtensions(shape.extensions); err != nil {
+			return nil, nil, fail("process handshake", schema.CategoryInvalidEncoding, err)
+		}
+	}
+	if err := components.Authorize(parentSet, nextSet, accountOf(res.Sender.InboxID), ops); err != nil {
+		return nil, nil, fail("process handshake", schema.CategoryAuthorizationFailed, ErrUnauthorized)
+	}
+	res.Privileged = components.Privileged(parentSet, nextSet, ops)
+	res.Components = nextSet
+	res.ChangedComponents = components.Diff(parentSet, nextSet)
+	res.RemovedSelf = true
+	remaining := make(map[string]bool)
+	for _, m := range s.Members() {
+		if slices.Contains(shape.removed, m.Leaf) {
+			res.RemovedLeaves = append(res.RemovedLeaves, m)
+		} else {
+			remaining[m.InboxID] = true
+		}
+	}
+	before := s.InboxIDs()
+	for _, id := range before {
+		if !remaining[id] {
+			res.RemovedInboxes = append(res.RemovedInboxes, id)
+		}
+	}
+	for _, id := range shape.added {
+		if _, found := slices.BinarySearch(before, id); !found && !slices.Contains(res.AddedInboxes, id) {
+			res.AddedInboxes = append(res.AddedInboxes, id)
+		}
+	}
+	slices.Sort(res.AddedInboxes)
+	return nil, res, nil
+}
+
 // commitOps lists a commit's proposals for authorization, resolving
 // by-reference proposals against the proposals s has stored.
-func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]components.Op, error) {
+func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]components.Op, commitShape, error) {
+	var shape commitShape
 	data, ok := pm.Content.CommitData()
 	if !ok {
-		return nil, fail("process handshake", schema.CategoryInvalidEncoding, errors.New("commit without body"))
+		return nil, shape, fail("process handshake", schema.CategoryInvalidEncoding, errors.New("commit without body"))
 	}
 	commit, err := group.UnmarshalCommit(data)
 	if err != nil {
-		return nil, fail("process handshake", schema.CategoryInvalidEncoding, err)
+		return nil, shape, fail("process handshake", schema.CategoryInvalidEncoding, err)
 	}
 	stored := s.g.StoredProposals()
 	var ops []components.Op
@@ -325,17 +386,24 @@ func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]compon
 		switch p.Type {
 		case group.ProposalTypeAdd:
 			op.Type = components.OpAdd
+			if p.Add != nil && p.Add.KeyPackage != nil && p.Add.KeyPackage.LeafNode != nil && p.Add.KeyPackage.LeafNode.Credential != nil {
+				shape.added = append(shape.added, hex.EncodeToString(p.Add.KeyPackage.LeafNode.Credential.Identity))
+			}
 		case group.ProposalTypeUpdate:
 			op.Type = components.OpUpdate
 		case group.ProposalTypeRemove:
 			op.Type = components.OpRemove
 			if p.Remove != nil {
+				shape.removed = append(shape.removed, uint32(p.Remove.Removed))
 				target, _ := s.Member(uint32(p.Remove.Removed))
 				op.Target = accountOf(target.InboxID)
 				op.SelfTarget = sender.InboxID != "" && target.Leaf == sender.Leaf && bytes.Equal(target.InstallationKey, sender.InstallationKey)
 			}
 		case group.ProposalTypeGroupContextExtensions:
 			op.Type = components.OpOtherExtensions
+			if p.GroupContextExtensions != nil {
+				shape.extensions, shape.hasGCE = p.GroupContextExtensions.Extensions, true
+			}
 			if p.GroupContextExtensions != nil && onlyComponentsDiffer(s.g.GroupContext().Extensions, p.GroupContextExtensions.Extensions) {
 				op.Type = components.OpComponents
 			}
@@ -348,7 +416,7 @@ func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]compon
 		}
 		ops = append(ops, op)
 	}
-	return ops, nil
+	return ops, shape, nil
 }
 
 // onlyComponentsDiffer reports whether two extension lists differ at most in
