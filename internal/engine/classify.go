@@ -140,8 +140,10 @@ func classifyHeader(b []byte) (Classification, error) {
 		// The rest is three opaque<V> fields; checking their framing is cheap
 		// and catches truncation before convergence.
 		var skip []byte
-		if !r.varBytes(&skip) || !r.varBytes(&skip) || !r.varBytes(&skip) {
-			return c, malformedInput(r.err())
+		for range 3 { // authenticated_data, encrypted_sender_data, ciphertext
+			if !r.varBytes(&skip) {
+				return c, malformedInput(r.err())
+			}
 		}
 		if r.off != len(b) {
 			return c, malformedInput(ErrTrailing)
