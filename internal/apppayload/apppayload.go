@@ -141,12 +141,12 @@ func readPayload(r *reader) (Payload, error) {
 	}
 	var seen [3]bool
 	for range n {
-		k, err := r.str()
+		k, err := r.strBytes()
 		if err != nil {
 			return p, fmt.Errorf("key: %w", err)
 		}
 		var i int
-		switch k {
+		switch string(k) {
 		case "content_type":
 			i = 0
 			p.ContentType, err = readContentType(r)
@@ -185,12 +185,12 @@ func readContentType(r *reader) (ContentType, error) {
 	}
 	var seen [4]bool
 	for range n {
-		k, err := r.str()
+		k, err := r.strBytes()
 		if err != nil {
 			return c, fmt.Errorf("key: %w", err)
 		}
 		var i int
-		switch k {
+		switch string(k) {
 		case "authority_id":
 			i = 0
 			c.AuthorityID, err = r.str()

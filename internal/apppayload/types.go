@@ -235,13 +235,13 @@ func decodeReaction(b []byte) (Reaction, error) {
 	}
 	var seen [5]bool
 	for range n {
-		k, err := rd.str()
+		k, err := rd.strBytes()
 		if err != nil {
 			return out, fmt.Errorf("key: %w", err)
 		}
 		var i int
 		var v string
-		switch k {
+		switch string(k) {
 		case "reference":
 			i = 0
 			if v, err = rd.str(); err == nil {

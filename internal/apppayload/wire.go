@@ -97,9 +97,16 @@ func (r *reader) mapLen() (int, error) {
 
 // str reads a msgpack str (never bin).
 func (r *reader) str() (string, error) {
+	s, err := r.strBytes()
+	return string(s), err
+}
+
+// strBytes reads a msgpack str and returns a view of its bytes, for keys that
+// are only compared.
+func (r *reader) strBytes() ([]byte, error) {
 	c, err := r.byte()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var n uint64
 	switch {
@@ -112,16 +119,15 @@ func (r *reader) str() (string, error) {
 	case c == 0xdb:
 		n, err = r.uintN(4)
 	default:
-		return "", fmt.Errorf("want str, got type 0x%02x", c)
+		return nil, fmt.Errorf("want str, got type 0x%02x", c)
 	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if n > math.MaxInt32 {
-		return "", errShort
+		return nil, errShort
 	}
-	s, err := r.n(int(n))
-	return string(s), err
+	return r.n(int(n))
 }
 
 // bin reads a msgpack bin (never str) and returns a copy.
