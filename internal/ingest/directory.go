@@ -1,0 +1,114 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+
+	"sync"
+
+	"github.com/fabric-mls/fabric/internal/binding"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// directory is what the watches of fabric-group-keys and fabric-groups have
+// told this worker: the candidate group event keys of each group, and which
+// groups some hosted client of the tenant holds. Keys are "<tenant>.<group>".
+type directory struct {
+	mu     sync.RWMutex
+	keys   map[string]keySet
+	groups map[string]struct{}
+}
+
+// keySet is a group's candidate keys with a generation that grows on every
+// change, so a peel can tell whether the set moved while it ran.
+type keySet struct {
+	keys [][binding.KeySize]byte
+	gen  uint64
+}
+
+func newDirectory() *directory {
+	return &directory{keys: map[string]keySet{}, groups: map[string]struct{}{}}
+}
+
+// candidateKeys returns the group's keys and their generation.
+func (d *directory) candidateKeys(key string) ([][binding.KeySize]byte, uint64) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	ks := d.keys[key]
+	return ks.keys, ks.gen
+}
+
+// keyGen returns the generation of the group's key set.
+func (d *directory) keyGen(key string) uint64 {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.keys[key].gen
+}
+
+func (d *directory) setKeys(key string, keys [][binding.KeySize]byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gen := d.keys[key].gen + 1
+	if keys == nil {
+		// Keep the generation, so a later set is still seen as a change.
+		d.keys[key] = keySet{gen: gen}
+		return
+	}
+	d.keys[key] = keySet{keys: keys, gen: gen}
+}
+
+// known reports whether a hosted client of the tenant holds the group.
+func (d *directory) known(key string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	_, ok := d.groups[key]
+	return ok
+}
+
+func (d *directory) setKnown(key string, known bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if known {
+		d.groups[key] = struct{}{}
+		return
+	}
+	delete(d.groups, key)
+}
+
+// EncodeGroupKeys encodes a group's candidate group event keys as the value
+// of its fabric-group-keys entry: a msgpack array of 32-byte bin values, the
+// keys of every retained candidate state of the group (DESIGN §3).
+func EncodeGroupKeys(keys [][binding.KeySize]byte) ([]byte, error) {
+	raw := make([][]byte, len(keys))
+	for i := range keys {
+		raw[i] = keys[i][:]
+	}
+	b, err := msgpack.Marshal(raw)
+	if err != nil {
+		return nil, fmt.Errorf("encode group keys: %w", err)
+	}
+	return b, nil
+}
+
+// maxGroupKeys bounds the candidate keys of one group a worker accepts.
+const maxGroupKeys = 1024
+
+// DecodeGroupKeys decodes a fabric-group-keys value written by
+// EncodeGroupKeys.
+func DecodeGroupKeys(b []byte) ([][binding.KeySize]byte, error) {
+	var raw [][]byte
+	if err := msgpack.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("decode group keys: %w", err)
+	}
+	if len(raw) > maxGroupKeys {
+		return nil, fmt.Errorf("decode group keys: %d keys, at most %d", len(raw), maxGroupKeys)
+	}
+	keys := make([][binding.KeySize]byte, len(raw))
+	for i, k := range raw {
+		if len(k) != binding.KeySize {
+			return nil, errors.New("decode group keys: a key is not 32 bytes")
+		}
+		copy(keys[i][:], k)
+	}
+	return keys, nil
+}

@@ -1,0 +1,126 @@
+package ingest
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/subject"
+)
+
+// Handler serves the ingest API (DESIGN §10):
+//
+//	POST /v1/tenants/{tenant}/transport
+//	GET  /v1/tenants/{tenant}/outcomes/{message_id}
+//
+// Both need a bearer token with scope ingest for the tenant. Mount it beside
+// /metrics, /healthz and /readyz, which the binary serves.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tenants/{tenant}/transport", s.handleTransport)
+	mux.HandleFunc("GET /v1/tenants/{tenant}/outcomes/{message_id}", s.handleOutcome)
+	return mux
+}
+
+// authorize checks the bearer token for scope ingest on the path's tenant.
+func (s *Service) authorize(r *http.Request) (string, error) {
+	claims, err := s.cfg.Verifier.FromRequest(r)
+	if err != nil {
+		return "", err
+	}
+	tenant := r.PathValue("tenant")
+	if err := claims.Require(auth.ScopeIngest, tenant, ""); err != nil {
+		return "", err
+	}
+	if err := subject.ValidTenant(tenant); err != nil {
+		return "", httpapi.BadRequest("tenant: %v", err)
+	}
+	return tenant, nil
+}
+
+func (s *Service) handleTransport(w http.ResponseWriter, r *http.Request) {
+	if !s.inflight.enter() {
+		s.fail(w, r, errDraining)
+		return
+	}
+	defer s.inflight.leave()
+	start := time.Now()
+	defer func() { s.m.requests.WithLabelValues("http").Observe(time.Since(start).Seconds()) }()
+	tenant, err := s.authorize(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	body, err := httpapi.ReadBody(r, s.cfg.Limits.MaxBodyBytes)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	msgs, err := decodeIntake(body, httpapi.IsMsgpack(r), s.cfg.Limits)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	results, err := s.Submit(r.Context(), tenant, "http", msgs)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	httpapi.Write(w, r, http.StatusOK, Response{Results: results})
+}
+
+func (s *Service) handleOutcome(w http.ResponseWriter, r *http.Request) {
+	tenant, err := s.authorize(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !s.started.Load() {
+		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "ingest is not started"))
+		return
+	}
+	id := r.PathValue("message_id")
+	subj, err := subject.Outcome(tenant, id)
+	if err != nil {
+		s.fail(w, r, httpapi.BadRequest("message_id: want %d lowercase hexadecimal characters", subject.MessageIDHexLen))
+		return
+	}
+	l, err := s.readOutcome(r.Context(), subj)
+	if err != nil {
+		s.log.Error("reading outcome", "err", err)
+		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "outcomes are unavailable"))
+		return
+	}
+	if l == nil {
+		s.fail(w, r, httpapi.Errorf(http.StatusNotFound, "not_found", "no outcome recorded for this message id"))
+		return
+	}
+	httpapi.Write(w, r, http.StatusOK, l.rec)
+}
+
+// errorCode is the code of a refusal, a label value from a closed set.
+func errorCode(err error) string {
+	var he *httpapi.Error
+	var ae *auth.Error
+	switch {
+	case errors.As(err, &he):
+		return he.Code
+	case errors.As(err, &ae):
+		return ae.Code
+	}
+	return "internal"
+}
+
+// fail writes err, counting whole-request refusals by code.
+func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var rl *rateLimited
+	if errors.As(err, &rl) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rl.retryAfter.Seconds()))))
+	}
+	s.m.refusals.WithLabelValues(errorCode(err)).Inc()
+	httpapi.WriteError(w, r, err)
+}

@@ -1,0 +1,67 @@
+package ingest
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the role's Prometheus collectors (prefix fabric_ingest_).
+// Labels take values from closed sets only: no tenant, group or message id
+// ever becomes a label (DESIGN §4, privacy).
+type metrics struct {
+	inputs    *prometheus.CounterVec   // transport, class, status, category
+	bytes     *prometheus.CounterVec   // transport
+	requests  *prometheus.HistogramVec // transport
+	stage     *prometheus.HistogramVec // stage
+	refusals  *prometheus.CounterVec   // code
+	retained  *prometheus.CounterVec   // reason
+	released  *prometheus.CounterVec   // reason
+	retries   *prometheus.CounterVec   // reason
+	retainedN *prometheus.GaugeVec     // reason
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		inputs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_ingest_inputs_total",
+			Help: "Transport messages processed, by intake transport, input class, status and category.",
+		}, []string{"transport", "class", "status", "category"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_ingest_bytes_total",
+			Help: "Transport payload bytes received, by intake transport.",
+		}, []string{"transport"}),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fabric_ingest_request_duration_seconds",
+			Help:    "Time to answer one intake request, by intake transport.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"transport"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fabric_ingest_stage_duration_seconds",
+			Help:    "Time one request spends in a pipeline stage: peel, dedup, outcome, publish.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"stage"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_ingest_refusals_total",
+			Help: "Intake requests refused as a whole, by error code.",
+		}, []string{"code"}),
+		retained: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_ingest_retained_total",
+			Help: "Objects retained on FABRIC_RETAINED, by reason.",
+		}, []string{"reason"}),
+		released: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_ingest_released_total",
+			Help: "Retained objects that entered convergence or were settled, by reason.",
+		}, []string{"reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_ingest_retained_retries_total",
+			Help: "Retries of retained objects after a key set change or a join, by reason.",
+		}, []string{"reason"}),
+		retainedN: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fabric_ingest_retained_objects",
+			Help: "Objects on FABRIC_RETAINED as last seen by this worker, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.inputs, m.bytes, m.requests, m.stage, m.refusals, m.retained, m.released, m.retries, m.retainedN)
+	}
+	return m
+}

@@ -1,0 +1,165 @@
+package ingest
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// retainedFilter matches every retained object of a tenant.
+func retainedFilter(tenant string) (string, error) {
+	if err := subject.ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	return "fabric.retained." + tenant + ".>", nil
+}
+
+// retainedCount counts the tenant's objects on FABRIC_RETAINED.
+func (s *Service) retainedCount(ctx context.Context, tenant string) (int, error) {
+	filter, err := retainedFilter(tenant)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.retainedStream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, fmt.Errorf("count retained: %w", err)
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}
+
+// retain keeps an input on FABRIC_RETAINED under the tenant's bound and
+// records its outcome; over the bound the input is refused with
+// resource_refused, which is never a duplicate record: a later delivery of
+// the same bytes is processed afresh (inbound-processing.md, "Transport-
+// deferred input").
+func (s *Service) retain(ctx context.Context, tenant string, in *input) error {
+	n, err := s.retainedCount(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if n >= s.cfg.Limits.MaxRetainedPerTenant {
+		return s.refuse(ctx, tenant, in)
+	}
+	obj := in.msg
+	if in.reason == reasonUnknown {
+		// Keep the peeled bytes: they no longer need a key.
+		obj = schema.TransportMessage{V: schema.TransportVersion, Group: in.msg.Group, Kind: schema.TransportMLS, Payload: in.mls}
+	}
+	body, err := obj.MarshalMsgpack()
+	if err != nil {
+		return fmt.Errorf("encode retained object: %w", err)
+	}
+	subj, err := subject.Retained(tenant, in.groupHex, in.reason)
+	if err != nil {
+		return fmt.Errorf("retained subject: %w", err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, "rt."+tenant+"."+in.reason+"."+hex.EncodeToString(in.id[:]))
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		if isLimit(err) {
+			return s.refuse(ctx, tenant, in)
+		}
+		return fmt.Errorf("retain: %w", err)
+	}
+	s.m.retained.WithLabelValues(in.reason).Inc()
+	if err := s.writeOutcomes(ctx, tenant, []pendingOutcome{{rec: s.record(in)}}); err != nil {
+		return err
+	}
+	in.step = stepDone
+	// The watch may have moved while this ran; if it did, the retry it
+	// scheduled may have found nothing yet, so schedule one more.
+	switch in.reason {
+	case reasonUnknown:
+		if s.dir.known(in.groupKey) {
+			s.retry.schedule(retryKey{tenant: tenant, group: in.groupHex, reason: in.reason})
+		}
+	case reasonDeferred:
+		if s.dir.keyGen(in.groupKey) != in.keyGen {
+			s.retry.schedule(retryKey{tenant: tenant, group: in.groupHex, reason: in.reason})
+		}
+	}
+	return nil
+}
+
+func (s *Service) refuse(ctx context.Context, tenant string, in *input) error {
+	in.settle(stepDone, schema.StatusRejected, schema.CategoryResourceRefused)
+	s.m.refusals.WithLabelValues("resource_refused").Inc()
+	return s.writeOutcomes(ctx, tenant, []pendingOutcome{{rec: s.record(in)}})
+}
+
+// retryRetained offers every object retained for a group and reason to the
+// pipeline again. Objects that now go on are removed; the others stay.
+// Several workers may retry the same object at once: the dedup record and
+// Nats-Msg-Id make the input enter once, and removal tolerates a removal
+// by another worker.
+func (s *Service) retryRetained(ctx context.Context, k retryKey) error {
+	subj, err := subject.Retained(k.tenant, k.group, k.reason)
+	if err != nil {
+		return err
+	}
+	s.m.retries.WithLabelValues(k.reason).Inc()
+	for seq := uint64(1); ; {
+		m, err := s.retainedStream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read retained: %w", err)
+		}
+		seq = m.Sequence + 1
+		var msg schema.TransportMessage
+		if err := msg.UnmarshalMsgpack(m.Data); err != nil {
+			// Not something ingest wrote; drop it rather than retry forever.
+			s.log.Warn("dropping undecodable retained object", "err", err)
+			s.deleteRetained(ctx, m.Sequence, k.reason)
+			continue
+		}
+		in := &input{msg: msg, retained: true}
+		s.prepare(k.tenant, in)
+		if err := s.run(ctx, k.tenant, []*input{in}); err != nil {
+			return err
+		}
+		if in.step == stepKeep {
+			continue
+		}
+		if err := s.recordTransportID(ctx, k.tenant, in); err != nil {
+			return err
+		}
+		s.count("retained", in)
+		s.deleteRetained(ctx, m.Sequence, k.reason)
+	}
+}
+
+// recordTransportID gives a sealed object that was deferred under its
+// transport id the outcome its peeled input got, so a caller polling the
+// transport id sees it settle.
+func (s *Service) recordTransportID(ctx context.Context, tenant string, in *input) error {
+	if in.msg.Kind != schema.TransportSealed || in.transportID == in.id {
+		return nil
+	}
+	rec := s.record(in)
+	rec.MessageID = in.transportID[:]
+	return s.writeOutcomeCAS(ctx, tenant, rec)
+}
+
+func (s *Service) deleteRetained(ctx context.Context, seq uint64, reason string) {
+	err := s.retainedStream.DeleteMsg(ctx, seq)
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		s.log.Warn("removing retained object", "err", err)
+		return
+	}
+	if err == nil {
+		s.m.released.WithLabelValues(reason).Inc()
+	}
+}

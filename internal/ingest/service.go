@@ -1,0 +1,249 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Service is one ingest worker. Any number of them may run against one NATS
+// deployment: they keep no state that another worker needs.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	js      jetstream.JetStream
+	dir     *directory
+	retry   *retrier
+	limiter *tenantLimiter
+
+	// Set by Start.
+	outcomes       jetstream.Stream
+	retainedStream jetstream.Stream
+	seen           jetstream.KeyValue
+	seenPrefix     string
+	sub            *nats.Subscription
+
+	started  atomic.Bool
+	draining atomic.Bool
+	inflight *tracker
+	slots    chan struct{} // bounds concurrent NATS intake requests
+
+	stop context.CancelFunc
+	bg   sync.WaitGroup // watchers and the retrier
+}
+
+// New returns a Service for cfg. It does no I/O; Start connects it to its
+// streams and buckets.
+func New(cfg Config) (*Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn,
+		jetstream.WithPublishAsyncMaxPending(16384),
+		jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("ingest: jetstream: %w", err)
+	}
+	return &Service{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		m:        newMetrics(cfg.Registerer),
+		js:       js,
+		dir:      newDirectory(),
+		retry:    newRetrier(),
+		limiter:  newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
+		slots:    make(chan struct{}, cfg.NATSWorkers),
+		inflight: newTracker(),
+	}, nil
+}
+
+// Start binds the service to FABRIC_IN, FABRIC_OUTCOMES, FABRIC_RETAINED and
+// the fabric-seen, fabric-group-keys and fabric-groups buckets (provisioned
+// by internal/streams), loads the key sets and hosted groups, and starts
+// the watches, the retrier and, if configured, NATS intake. It returns once
+// the worker is ready to take input.
+func (s *Service) Start(ctx context.Context) error {
+	if s.started.Load() {
+		return errors.New("ingest: already started")
+	}
+	var err error
+	if _, err = s.js.Stream(ctx, streamIn); err != nil {
+		return fmt.Errorf("ingest: stream %s: %w", streamIn, err)
+	}
+	if s.outcomes, err = s.js.Stream(ctx, streamOutcomes); err != nil {
+		return fmt.Errorf("ingest: stream %s: %w", streamOutcomes, err)
+	}
+	if s.retainedStream, err = s.js.Stream(ctx, streamRetained); err != nil {
+		return fmt.Errorf("ingest: stream %s: %w", streamRetained, err)
+	}
+	if s.seen, err = s.js.KeyValue(ctx, bucketSeen); err != nil {
+		return fmt.Errorf("ingest: bucket %s: %w", bucketSeen, err)
+	}
+	s.seenPrefix = "$KV." + bucketSeen + "."
+	keysKV, err := s.js.KeyValue(ctx, bucketKeys)
+	if err != nil {
+		return fmt.Errorf("ingest: bucket %s: %w", bucketKeys, err)
+	}
+	groupsKV, err := s.js.KeyValue(ctx, bucketGroups)
+	if err != nil {
+		return fmt.Errorf("ingest: bucket %s: %w", bucketGroups, err)
+	}
+
+	runCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	keysReady, groupsReady := make(chan struct{}), make(chan struct{})
+	kw, err := keysKV.WatchAll(runCtx)
+	if err != nil {
+		stop()
+		return fmt.Errorf("ingest: watch %s: %w", bucketKeys, err)
+	}
+	gw, err := groupsKV.WatchAll(runCtx)
+	if err != nil {
+		_ = kw.Stop()
+		stop()
+		return fmt.Errorf("ingest: watch %s: %w", bucketGroups, err)
+	}
+	s.bg.Add(3)
+	go func() { defer s.bg.Done(); s.watchKV(runCtx, kw, s.applyGroupKeys, keysReady) }()
+	go func() { defer s.bg.Done(); s.watchKV(runCtx, gw, s.applyGroup, groupsReady) }()
+	go func() { defer s.bg.Done(); s.runRetries(runCtx) }()
+	for _, ch := range []chan struct{}{keysReady, groupsReady} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.halt()
+			return fmt.Errorf("ingest: loading watches: %w", ctx.Err())
+		}
+	}
+	if err := s.sweepRetained(ctx); err != nil {
+		s.halt()
+		return fmt.Errorf("ingest: sweep retained: %w", err)
+	}
+	if s.cfg.NATSIntake {
+		sub, err := s.cfg.Conn.QueueSubscribe(IntakeWildcard, s.cfg.QueueGroup, s.handleNATS)
+		if err != nil {
+			s.halt()
+			return fmt.Errorf("ingest: subscribe intake: %w", err)
+		}
+		s.sub = sub
+	}
+	s.started.Store(true)
+	return nil
+}
+
+func (s *Service) halt() {
+	s.stop()
+	s.bg.Wait()
+}
+
+// Ready reports whether the worker takes input: started and not draining.
+func (s *Service) Ready() error {
+	switch {
+	case !s.started.Load():
+		return errors.New("ingest: not started")
+	case s.draining.Load():
+		return errors.New("ingest: draining")
+	case !s.cfg.Conn.IsConnected():
+		return errors.New("ingest: NATS disconnected")
+	}
+	return nil
+}
+
+// Shutdown drains the worker: it stops taking new requests, lets every
+// request in flight finish (so nothing acknowledged is lost), then stops
+// the watches and the retrier. It returns ctx's error if ctx ends first.
+func (s *Service) Shutdown(ctx context.Context) error {
+	if !s.draining.CompareAndSwap(false, true) {
+		return nil
+	}
+	if s.sub != nil {
+		if err := s.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			s.log.Warn("draining intake subscription", "err", err)
+		}
+		for s.sub.IsValid() {
+			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.inflight.close(ctx); err != nil {
+		return err
+	}
+	if s.stop != nil {
+		s.halt()
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Submit processes transport messages for a tenant, as both intake
+// transports do after authentication, and returns one result per message in
+// input order. transport labels the metrics ("http", "nats" or another
+// short constant). The caller's limits apply: a tenant over its rate gets a
+// 429 *httpapi.Error. Once started, processing runs to the end even if ctx
+// is cancelled, so an input is never left half-admitted; an error means
+// nothing was acknowledged and the whole request may be retried.
+func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []schema.TransportMessage) ([]Result, error) {
+	if s.draining.Load() || !s.started.Load() {
+		return nil, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "ingest is not taking input")
+	}
+	if ok, wait := s.limiter.allow(tenant, len(msgs), time.Now()); !ok {
+		return nil, &rateLimited{err: httpapi.Errorf(http.StatusTooManyRequests, codeRateLimited, "tenant over its rate of %g messages per second", s.cfg.Limits.RatePerTenant), retryAfter: wait}
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProcessTimeout)
+	defer cancel()
+	start := time.Now()
+	ins := make([]*input, len(msgs))
+	for i := range msgs {
+		ins[i] = &input{msg: msgs[i]}
+		s.prepare(tenant, ins[i])
+		s.m.bytes.WithLabelValues(transport).Add(float64(len(msgs[i].Payload)))
+	}
+	s.m.stage.WithLabelValues("peel").Observe(time.Since(start).Seconds())
+	if err := s.run(pctx, tenant, ins); err != nil {
+		s.log.Error("ingest request failed", "transport", transport, "messages", len(msgs), "err", err)
+		return nil, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "input could not be stored; nothing was acknowledged, retry the request")
+	}
+	results := make([]Result, len(ins))
+	for i, in := range ins {
+		results[i] = in.res
+		s.count(transport, in)
+	}
+	return results, nil
+}
+
+func (s *Service) count(transport string, in *input) {
+	s.m.inputs.WithLabelValues(transport, string(in.class), string(in.res.Status), string(in.res.Category)).Inc()
+}
+
+// rateLimited is a 429 with the time until the tenant's bucket allows the
+// request.
+type rateLimited struct {
+	err        *httpapi.Error
+	retryAfter time.Duration
+}
+
+func (e *rateLimited) Error() string { return e.err.Error() }
+func (e *rateLimited) Unwrap() error { return e.err }

@@ -1,0 +1,138 @@
+package ingest
+
+import (
+	"context"
+	"sync"
+
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// retryKey names the retained objects of one group for one reason.
+type retryKey struct {
+	tenant, group, reason string
+}
+
+// retrier collects groups whose retained objects should be offered again
+// and hands them to one goroutine; a group scheduled twice before its turn
+// is retried once.
+type retrier struct {
+	mu      sync.Mutex
+	pending map[retryKey]struct{}
+	wake    chan struct{}
+}
+
+func newRetrier() *retrier {
+	return &retrier{pending: map[retryKey]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+func (r *retrier) schedule(k retryKey) {
+	r.mu.Lock()
+	r.pending[k] = struct{}{}
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *retrier) take() []retryKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ks := make([]retryKey, 0, len(r.pending))
+	for k := range r.pending {
+		ks = append(ks, k)
+	}
+	clear(r.pending)
+	return ks
+}
+
+// runRetries offers retained objects again until ctx ends.
+func (s *Service) runRetries(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.retry.wake:
+		}
+		for _, k := range s.retry.take() {
+			if err := s.retryRetained(ctx, k); err != nil && ctx.Err() == nil {
+				// Left retained; the next change of the group retries it.
+				s.log.Warn("retrying retained objects", "reason", k.reason, "err", err)
+			}
+		}
+	}
+}
+
+// watchKV applies every entry of a bucket to the directory, then each
+// change, until ctx ends. It closes ready once the initial values are in.
+func (s *Service) watchKV(ctx context.Context, w jetstream.KeyWatcher, apply func(tenant, group string, e jetstream.KeyValueEntry, initial bool), ready chan<- struct{}) {
+	defer func() { _ = w.Stop() }()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				initial = false
+				close(ready)
+				continue
+			}
+			tenant, parts, err := subject.ParseKey(e.Key())
+			if err != nil || len(parts) != 1 || subject.ValidGroup(parts[0]) != nil {
+				continue
+			}
+			apply(tenant, parts[0], e, initial)
+		}
+	}
+}
+
+// applyGroupKeys records a group's candidate keys and retries its
+// transport-deferred objects: the decryption context changed.
+func (s *Service) applyGroupKeys(tenant, group string, e jetstream.KeyValueEntry, initial bool) {
+	if e.Operation() != jetstream.KeyValuePut {
+		s.dir.setKeys(e.Key(), nil)
+		return
+	}
+	keys, err := DecodeGroupKeys(e.Value())
+	if err != nil {
+		s.log.Warn("ignoring undecodable group key set", "err", err)
+		return
+	}
+	s.dir.setKeys(e.Key(), keys)
+	if !initial {
+		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonDeferred})
+	}
+}
+
+// applyGroup records whether a hosted client holds a group; when one does,
+// the group's unknown-group objects are offered to convergence (late
+// welcome backfill).
+func (s *Service) applyGroup(tenant, group string, e jetstream.KeyValueEntry, initial bool) {
+	known := e.Operation() == jetstream.KeyValuePut && len(e.Value()) > 0
+	s.dir.setKnown(e.Key(), known)
+	if known && !initial {
+		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonUnknown})
+	}
+}
+
+// sweepRetained schedules a retry of every retained group whose state
+// could have changed while no worker watched: run once at start.
+func (s *Service) sweepRetained(ctx context.Context) error {
+	info, err := s.retainedStream.Info(ctx, jetstream.WithSubjectFilter(subject.RetainedPattern))
+	if err != nil {
+		return err
+	}
+	for subj := range info.State.Subjects {
+		tenant, group, reason, err := subject.ParseRetained(subj)
+		if err != nil {
+			continue
+		}
+		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reason})
+	}
+	return nil
+}
