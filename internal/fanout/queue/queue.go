@@ -115,6 +115,18 @@ func (q *Queue[T]) Push(v T) bool {
 	return true
 }
 
+// Hold counts n events that are already held elsewhere (by an SDK resuming a
+// subscription on a new connection) against the bound, as popped and not yet
+// credited; their credit retires them. n is clamped to the free slots.
+func (q *Queue[T]) Hold(n int) {
+	if free := q.capacity - q.n - q.outstanding; n > free {
+		n = free
+	}
+	if n > 0 {
+		q.outstanding += n
+	}
+}
+
 // Discard counts n events as discarded without offering them, for events the
 // gateway knows were emitted but could not obtain (an unrepairable gap). The
 // marker is placed behind every queued event, as for a discard by Push.

@@ -351,3 +351,20 @@ func TestRingReleasedWhenDrained(t *testing.T) {
 		t.Fatalf("ring of %d kept after drain", len(q.ring))
 	}
 }
+
+// Events an SDK still holds after a reconnect count against the bound of the
+// resumed subscription until credited (EVENT-030).
+func TestHoldCountsHeldElsewhere_EVENT030(t *testing.T) {
+	q := New[int](4)
+	q.Hold(3)
+	if !q.Push(1) || q.Push(2) {
+		t.Fatal("held events not counted against the bound")
+	}
+	if err := q.Credit(3); err != nil {
+		t.Fatal(err)
+	}
+	q.Hold(100)
+	if q.Held() != 4 {
+		t.Fatalf("hold not clamped: held %d", q.Held())
+	}
+}

@@ -3,8 +3,12 @@
 // subprotocol fabric.v1.json or msgpack binary frames under fabric.v1.msgpack.
 //
 // App to gateway: subscribe {id, client_id, filter}, credit {sub, n},
-// unsubscribe {sub}. Gateway to app: subscribed {id, sub}, event {sub, seq,
-// event}, ended {sub, reason}, error {id?, code, message}.
+// unsubscribe {sub}. Gateway to app: subscribed {id, sub, seq}, event {sub,
+// seq, event}, ended {sub, reason}, error {id?, code, message}.
+//
+// Beyond DESIGN §10, subscribe may carry after_seq and held to resume a
+// subscription after a reconnect, and event and subscribed carry the stream
+// sequence (seq) the SDK resumes from.
 //
 // Output frames are appended by hand so the encoded event, shared by every
 // subscription it is handed to, is copied in without re-encoding.
@@ -103,7 +107,15 @@ type Frame struct {
 	ClientID string
 	Filter   *schema.EventFilter
 	N        int64
-	Seq      uint64
+	// Seq is an event's stream sequence; in subscribed, the sequence the
+	// subscription starts after (its registration point).
+	Seq uint64
+	// AfterSeq, in subscribe, resumes a subscription the SDK held on an
+	// earlier connection: events stored after it are replayed first.
+	AfterSeq uint64
+	// Held, in subscribe, counts events of the resumed subscription the SDK
+	// still holds; they stay counted against the bound until credited.
+	Held int64
 	// Event is the ClientEvent already encoded in the frame's encoding.
 	Event   []byte
 	Reason  string
@@ -122,6 +134,8 @@ type jsonFrame struct {
 	Filter   *schema.EventFilter `json:"filter,omitempty"`
 	N        int64               `json:"n,omitempty"`
 	Seq      uint64              `json:"seq,omitempty"`
+	AfterSeq uint64              `json:"after_seq,omitempty"`
+	Held     int64               `json:"held,omitempty"`
 	Event    json.RawMessage     `json:"event,omitempty"`
 	Reason   string              `json:"reason,omitempty"`
 	Code     string              `json:"code,omitempty"`
@@ -136,6 +150,8 @@ type msgpackFrame struct {
 	Filter   *schema.EventFilter `msgpack:"filter,omitempty"`
 	N        int64               `msgpack:"n,omitempty"`
 	Seq      uint64              `msgpack:"seq,omitempty"`
+	AfterSeq uint64              `msgpack:"after_seq,omitempty"`
+	Held     int64               `msgpack:"held,omitempty"`
 	Event    msgpack.RawMessage  `msgpack:"event,omitempty"`
 	Reason   string              `msgpack:"reason,omitempty"`
 	Code     string              `msgpack:"code,omitempty"`
@@ -157,7 +173,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		return Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, Filter: m.Filter, N: m.N,
-			Seq: m.Seq, Event: m.Event, Reason: m.Reason, Code: m.Code, Message: m.Message}, nil
+			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, Reason: m.Reason, Code: m.Code, Message: m.Message}, nil
 	}
 	var j jsonFrame
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -169,7 +185,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 		return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 	}
 	return Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, Filter: j.Filter, N: j.N,
-		Seq: j.Seq, Event: j.Event, Reason: j.Reason, Code: j.Code, Message: j.Message}, nil
+		Seq: j.Seq, AfterSeq: j.AfterSeq, Held: j.Held, Event: j.Event, Reason: j.Reason, Code: j.Code, Message: j.Message}, nil
 }
 
 // Append appends f to dst in encoding enc. Event, when set, must already be
@@ -188,6 +204,8 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	count(f.Filter != nil)
 	count(f.N != 0)
 	count(f.Seq != 0)
+	count(f.AfterSeq != 0)
+	count(f.Held != 0)
 	count(f.Event != nil)
 	count(f.Reason != "")
 	count(f.Code != "")
@@ -218,6 +236,12 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	}
 	if f.Seq != 0 {
 		w.uint("seq", f.Seq)
+	}
+	if f.AfterSeq != 0 {
+		w.uint("after_seq", f.AfterSeq)
+	}
+	if f.Held != 0 {
+		w.int("held", f.Held)
 	}
 	if f.Event != nil {
 		w.key("event")
@@ -268,7 +292,7 @@ func (w *appender) mapStart(n int) {
 		w.first = true
 		return
 	}
-	// Frames have at most 11 members: a fixmap.
+	// Frames have at most 13 members: a fixmap.
 	w.buf = append(w.buf, 0x80|byte(n))
 }
 

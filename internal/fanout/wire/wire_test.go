@@ -20,7 +20,8 @@ func TestRoundTrip(t *testing.T) {
 	for _, enc := range []Encoding{JSON, Msgpack} {
 		lagged := AppendLagged(enc, nil, 7)
 		frames := []Frame{
-			{Op: OpSubscribe, ID: 3, ClientID: "ab01", Filter: filter},
+			{Op: OpSubscribe, ID: 3, ClientID: "ab01", Filter: filter, AfterSeq: 77, Held: 12},
+			{Op: OpSubscribed, ID: 3, Sub: 4, Seq: 76},
 			{Op: OpCredit, Sub: 1 << 40, N: 5},
 			{Op: OpUnsubscribe, Sub: 9},
 			{Op: OpSubscribed, ID: 3, Sub: 9},

@@ -1,0 +1,390 @@
+package fanout
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/fanout/filter"
+	"github.com/fabric-mls/fabric/internal/fanout/queue"
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
+)
+
+// subscription is one app subscription. Its queue and flags are guarded by
+// its connection's mu.
+type subscription struct {
+	id     uint64
+	c      *conn
+	tenant string
+	client string
+	filter *filter.Filter
+	tap      *tap   // set by attach
+	startSeq uint64 // the tap's last sequence when s was registered
+
+	q         *queue.Queue[*event]
+	announced bool // its subscribed frame is queued; events may follow it
+	inReady   bool // it is in c.ready
+	ended     bool
+}
+
+// sink writes frames to one app connection. Writes come from the
+// connection's writer goroutine only.
+type sink interface {
+	// writeFrame writes one frame, already in the connection's format.
+	writeFrame(ctx context.Context, b []byte) error
+	// ping keeps the connection alive and checks the peer still reads.
+	ping(ctx context.Context) error
+}
+
+// conn is one app connection, WebSocket or SSE. Events reach it from taps
+// (push); one writer goroutine, owned by the connection's handler, writes
+// them, so a slow connection never holds a tap or another connection back
+// (EVENT-033).
+type conn struct {
+	g      *Gateway
+	enc    wire.Encoding
+	sse    bool
+	claims auth.Claims
+	out    sink
+
+	wake chan struct{} // capacity 1: "there is something to write"
+	stop chan struct{} // closed by abort: stop writing now
+
+	mu       sync.Mutex
+	subs     map[uint64]*subscription
+	nextID   uint64
+	ready    []*subscription // subscriptions whose queue has an item ready
+	rr       int
+	control  [][]byte // control frames, written before events
+	draining bool     // refuse new subscriptions
+	closing  bool     // write the control frames, then close
+	stopOnce sync.Once
+}
+
+func newConn(g *Gateway, enc wire.Encoding, sse bool, claims auth.Claims, out sink) *conn {
+	return &conn{
+		g: g, enc: enc, sse: sse, claims: claims, out: out,
+		wake: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		subs: make(map[uint64]*subscription),
+	}
+}
+
+func (c *conn) transport() string {
+	if c.sse {
+		return "sse"
+	}
+	return "websocket"
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// newSubscription reserves an id and a queue; the subscription is not
+// announced until c.announce.
+func (c *conn) newSubscription(tenant, client string, f *filter.Filter, held int) *subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID++
+	s := &subscription{id: c.nextID, c: c, tenant: tenant, client: client, filter: f,
+		q: queue.New[*event](c.g.cfg.QueueCapacity)}
+	s.q.Hold(held)
+	c.subs[s.id] = s
+	return s
+}
+
+// count reports the connection's live subscriptions.
+func (c *conn) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.subs)
+}
+
+// announce queues the subscribed frame, after which the subscription's events
+// may be written (they always follow it).
+func (c *conn) announce(s *subscription, frame []byte) {
+	c.mu.Lock()
+	if frame != nil {
+		c.control = append(c.control, frame)
+	}
+	s.announced = true
+	c.markReady(s)
+	draining := c.draining
+	c.mu.Unlock()
+	c.g.metrics.subscriptions.Inc()
+	c.signal()
+	if draining {
+		// Drain began while this subscription was being registered.
+		c.end(s, wire.ReasonShutdown)
+	}
+}
+
+// markReady puts s in the ready list if it has something to pop. c.mu held.
+func (c *conn) markReady(s *subscription) {
+	if s.announced && !s.ended && !s.inReady && s.q.Ready() {
+		c.ready = append(c.ready, s)
+		s.inReady = true
+	}
+}
+
+// push offers ev to s's queue (EVENT-030); called by taps.
+func (c *conn) push(s *subscription, ev *event) {
+	c.mu.Lock()
+	if s.ended {
+		c.mu.Unlock()
+		return
+	}
+	if !s.q.Push(ev) {
+		c.g.metrics.discarded.Inc()
+	}
+	depth := s.q.Held()
+	wasReady := s.inReady
+	c.markReady(s)
+	becameReady := !wasReady && s.inReady
+	c.mu.Unlock()
+	c.g.metrics.queueDepth.Observe(float64(depth))
+	if becameReady {
+		c.signal()
+	}
+}
+
+// discard counts n events s will never see.
+func (c *conn) discard(s *subscription, n uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.q.Discard(n)
+	c.g.metrics.discarded.Add(float64(n))
+	c.markReady(s)
+	c.signal()
+}
+
+// credit returns n handoffs of subscription id. ok is false for an unknown
+// subscription; err for more credit than was handed off.
+func (c *conn) credit(id uint64, n int) (ok bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.subs[id]
+	if s == nil {
+		return false, nil
+	}
+	if err := s.q.Credit(n); err != nil {
+		return true, err
+	}
+	c.markReady(s)
+	if s.inReady {
+		c.signal()
+	}
+	return true, nil
+}
+
+// end ends one subscription: detached from its tap first, so nothing more is
+// offered to it, then its queued events are dropped and, when reason is not
+// empty, an ended frame is queued.
+func (c *conn) end(s *subscription, reason string) bool {
+	c.g.detach(s)
+	c.mu.Lock()
+	if s.ended {
+		c.mu.Unlock()
+		return false
+	}
+	s.ended = true
+	delete(c.subs, s.id)
+	if s.inReady {
+		for i, r := range c.ready {
+			if r == s {
+				c.ready = append(c.ready[:i], c.ready[i+1:]...)
+				break
+			}
+		}
+		s.inReady = false
+	}
+	announced := s.announced
+	if reason != "" {
+		c.control = append(c.control, c.controlFrame(&wire.Frame{Op: wire.OpEnded, Sub: s.id, Reason: reason}))
+	}
+	c.mu.Unlock()
+	if announced {
+		c.g.metrics.subscriptions.Dec()
+	}
+	c.signal()
+	return true
+}
+
+// endAll ends every subscription, with an ended frame when reason is set.
+func (c *conn) endAll(reason string) {
+	c.mu.Lock()
+	subs := make([]*subscription, 0, len(c.subs))
+	for _, s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range subs {
+		c.end(s, reason)
+	}
+}
+
+// drain ends every subscription with reason shutdown; the writer then writes
+// the ended frames and returns, and the handler closes the connection.
+func (c *conn) drain() {
+	c.mu.Lock()
+	c.draining = true
+	c.mu.Unlock()
+	c.endAll(wire.ReasonShutdown)
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.signal()
+}
+
+// abort makes the writer return at once.
+func (c *conn) abort() {
+	c.stopOnce.Do(func() { close(c.stop) })
+}
+
+// queueError queues an error frame.
+func (c *conn) queueError(id uint64, code, msg string) {
+	c.g.metrics.protocolErrs.WithLabelValues(code).Inc()
+	c.mu.Lock()
+	c.control = append(c.control, c.controlFrame(&wire.Frame{Op: wire.OpError, ID: id, Code: code, Message: msg}))
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *conn) controlFrame(f *wire.Frame) []byte {
+	if c.sse {
+		return appendSSEControl(nil, f)
+	}
+	return wire.Append(c.enc, nil, f)
+}
+
+// popped is one item taken from a subscription's queue for writing.
+type popped struct {
+	s    *subscription
+	item queue.Item[*event]
+}
+
+// take moves the queued control frames and up to max events, one per ready
+// subscription in turn, out for writing. c.mu held.
+func (c *conn) take(batch []popped, max int) ([][]byte, []popped, bool) {
+	ctrl := c.control
+	c.control = nil
+	for len(batch) < max && len(c.ready) > 0 {
+		if c.rr >= len(c.ready) {
+			c.rr = 0
+		}
+		s := c.ready[c.rr]
+		it, ok := s.q.Pop()
+		if !ok {
+			s.inReady = false
+			c.ready = append(c.ready[:c.rr], c.ready[c.rr+1:]...)
+			continue
+		}
+		batch = append(batch, popped{s: s, item: it})
+		c.rr++
+	}
+	return ctrl, batch, c.closing
+}
+
+// writeLoop is the connection's writer. It returns when the connection
+// drains, is aborted, ctx ends, or a write fails (the write deadline
+// included).
+func (c *conn) writeLoop(ctx context.Context) error {
+	var (
+		buf   []byte
+		batch []popped
+		ctrl  [][]byte
+		drain bool
+	)
+	ticker := time.NewTicker(c.g.cfg.PingInterval)
+	defer ticker.Stop()
+	for {
+		c.mu.Lock()
+		ctrl, batch, drain = c.take(batch[:0], defaultWriterBatch)
+		c.mu.Unlock()
+		for _, f := range ctrl {
+			if err := c.write(ctx, f); err != nil {
+				return err
+			}
+		}
+		for i := range batch {
+			p := &batch[i]
+			buf = c.eventFrame(buf[:0], p)
+			if err := c.write(ctx, buf); err != nil {
+				return err
+			}
+			c.wrote(p)
+			p.s, p.item = nil, queue.Item[*event]{}
+		}
+		if len(ctrl) > 0 || len(batch) > 0 {
+			continue
+		}
+		if drain {
+			return nil
+		}
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			return context.Canceled
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+			pctx, cancel := context.WithTimeout(ctx, c.g.cfg.WriteTimeout)
+			err := c.out.ping(pctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (c *conn) write(ctx context.Context, b []byte) error {
+	wctx, cancel := context.WithTimeout(ctx, c.g.cfg.WriteTimeout)
+	defer cancel()
+	return c.out.writeFrame(wctx, b)
+}
+
+// eventFrame builds the frame of one popped item in the connection's format.
+func (c *conn) eventFrame(buf []byte, p *popped) []byte {
+	if c.sse {
+		return appendSSEEvent(buf, p.item)
+	}
+	var body []byte
+	var seq uint64
+	if p.item.Lagged {
+		body = wire.AppendLagged(c.enc, nil, p.item.Discarded)
+	} else {
+		body = p.item.Value.encoded(c.enc)
+		seq = p.item.Value.seq
+	}
+	f := wire.Frame{Op: wire.OpEvent, Sub: p.s.id, Seq: seq, Event: body}
+	return wire.Append(c.enc, buf, &f)
+}
+
+// wrote accounts for a written item. SSE has no credit: the handoff is
+// complete when the write is, so its slot is freed at once.
+func (c *conn) wrote(p *popped) {
+	m := c.g.metrics
+	m.handedOff.Inc()
+	if p.item.Lagged {
+		m.lagged.Inc()
+	} else if !p.item.Value.emitted.IsZero() {
+		m.latency.Observe(time.Since(p.item.Value.emitted).Seconds())
+	}
+	if c.sse {
+		c.mu.Lock()
+		if !p.s.ended {
+			_ = p.s.q.Credit(1)
+			c.markReady(p.s)
+		}
+		c.mu.Unlock()
+	}
+}

@@ -1,0 +1,270 @@
+// Package fanout is the gateway apps connect to for live client events
+// (DESIGN §7): WebSocket and Server-Sent Events, subscriptions with an
+// EventFilter, a bounded queue per subscription, and taps on the event
+// stream's republished subjects with gap repair.
+//
+// One core NATS subscription (a tap) on fabric.live.<tenant>.<client> serves
+// every subscription of that client on this gateway: it is created with the
+// first and removed with the last, and nothing else changes upstream
+// (EVENT-013). Each event is decoded and encoded once per encoding; the bytes
+// are shared by every subscription it is handed to.
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/fanout/queue"
+)
+
+// Defaults of Config.
+const (
+	DefaultStream             = "FABRIC_EVENTS"
+	DefaultMaxSubscriptions   = 256
+	DefaultMaxFrameBytes      = 64 << 10
+	DefaultWriteTimeout       = 10 * time.Second
+	DefaultPingInterval       = 30 * time.Second
+	DefaultRequestTimeout     = 5 * time.Second
+	DefaultMaxRepair          = 10000
+	hardFrameLimit            = 1 << 20
+	defaultWriterBatch        = 64
+	defaultShutdownDrainDelay = 5 * time.Second
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// NATS is the connection taps subscribe on and direct gets go through.
+	// Required. The gateway does not close it.
+	NATS *nats.Conn
+	// Verifier checks bearer tokens. Required.
+	Verifier *auth.Verifier
+	// DMKeys resolves filter group ids to stitched-DM conversation keys at
+	// subscribe time. Nil reads the fabric-groups KV bucket (KVDMKeys).
+	DMKeys DMResolver
+	// Registry receives the gateway's metrics and is served on /metrics.
+	// Nil uses a fresh registry.
+	Registry *prometheus.Registry
+	// Logger receives operational logs; nil uses slog.Default().
+	Logger *slog.Logger
+	// Listen is the address Run serves on.
+	Listen string
+
+	// Stream is the events stream gaps are repaired from.
+	Stream string
+	// QueueCapacity is the bound per subscription (EVENT-030).
+	QueueCapacity int
+	// MaxSubscriptions bounds the subscriptions of one WebSocket.
+	MaxSubscriptions int
+	// MaxFrameBytes bounds an incoming frame.
+	MaxFrameBytes int
+	// WriteTimeout bounds one frame write; a connection that does not read
+	// for that long is closed.
+	WriteTimeout time.Duration
+	// PingInterval is the WebSocket keepalive period.
+	PingInterval time.Duration
+	// RequestTimeout bounds one NATS request (direct get, KV read).
+	RequestTimeout time.Duration
+	// MaxRepair bounds the events fetched to repair one gap; beyond it the
+	// rest are reported as discarded.
+	MaxRepair int
+}
+
+func (c *Config) setDefaults() {
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.QueueCapacity <= 0 {
+		c.QueueCapacity = queue.DefaultCapacity
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxRepair <= 0 {
+		c.MaxRepair = DefaultMaxRepair
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+}
+
+// ErrDraining refuses new work once Shutdown has begun.
+var ErrDraining = errors.New("fanout: gateway is draining")
+
+// Gateway serves live client events. Create it with New.
+type Gateway struct {
+	cfg     Config
+	log     *slog.Logger
+	dm      DMResolver
+	metrics *metrics
+	mux     *http.ServeMux
+
+	tapsMu sync.Mutex
+	taps   map[string]*tap
+
+	connsMu  sync.Mutex
+	conns    map[*conn]struct{}
+	draining bool
+	connWG   sync.WaitGroup
+}
+
+// New returns a Gateway. It registers its metrics on cfg.Registry.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.NATS == nil {
+		return nil, errors.New("fanout: Config.NATS is required")
+	}
+	if cfg.Verifier == nil {
+		return nil, errors.New("fanout: Config.Verifier is required")
+	}
+	cfg.setDefaults()
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("fanout: register metrics: %w", err)
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		dm:      cfg.DMKeys,
+		metrics: m,
+		taps:    make(map[string]*tap),
+		conns:   make(map[*conn]struct{}),
+	}
+	if g.dm == nil {
+		g.dm = &KVDMKeys{NATS: cfg.NATS, Timeout: cfg.RequestTimeout}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/events", g.serveWS)
+	mux.HandleFunc("GET /v1/tenants/{tenant}/clients/{client_id}/events", g.serveSSE)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", g.serveReady)
+	g.mux = mux
+	return g, nil
+}
+
+// Handler serves the event endpoints, /metrics, /healthz and /readyz.
+func (g *Gateway) Handler() http.Handler { return g.mux }
+
+// Ready reports whether the gateway can take subscriptions: not draining and
+// connected to NATS.
+func (g *Gateway) Ready(context.Context) error {
+	g.connsMu.Lock()
+	draining := g.draining
+	g.connsMu.Unlock()
+	if draining {
+		return ErrDraining
+	}
+	if !g.cfg.NATS.IsConnected() {
+		return errors.New("fanout: not connected to NATS")
+	}
+	return nil
+}
+
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	if err := g.Ready(r.Context()); err != nil {
+		http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// Run serves Handler on cfg.Listen until ctx ends, then drains: it ends every
+// subscription with reason shutdown and closes every connection, waiting at
+// most a few seconds.
+func (g *Gateway) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("fanout: listen: %w", err)
+	}
+	srv := &http.Server{Handler: g.mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("fanout: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), defaultShutdownDrainDelay)
+	defer cancel()
+	serr := g.Shutdown(sctx)
+	herr := srv.Shutdown(sctx)
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		g.log.Error("fanout http server", "err", err)
+	}
+	return errors.Join(serr, herr)
+}
+
+// Shutdown drains the gateway: new connections and subscriptions are
+// refused, every subscription ends with reason shutdown, each connection
+// writes what it has queued for its control frames and closes. It waits for
+// the connections to finish or ctx to end, then closes what remains.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.connsMu.Lock()
+	g.draining = true
+	conns := make([]*conn, 0, len(g.conns))
+	for c := range g.conns {
+		conns = append(conns, c)
+	}
+	g.connsMu.Unlock()
+	for _, c := range conns {
+		c.drain()
+	}
+	done := make(chan struct{})
+	go func() { g.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	for _, c := range conns {
+		c.abort()
+	}
+	<-done
+	return fmt.Errorf("fanout: shutdown: %w", ctx.Err())
+}
+
+// addConn registers a connection unless the gateway is draining.
+func (g *Gateway) addConn(c *conn) bool {
+	g.connsMu.Lock()
+	defer g.connsMu.Unlock()
+	if g.draining {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	g.connWG.Add(1)
+	g.metrics.connections.WithLabelValues(c.transport()).Inc()
+	return true
+}
+
+func (g *Gateway) removeConn(c *conn) {
+	g.connsMu.Lock()
+	delete(g.conns, c)
+	g.connsMu.Unlock()
+	g.metrics.connections.WithLabelValues(c.transport()).Dec()
+	g.connWG.Done()
+}

@@ -1,0 +1,160 @@
+package fanout
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/fanout/queue"
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+type sseSink struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (s *sseSink) writeFrame(ctx context.Context, b []byte) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.rc.SetWriteDeadline(dl)
+	}
+	if _, err := s.w.Write(b); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseSink) ping(ctx context.Context) error {
+	return s.writeFrame(ctx, []byte(": ping\n\n"))
+}
+
+// serveSSE serves GET /v1/tenants/{tenant}/clients/{client_id}/events as
+// Server-Sent Events: one subscription, no credit; an event's slot is freed
+// when its write completes, under the same bound (EVENT-030).
+func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
+	tenant, client := r.PathValue("tenant"), r.PathValue("client_id")
+	claims, err := g.cfg.Verifier.FromRequest(r)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	// EVENT-056: another tenant's or another client's events are refused.
+	if err := claims.Require(auth.ScopeEvents, tenant, client); err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	if err := subject.ValidClient(client); err != nil {
+		httpapi.WriteError(w, r, httpapi.BadRequest("%v", err))
+		return
+	}
+	f, err := sseFilter(r)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	out := &sseSink{w: w, rc: http.NewResponseController(w)}
+	c := newConn(g, wire.JSON, true, claims, out)
+	if !g.addConn(c) {
+		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
+		return
+	}
+	defer g.removeConn(c)
+	s, code, msg := c.subscribe(r.Context(), tenant, client, f, 0, 0)
+	if s == nil {
+		status := http.StatusServiceUnavailable
+		switch code {
+		case wire.CodeForbidden:
+			status = http.StatusForbidden
+		case wire.CodeInvalidFilter, wire.CodeMalformedFrame:
+			status = http.StatusBadRequest
+		case "unauthenticated":
+			status = http.StatusUnauthorized
+		}
+		httpapi.WriteError(w, r, httpapi.Errorf(status, code, "%s", msg))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// The comment tells a client the subscription is registered (EVENT-014).
+	c.announce(s, []byte(": subscribed\n\n"))
+	_ = c.writeLoop(r.Context())
+	c.endAll("")
+}
+
+// sseFilter reads the filter from the query: kinds (required, comma
+// separated), group_ids (lowercase hex, comma separated) and
+// references_own_messages=true.
+func sseFilter(r *http.Request) (schema.EventFilter, error) {
+	q := r.URL.Query()
+	if !q.Has("kinds") {
+		return schema.EventFilter{}, httpapi.Errorf(http.StatusBadRequest, wire.CodeInvalidFilter, "kinds is required")
+	}
+	f := schema.EventFilter{Kinds: []schema.EventKind{}}
+	for k := range strings.SplitSeq(q.Get("kinds"), ",") {
+		if k != "" {
+			f.Kinds = append(f.Kinds, schema.EventKind(k))
+		}
+	}
+	if q.Has("group_ids") {
+		f.GroupIDs = []schema.Bytes{}
+		for gh := range strings.SplitSeq(q.Get("group_ids"), ",") {
+			if gh == "" {
+				continue
+			}
+			if subject.ValidGroup(gh) != nil {
+				return schema.EventFilter{}, httpapi.Errorf(http.StatusBadRequest, wire.CodeInvalidFilter, "group_ids must be lowercase hex")
+			}
+			b, _ := hex.DecodeString(gh)
+			f.GroupIDs = append(f.GroupIDs, b)
+		}
+	}
+	if v := q.Get("references_own_messages"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return schema.EventFilter{}, httpapi.Errorf(http.StatusBadRequest, wire.CodeInvalidFilter, "references_own_messages must be true or false")
+		}
+		f.ReferencesOwnMessages = b
+	}
+	return f, nil
+}
+
+// appendSSEEvent formats one event: event: <kind>, id: <seq>, data: <JSON>.
+func appendSSEEvent(buf []byte, it queue.Item[*event]) []byte {
+	if it.Lagged {
+		buf = append(buf, "event: lagged\ndata: "...)
+		buf = wire.AppendLagged(wire.JSON, buf, it.Discarded)
+		return append(buf, "\n\n"...)
+	}
+	buf = append(buf, "event: "...)
+	buf = append(buf, it.Value.kind...)
+	buf = append(buf, "\nid: "...)
+	buf = strconv.AppendUint(buf, it.Value.seq, 10)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, it.Value.json...) // encoding/json output has no newline
+	return append(buf, "\n\n"...)
+}
+
+// appendSSEControl formats an ended or error frame as an SSE event whose
+// data is the frame's JSON.
+func appendSSEControl(buf []byte, f *wire.Frame) []byte {
+	buf = append(buf, "event: "...)
+	buf = append(buf, f.Op...)
+	buf = append(buf, "\ndata: "...)
+	b, _ := json.Marshal(struct {
+		Reason  string `json:"reason,omitempty"`
+		Code    string `json:"code,omitempty"`
+		Message string `json:"message,omitempty"`
+	}{f.Reason, f.Code, f.Message})
+	buf = append(buf, b...)
+	return append(buf, "\n\n"...)
+}

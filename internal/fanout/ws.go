@@ -1,0 +1,251 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/fanout/filter"
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// maxCredit bounds one credit frame's n; more than the bound is never owed.
+const maxCredit = 1 << 20
+
+type wsSink struct {
+	ws  *websocket.Conn
+	typ websocket.MessageType
+}
+
+func (s *wsSink) writeFrame(ctx context.Context, b []byte) error { return s.ws.Write(ctx, s.typ, b) }
+func (s *wsSink) ping(ctx context.Context) error                 { return s.ws.Ping(ctx) }
+
+// authorize verifies the request's bearer token and the events scope.
+func (g *Gateway) authorize(r *http.Request) (auth.Claims, error) {
+	claims, err := g.cfg.Verifier.FromRequest(r)
+	if err != nil {
+		return auth.Claims{}, err
+	}
+	if err := claims.Require(auth.ScopeEvents, claims.Tenant, ""); err != nil {
+		return auth.Claims{}, err
+	}
+	return claims, nil
+}
+
+// chooseSubprotocol picks the first subprotocol the client offers that the
+// gateway speaks.
+func chooseSubprotocol(r *http.Request) (string, wire.Encoding, bool) {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(h, ",") {
+			p = strings.TrimSpace(p)
+			if enc, ok := wire.EncodingOf(p); ok {
+				return p, enc, true
+			}
+		}
+	}
+	return "", 0, false
+}
+
+// serveWS serves GET /v1/events.
+func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	claims, err := g.authorize(r)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	proto, enc, ok := chooseSubprotocol(r)
+	if !ok {
+		httpapi.WriteError(w, r, httpapi.BadRequest("offer subprotocol %s or %s", wire.SubprotocolJSON, wire.SubprotocolMsgpack))
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}})
+	if err != nil {
+		return // Accept has answered the request
+	}
+	ws.SetReadLimit(hardFrameLimit)
+	typ := websocket.MessageText
+	if enc == wire.Msgpack {
+		typ = websocket.MessageBinary
+	}
+	c := newConn(g, enc, false, claims, &wsSink{ws: ws, typ: typ})
+	if !g.addConn(c) {
+		_ = ws.Close(websocket.StatusGoingAway, "gateway is draining")
+		return
+	}
+	defer g.removeConn(c)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := c.writeLoop(ctx)
+		if err == nil {
+			_ = ws.Close(websocket.StatusGoingAway, wire.ReasonShutdown)
+		} else {
+			_ = ws.CloseNow()
+		}
+		cancel()
+	})
+	c.readLoop(ctx, ws, typ)
+	cancel()
+	c.endAll("")
+	wg.Wait()
+	_ = ws.CloseNow()
+}
+
+// readLoop reads app frames until the connection ends.
+func (c *conn) readLoop(ctx context.Context, ws *websocket.Conn, typ websocket.MessageType) {
+	limit := int64(c.g.cfg.MaxFrameBytes)
+	for {
+		mt, r, err := ws.Reader(ctx)
+		if err != nil {
+			return
+		}
+		data, err := io.ReadAll(io.LimitReader(r, limit+1))
+		if err != nil {
+			return
+		}
+		if int64(len(data)) > limit {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			c.queueError(0, wire.CodeFrameTooLarge, fmt.Sprintf("frame exceeds %d bytes", limit))
+			continue
+		}
+		if mt != typ {
+			c.queueError(0, wire.CodeMalformedFrame, "frame type does not match the subprotocol")
+			continue
+		}
+		f, err := wire.Decode(c.enc, data)
+		if err != nil {
+			c.queueError(0, wire.CodeMalformedFrame, err.Error())
+			continue
+		}
+		c.handle(ctx, &f)
+	}
+}
+
+// handle acts on one app frame.
+func (c *conn) handle(ctx context.Context, f *wire.Frame) {
+	switch f.Op {
+	case wire.OpSubscribe:
+		if f.ID == 0 {
+			c.queueError(0, wire.CodeMalformedFrame, "subscribe needs a non-zero id")
+			return
+		}
+		if f.Filter == nil {
+			c.queueError(f.ID, wire.CodeInvalidFilter, "filter is required")
+			return
+		}
+		if c.count() >= c.g.cfg.MaxSubscriptions {
+			c.queueError(f.ID, wire.CodeTooManySubscriptions,
+				fmt.Sprintf("at most %d subscriptions per connection", c.g.cfg.MaxSubscriptions))
+			return
+		}
+		if f.Held < 0 || f.Held > int64(c.g.cfg.QueueCapacity) {
+			c.queueError(f.ID, wire.CodeMalformedFrame, "held must be between 0 and the queue bound")
+			return
+		}
+		s, code, msg := c.subscribe(ctx, c.claims.Tenant, f.ClientID, *f.Filter, f.AfterSeq, int(f.Held))
+		if s == nil {
+			c.queueError(f.ID, code, msg)
+			return
+		}
+		c.announce(s, wire.Append(c.enc, nil, &wire.Frame{Op: wire.OpSubscribed, ID: f.ID, Sub: s.id, Seq: s.startSeq}))
+	case wire.OpCredit:
+		if f.N < 1 || f.N > maxCredit {
+			c.queueError(0, wire.CodeBadCredit, fmt.Sprintf("credit n must be between 1 and %d", maxCredit))
+			return
+		}
+		known, err := c.credit(f.Sub, int(f.N))
+		switch {
+		case err != nil:
+			c.queueError(0, wire.CodeBadCredit, err.Error())
+		case !known && !c.issued(f.Sub):
+			c.queueError(0, wire.CodeUnknownSubscription, "no such subscription")
+		}
+		// Credit for a subscription that just ended is a harmless race.
+	case wire.OpUnsubscribe:
+		c.mu.Lock()
+		s := c.subs[f.Sub]
+		c.mu.Unlock()
+		if s == nil {
+			if !c.issued(f.Sub) {
+				c.queueError(0, wire.CodeUnknownSubscription, "no such subscription")
+			}
+			return
+		}
+		c.end(s, wire.ReasonUnsubscribed)
+	default:
+		c.queueError(f.ID, wire.CodeUnknownOp, "unknown op")
+	}
+}
+
+// issued reports whether id was ever a subscription of this connection.
+func (c *conn) issued(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return id != 0 && id <= c.nextID
+}
+
+// subscribe checks, compiles and registers a subscription for client of
+// tenant, resuming after afterSeq with held events still at the SDK when
+// they are set. It returns nil and an error code and message when refused.
+func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.EventFilter, afterSeq uint64, held int) (*subscription, string, string) {
+	g := c.g
+	if !c.claims.ExpiresAt.IsZero() && time.Now().After(c.claims.ExpiresAt) {
+		return nil, "unauthenticated", "token expired"
+	}
+	if err := subject.ValidClient(client); err != nil {
+		return nil, wire.CodeMalformedFrame, err.Error()
+	}
+	// EVENT-056: only the clients of the token's own tenant it names.
+	if err := c.claims.Require(auth.ScopeEvents, tenant, client); err != nil {
+		var ae *auth.Error
+		if errors.As(err, &ae) {
+			return nil, wire.CodeForbidden, ae.Reason
+		}
+		return nil, wire.CodeForbidden, "forbidden"
+	}
+	if g.Ready(ctx) != nil {
+		return nil, wire.CodeUnavailable, "gateway is not taking subscriptions"
+	}
+	var dm resolvedDMKeys
+	if len(f.GroupIDs) > 0 && len(f.GroupIDs) <= filter.MaxGroupIDs {
+		dm = make(resolvedDMKeys, len(f.GroupIDs))
+		for _, gid := range f.GroupIDs {
+			key, ok, err := g.dm.DMKey(ctx, tenant, gid)
+			if err != nil {
+				g.log.Warn("fanout: resolve DM key", "err", err)
+				return nil, wire.CodeUnavailable, "group records are unavailable"
+			}
+			if ok {
+				dm[string(gid)] = key
+			}
+		}
+	}
+	compiled, err := filter.Compile(f, dm)
+	if err != nil {
+		return nil, wire.CodeInvalidFilter, err.Error()
+	}
+	s := c.newSubscription(tenant, client, compiled, held)
+	if err := g.attach(ctx, s, afterSeq); err != nil {
+		c.mu.Lock()
+		delete(c.subs, s.id)
+		c.mu.Unlock()
+		g.log.Warn("fanout: start tap", "err", err)
+		return nil, wire.CodeUnavailable, "event source is unavailable"
+	}
+	return s, "", ""
+}
