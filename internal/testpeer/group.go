@@ -385,7 +385,7 @@ func (g *Group) commit() (Message, *group.StagedCommit, error) {
 		Auth:          ac.Auth,
 		MembershipTag: staged.MembershipTag(),
 	}).Marshal()
-	// The Welcome needs the joiner secret, which merging keeps in staged.
+	// Merging leaves the joiner secret in staged; Invite needs it for the Welcome.
 	if err := g.state.MergeCommit(staged); err != nil {
 		return Message{}, nil, fmt.Errorf("testpeer %s: merge commit: %w", g.peer.name, err)
 	}
