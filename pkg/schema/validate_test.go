@@ -220,7 +220,9 @@ func TestValidateOutcome(t *testing.T) {
 		with(base, func(o *Outcome) {
 			o.Disposition, o.Category, o.NamedOutcome = DispositionDeferred, CategoryMissingHistory, MissingRetainedAnchor
 		}),
-		with(base, func(o *Outcome) { o.Disposition, o.Category, o.NamedOutcome = DispositionStale, CategoryStaleEpoch, BeyondAnchor }),
+		with(base, func(o *Outcome) {
+			o.Disposition, o.Category, o.NamedOutcome = DispositionStale, CategoryStaleEpoch, BeyondAnchor
+		}),
 	}
 	for i, o := range valid {
 		if err := o.Validate(); err != nil {
