@@ -1,0 +1,174 @@
+// Package clientstore keeps the fabric's own per-client stores and emits the
+// events they own (DESIGN §6): hosted client registration
+// (identity.registered), consent (consent.changed), HMAC root keys and the
+// observed HMAC epoch (hmac_keys.updated, EVENT-026), and identity
+// association states (handle.changed, EVENT-058;
+// identity.own_installation_added and _revoked).
+//
+// Hosted client records live in the KV bucket fabric-clients under
+// <tenant>.<client_id>, with an index <tenant>.kp.<keypackage_ref> → client
+// id for every KeyPackage handed out, and <tenant>.cred.<digest>.<client_id>
+// for the clients sharing a credential handle. Everything else lives in
+// fabric-stores under <tenant>.<client_id>.…, each key holding its state and
+// the events its last changes still owe (package outbox), so an event is
+// emitted exactly when its change is stored, once, in the order of the
+// changes to that key.
+package clientstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/streams"
+)
+
+// DefaultHMACEpochPeriod is the HMAC epoch length unless configured:
+// epoch = floor(unix_time / period).
+const DefaultHMACEpochPeriod = 30 * 24 * time.Hour
+
+// Config configures a Store.
+type Config struct {
+	// JS reaches the fabric-clients and fabric-stores buckets and the
+	// FABRIC_EVENTS stream, all provisioned beforehand (package streams).
+	JS jetstream.JetStream
+	// Vault seals the installations' private parts at rest.
+	Vault *engine.Vault
+	// Verifier checks bearer tokens.
+	Verifier *auth.Verifier
+	// Clock is the source of time; the system clock when nil.
+	Clock Clock
+	// HMACEpochPeriod is the HMAC epoch length; DefaultHMACEpochPeriod when
+	// zero.
+	HMACEpochPeriod time.Duration
+	// Logger receives diagnostics; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Store serves the client stores over HTTP and owns the HMAC epoch timer.
+// A registered client is open, in EVENT-026's sense, while a Store runs.
+type Store struct {
+	js      jetstream.JetStream
+	vault   *engine.Vault
+	verify  *auth.Verifier
+	clock   Clock
+	period  time.Duration
+	log     *slog.Logger
+	clients jetstream.KeyValue
+	stores  jetstream.KeyValue
+	out     *outbox.Outbox
+
+	// startEpoch is the HMAC epoch when the store opened (EVENT-026).
+	startEpoch int64
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New opens the buckets and starts the HMAC epoch timer. Close stops it.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.JS == nil || cfg.Vault == nil || cfg.Verifier == nil {
+		return nil, errors.New("clientstore: JS, Vault and Verifier are required")
+	}
+	if cfg.HMACEpochPeriod != 0 && (cfg.HMACEpochPeriod < time.Second || cfg.HMACEpochPeriod%time.Second != 0) {
+		return nil, errors.New("clientstore: HMACEpochPeriod must be a whole number of seconds")
+	}
+	s := &Store{
+		js:     cfg.JS,
+		vault:  cfg.Vault,
+		verify: cfg.Verifier,
+		clock:  cfg.Clock,
+		period: cfg.HMACEpochPeriod,
+		log:    cfg.Logger,
+	}
+	if s.clock == nil {
+		s.clock = systemClock{}
+	}
+	if s.period <= 0 {
+		s.period = DefaultHMACEpochPeriod
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	var err error
+	if s.clients, err = cfg.JS.KeyValue(ctx, streams.BucketClients); err != nil {
+		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketClients, err)
+	}
+	if s.stores, err = cfg.JS.KeyValue(ctx, streams.BucketStores); err != nil {
+		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketStores, err)
+	}
+	s.out = outbox.New(s.stores, outbox.EventBus(cfg.JS))
+	s.startEpoch = s.epoch(s.clock.Now())
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runEpochTimer(runCtx)
+	}()
+	return s, nil
+}
+
+// Close stops the HMAC epoch timer and waits for it. The clients it hosts
+// are closed from then on.
+func (s *Store) Close() {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+}
+
+// Clients is the fabric-clients bucket the store writes.
+func (s *Store) Clients() jetstream.KeyValue { return s.clients }
+
+// Lookup loads one of the store's clients.
+func (s *Store) Lookup(ctx context.Context, tenant, clientID string) (Record, error) {
+	return Lookup(ctx, s.clients, tenant, clientID)
+}
+
+// Handler serves the store's endpoints (see Mount).
+func (s *Store) Handler() http.Handler {
+	mux := http.NewServeMux()
+	s.Mount(mux)
+	return mux
+}
+
+// Mount adds the store's endpoints to mux:
+//
+//	POST /v1/tenants/{tenant}/clients
+//	GET  /v1/tenants/{tenant}/clients/{client_id}
+//	POST /v1/tenants/{tenant}/clients/{client_id}/key-packages
+//	PUT  /v1/tenants/{tenant}/clients/{client_id}/consent
+//	GET  /v1/tenants/{tenant}/clients/{client_id}/consent/{entity_kind}/{entity}
+//	PUT  /v1/tenants/{tenant}/clients/{client_id}/hmac-keys
+//	PUT  /v1/tenants/{tenant}/clients/{client_id}/identities/{inbox_id}
+//	GET  /v1/tenants/{tenant}/clients/{client_id}/identities/{inbox_id}
+//
+// All need the admin scope for the tenant and, below a client, the client.
+func (s *Store) Mount(mux *http.ServeMux) {
+	const c = "/v1/tenants/{tenant}/clients"
+	mux.HandleFunc("POST "+c, s.handle(s.register))
+	mux.HandleFunc("GET "+c+"/{client_id}", s.handle(s.getClient))
+	mux.HandleFunc("POST "+c+"/{client_id}/key-packages", s.handle(s.keyPackages))
+	mux.HandleFunc("PUT "+c+"/{client_id}/consent", s.handle(s.putConsent))
+	mux.HandleFunc("GET "+c+"/{client_id}/consent/{entity_kind}/{entity}", s.handle(s.getConsent))
+	mux.HandleFunc("PUT "+c+"/{client_id}/hmac-keys", s.handle(s.putHMACKey))
+	mux.HandleFunc("PUT "+c+"/{client_id}/identities/{inbox_id}", s.handle(s.putIdentity))
+	mux.HandleFunc("GET "+c+"/{client_id}/identities/{inbox_id}", s.handle(s.getIdentity))
+}
+
+// epoch is the HMAC epoch of t: floor(unix_time / period).
+func (s *Store) epoch(t time.Time) int64 {
+	return t.Unix() / int64(s.period/time.Second)
+}
