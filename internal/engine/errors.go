@@ -76,3 +76,15 @@ var (
 	// ErrSealed: sealed installation bytes do not open under the master key.
 	ErrSealed = errors.New("sealed installation does not open")
 )
+
+// ErrParserPanic: mls-go panicked on the input; the engine turned the panic
+// into an invalid_encoding error so malformed input can never crash a role.
+var ErrParserPanic = errors.New("mls parser rejected the input")
+
+// recoverDecode is deferred by every entry point that hands received bytes to
+// mls-go.
+func recoverDecode(op string, err *error) {
+	if r := recover(); r != nil {
+		*err = fail(op, schema.CategoryInvalidEncoding, ErrParserPanic)
+	}
+}

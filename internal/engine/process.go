@@ -50,8 +50,9 @@ type JoinInfo struct {
 // extension, or from ratchetTree (an RFC 9420 §12.4.3.3 ratchet_tree
 // extension body) when the GroupInfo has none. Join is tentative: it changes
 // nothing in inst; the caller removes the KeyPackage once it stored the group.
-func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinOption) (*State, *JoinInfo, error) {
+func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinOption) (st *State, ji *JoinInfo, err error) {
 	const op = "join"
+	defer recoverDecode(op, &err)
 	var cfg joinConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -101,7 +102,7 @@ func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinO
 			return nil, nil, err
 		}
 	}
-	st := &State{g: g}
+	st = &State{g: g}
 	set, found, err := st.Components()
 	if err != nil {
 		return nil, nil, err
@@ -230,8 +231,9 @@ type HandshakeResult struct {
 // category authorization_failed. A commit that removes the hosted member's
 // own leaf returns a nil State and a result with RemovedSelf set: the copy
 // is inactive from then on (Marmot member-departure.md).
-func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, error) {
+func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *HandshakeResult, err error) {
 	const op = "process handshake"
+	defer recoverDecode(op, &err)
 	c, err := Classify(mlsMessage)
 	if err != nil {
 		return nil, nil, err
@@ -261,7 +263,7 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, e
 		}
 		return nil, nil, fail(op, schema.CategoryInvalidSignature, errors.Join(ErrSignature, err))
 	}
-	res := &HandshakeResult{Class: c.Class, MessageID: c.MessageID}
+	res = &HandshakeResult{Class: c.Class, MessageID: c.MessageID}
 	if pm.Content.Sender.Type == framing.SenderTypeMember {
 		res.Sender, _ = s.Member(pm.Content.Sender.LeafIndex)
 	}
@@ -275,8 +277,7 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (*State, *HandshakeResult, e
 			return s.ownRemoval(ops, shape, res)
 		}
 	}
-	next, err := s.Clone()
-	if err != nil {
+	if next, err = s.Clone(); err != nil {
 		return nil, nil, err
 	}
 	if err := next.g.ProcessPublicMessage(pm); err != nil {
@@ -488,8 +489,9 @@ type Application struct {
 // Decrypt decrypts an application PrivateMessage of this epoch. It advances
 // the sender's ratchet in s (RFC 9420 §9: each key is used once), so
 // decrypting the same message twice fails; snapshot s afterwards.
-func (s *State) Decrypt(mlsMessage []byte) (*Application, error) {
+func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	const op = "decrypt"
+	defer recoverDecode(op, &err)
 	c, err := Classify(mlsMessage)
 	if err != nil {
 		return nil, err

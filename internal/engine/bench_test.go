@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/thomas-vilte/mls-go/framing"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+)
+
+func BenchmarkClassify(b *testing.B) {
+	cases := messageCases(b)
+	for _, name := range []string{"mls_welcome", "mls_group_info", "mls_key_package", "public_message_commit", "public_message_proposal", "private_message"} {
+		var msg []byte
+		for _, c := range cases {
+			if c.name == name {
+				msg = c.msg
+				break
+			}
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if _, err := Classify(msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/header-only", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := classifyHeader(msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchGroup returns a hosted member's state in a group of n members made by
+// a remote admin, and the admin's group.
+func benchGroup(b *testing.B, n int) (*State, *testpeer.Group) {
+	b.Helper()
+	alice, err := testpeer.New("alice")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ag, err := alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosted, err := CreateInstallation(newAccount(b), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kps, err := hosted.NewKeyPackages(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range n - 2 {
+		p, err := testpeer.New(fmt.Sprintf("member-%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		kp, err := p.KeyPackage()
+		if err != nil {
+			b.Fatal(err)
+		}
+		kps = append(kps, kp)
+	}
+	_, welcome, err := ag.Invite(kps...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, _, err := hosted.Join(welcome.MLS, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st, ag
+}
+
+// BenchmarkDecrypt decrypts one application message for one hosted member,
+// beside mls-go's own receive (group.ReceiveApplicationMessage) of the same
+// messages on an identical copy of the state.
+func BenchmarkDecrypt(b *testing.B) {
+	st, ag := benchGroup(b, 3)
+	const batch = 4096
+	msgs := make([][]byte, batch)
+	for i := range msgs {
+		m, err := ag.SendText("hello, this is a chat message of a typical length")
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs[i] = m.MLS
+	}
+	b.Run("engine", func(b *testing.B) {
+		var s *State
+		i := 0
+		for b.Loop() {
+			if i%batch == 0 {
+				b.StopTimer()
+				var err error
+				if s, err = st.Clone(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			if _, err := s.Decrypt(msgs[i%batch]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("mls-go", func(b *testing.B) {
+		var s *State
+		i := 0
+		for b.Loop() {
+			if i%batch == 0 {
+				b.StopTimer()
+				var err error
+				if s, err = st.Clone(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			m, err := framing.UnmarshalMLSMessage(msgs[i%batch])
+			if err != nil {
+				b.Fatal(err)
+			}
+			pm, _ := m.AsPrivate()
+			if _, _, _, err := s.g.ReceiveApplicationMessage(pm); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkSnapshot100(b *testing.B) {
+	st, _ := benchGroup(b, 100)
+	snap, err := st.Snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("snapshot", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := st.Snapshot(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(snap)), "snapshot-bytes")
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Restore(snap); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkProcessCommit100 is a commit against a 100-member parent, the
+// unit of convergence replay (includes the copy of the parent).
+func BenchmarkProcessCommit100(b *testing.B) {
+	st, ag := benchGroup(b, 100)
+	commit, err := ag.Commit()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, _, err := st.ProcessHandshake(commit.MLS); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
