@@ -6,18 +6,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Names of the streams and buckets ingest uses (docs/architecture.md).
 const (
-	streamIn       = "FABRIC_IN"
-	streamOutcomes = "FABRIC_OUTCOMES"
-	streamRetained = "FABRIC_RETAINED"
-	bucketSeen     = "fabric-seen"
-	bucketKeys     = "fabric-group-keys"
-	bucketGroups   = "fabric-groups"
+	streamIn       = streams.StreamInput
+	streamOutcomes = streams.StreamOutcomes
+	streamRetained = streams.StreamRetained
+	bucketSeen     = streams.BucketSeen
+	bucketKeys     = streams.BucketGroupKeys
+	bucketGroups   = streams.BucketGroups
 )
 
 // Headers ingest sets on fabric.in.<tenant>.<group> (docs/ingest.md).

@@ -1,0 +1,370 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testTenant = "acme"
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// env is an embedded JetStream server with the fabric's streams, and one or
+// more ingest workers on it.
+type env struct {
+	t       *testing.T
+	srv     *natsserver.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	workers []*worker
+}
+
+type worker struct {
+	svc  *Service
+	nc   *nats.Conn
+	http *httptest.Server
+}
+
+type envOpts struct {
+	window  time.Duration
+	limits  Limits
+	workers int
+	token   bool // NATS intake requires a token
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: o.window}); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, srv: srv, nc: nc, js: js}
+	if o.workers == 0 {
+		o.workers = 1
+	}
+	for range o.workers {
+		e.addWorker(o)
+	}
+	return e
+}
+
+func (e *env) addWorker(o envOpts) *worker {
+	t := e.t
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := e.srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Config{Conn: nc, Verifier: v, Limits: o.limits, NATSIntake: true, NATSRequireToken: o.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{svc: svc, nc: nc, http: httptest.NewServer(svc.Handler())}
+	t.Cleanup(func() {
+		w.http.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := svc.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		nc.Close()
+	})
+	e.workers = append(e.workers, w)
+	return w
+}
+
+func token(t *testing.T, tenant string, scopes ...auth.Scope) string {
+	t.Helper()
+	tok, err := auth.Mint(testSecret, auth.Claims{Tenant: tenant, Scopes: scopes, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// post sends body (encoded as JSON unless it is already bytes) to a
+// worker's intake and returns the status and the raw reply.
+func (w *worker) post(t *testing.T, tenant, tok, contentType string, body []byte) (int, []byte, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+tenant+"/transport", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b, resp.Header
+}
+
+// wire is a transport message as JSON, without the schema's validation, so
+// tests can send what the schema would refuse to encode.
+type wire struct {
+	V       int          `json:"v"`
+	Group   schema.Bytes `json:"group"`
+	Kind    string       `json:"kind"`
+	Payload schema.Bytes `json:"payload"`
+}
+
+// submit posts transport messages as a JSON batch and returns the results.
+func (w *worker) submit(t *testing.T, msgs ...schema.TransportMessage) []Result {
+	t.Helper()
+	ws := make([]wire, len(msgs))
+	for i, m := range msgs {
+		ws[i] = wire{V: m.V, Group: m.Group, Kind: string(m.Kind), Payload: m.Payload}
+	}
+	body, err := json.Marshal(map[string]any{"messages": ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, b, _ := w.post(t, testTenant, token(t, testTenant, auth.ScopeIngest), "", body)
+	if status != http.StatusOK {
+		t.Fatalf("intake: status %d: %s", status, b)
+	}
+	var r Response
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("intake reply: %v: %s", err, b)
+	}
+	if len(r.Results) != len(msgs) {
+		t.Fatalf("got %d results for %d messages", len(r.Results), len(msgs))
+	}
+	return r.Results
+}
+
+func (w *worker) submitOne(t *testing.T, m schema.TransportMessage) Result {
+	t.Helper()
+	return w.submit(t, m)[0]
+}
+
+// outcome reads an outcome over HTTP; ok is false on 404.
+func (w *worker) outcome(t *testing.T, id []byte) (schema.Outcome, bool) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, w.http.URL+"/v1/tenants/"+testTenant+"/outcomes/"+hex.EncodeToString(id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token(t, testTenant, auth.ScopeIngest))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return schema.Outcome{}, false
+	case http.StatusOK:
+	default:
+		t.Fatalf("outcome: status %d: %s", resp.StatusCode, b)
+	}
+	var o schema.Outcome
+	if err := o.UnmarshalJSON(b); err != nil {
+		t.Fatalf("outcome: %v: %s", err, b)
+	}
+	return o, true
+}
+
+// wantOutcome checks the current outcome record of id.
+func (w *worker) wantOutcome(t *testing.T, id []byte, status schema.OutcomeStatus, cat schema.Category, class schema.InputClass) schema.Outcome {
+	t.Helper()
+	o, ok := w.outcome(t, id)
+	if !ok {
+		t.Fatalf("no outcome record")
+	}
+	if o.Status != status || o.Category != cat || (class != "" && o.Class != class) {
+		t.Fatalf("outcome = %s/%s/%s, want %s/%s/%s", o.Status, o.Category, o.Class, status, cat, class)
+	}
+	return o
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// inputs returns every message on FABRIC_IN.
+func (e *env) inputs() []*jetstream.RawStreamMsg {
+	e.t.Helper()
+	ctx := context.Background()
+	st, err := e.js.Stream(ctx, streams.StreamInput)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if err != nil {
+			return out
+		}
+		out = append(out, m)
+		seq = m.Sequence + 1
+	}
+}
+
+func (e *env) retained() uint64 {
+	e.t.Helper()
+	st, err := e.js.Stream(context.Background(), streams.StreamRetained)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// hostGroup writes the fabric-groups record of a group as converge does
+// when a hosted client joins it.
+func (e *env) hostGroup(groupID []byte) {
+	e.t.Helper()
+	e.putKV(streams.BucketGroups, groupID, []byte(`{"members":["c1"]}`))
+	key := testTenant + "." + hex.EncodeToString(groupID)
+	for _, w := range e.workers {
+		eventually(e.t, "group known", func() bool { return w.svc.dir.known(key) })
+	}
+}
+
+// setGroupKeys writes a group's candidate keys as converge does.
+func (e *env) setGroupKeys(groupID []byte, g *testpeer.Group) {
+	e.t.Helper()
+	v, err := EncodeGroupKeys(g.EventKeys())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.putKV(streams.BucketGroupKeys, groupID, v)
+}
+
+func (e *env) putKV(bucket string, groupID, value []byte) {
+	e.t.Helper()
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, bucket)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	key, err := subject.GroupKey(testTenant, hex.EncodeToString(groupID))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, key, value); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// newGroup makes a remote group of two peers and returns the creator's view.
+func newGroup(t *testing.T) *testpeer.Group {
+	t.Helper()
+	alice, err := testpeer.New("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := alice.CreateGroup(components.Set{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func text(t *testing.T, g *testpeer.Group, s string) testpeer.Message {
+	t.Helper()
+	m, err := g.SendText(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func wantResult(t *testing.T, r Result, id []byte, status schema.OutcomeStatus, cat schema.Category) {
+	t.Helper()
+	if id != nil && !bytes.Equal(r.MessageID, id) {
+		t.Errorf("message_id = %x, want %x", r.MessageID, id)
+	}
+	if r.Status != status || r.Category != cat {
+		t.Fatalf("result = %s/%s, want %s/%s", r.Status, r.Category, status, cat)
+	}
+}
+
+// natsRequest sends one intake request over NATS.
+func (e *env) natsRequest(t *testing.T, tenant string, hdr nats.Header, body []byte) (*nats.Msg, error) {
+	t.Helper()
+	m := nats.NewMsg(IntakePrefix + tenant)
+	m.Data = body
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	return e.nc.RequestMsg(m, 10*time.Second)
+}
+
+func msgpackBody(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var _ = httpapi.ContentTypeMsgpack

@@ -1,0 +1,341 @@
+package ingest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// An application message of a hosted group is queued on the group's input
+// subject with its class and id in headers, and its outcome is recorded.
+func TestQueuedOntoGroupSubject(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "hello")
+
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	o := w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+	if o.Revision != 1 {
+		t.Errorf("revision = %d, want 1", o.Revision)
+	}
+	in := e.inputs()
+	if len(in) != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", len(in))
+	}
+	want, err := subject.StoredInput(testTenant, hex.EncodeToString(g.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := in[0]
+	if got.Subject != want {
+		t.Errorf("subject = %s, want %s", got.Subject, want)
+	}
+	if string(got.Data) != string(m.MLS) {
+		t.Error("body is not the peeled MLS bytes")
+	}
+	if c := got.Header.Get(HeaderClass); c != string(schema.ClassApplication) {
+		t.Errorf("%s = %q", HeaderClass, c)
+	}
+	if id := got.Header.Get(HeaderMessageID); id != hex.EncodeToString(m.ID) {
+		t.Errorf("%s = %q", HeaderMessageID, id)
+	}
+	if id := got.Header.Get(jetstream.MsgIDHeader); id != testTenant+"."+hex.EncodeToString(m.ID) {
+		t.Errorf("Nats-Msg-Id = %q", id)
+	}
+}
+
+// The message id is SHA-256 of the peeled MLS bytes, so the same MLS message
+// sealed and in the clear is one input (inbound-processing.md, "Message
+// identity").
+func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	e.setGroupKeys(g.ID(), g)
+	eventually(t, "key set loaded", func() bool { k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(g.ID())); return len(k) > 0 })
+	g.SetSealed(true)
+	m := text(t, g, "sealed")
+	if m.Transport.Kind != schema.TransportSealed {
+		t.Fatal("testpeer did not seal")
+	}
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	plain := schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: m.MLS}
+	wantResult(t, w.submitOne(t, plain), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	if n := len(e.inputs()); n != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
+	}
+}
+
+// A second delivery inside the JetStream window is a duplicate and is not
+// published again.
+func TestDuplicateInsideWindow(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "twice")
+	res := w.submit(t, m.Transport, m.Transport)
+	wantResult(t, res[0], m.ID, schema.StatusQueued, "")
+	wantResult(t, res[1], m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	if n := len(e.inputs()); n != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
+	}
+	// The duplicate did not overwrite the input's own outcome.
+	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+}
+
+// Past the JetStream window the fabric-seen record still catches a
+// duplicate, once convergence has decided about the input.
+func TestDuplicateBeyondWindow(t *testing.T) {
+	const window = 200 * time.Millisecond
+	e := newEnv(t, envOpts{window: window})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "later")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	e.converged(m.ID, schema.ClassApplication)
+	time.Sleep(3 * window) // let the Nats-Msg-Id window pass
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	if n := len(e.inputs()); n != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
+	}
+	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+}
+
+// converged appends an accepted record the way converge does.
+func (e *env) converged(id []byte, class schema.InputClass) {
+	e.t.Helper()
+	rec := schema.Outcome{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted}
+	if err := e.workers[0].svc.writeOutcomeCAS(context.Background(), testTenant, rec); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A dedup record whose publish never happened (a worker died between the
+// two) does not lose the input: the next delivery publishes it.
+func TestSeenWithoutPublishIsNotLost(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "ambiguous")
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, streams.BucketSeen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := subject.SeenKey(testTenant, hex.EncodeToString(m.ID))
+	if _, err := kv.Create(ctx, key, []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	if n := len(e.inputs()); n != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
+	}
+	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+	// And a retry of that retry is a duplicate inside the window.
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+}
+
+// Bytes that are not an MLSMessage fail closed with invalid_encoding, and
+// so does a sealed payload too short to hold a tag.
+func TestMalformedInput(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	junk := []byte{0x00, 0x01, 0x00}
+	res := w.submit(t,
+		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: junk},
+		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportSealed, Payload: make([]byte, 20)},
+	)
+	id := sha256.Sum256(junk)
+	wantResult(t, res[0], id[:], schema.StatusRejected, schema.CategoryInvalidEncoding)
+	w.wantOutcome(t, id[:], schema.StatusRejected, schema.CategoryInvalidEncoding, schema.ClassMalformed)
+	short := sha256.Sum256(make([]byte, 20))
+	wantResult(t, res[1], short[:], schema.StatusRejected, schema.CategoryInvalidEncoding)
+	if n := len(e.inputs()); n != 0 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 0", n)
+	}
+}
+
+// Input of a protocol version or wire format the fabric does not process
+// fails closed with unsupported_required_feature.
+func TestUnsupportedInput(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "v2")
+	v2 := slices.Clone(m.MLS)
+	v2[0], v2[1] = 0x00, 0x02 // protocol version mls20
+	bob, err := testpeer.New("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := bob.KeyPackage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := w.submit(t,
+		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: v2},
+		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: kp},
+	)
+	id := sha256.Sum256(v2)
+	wantResult(t, res[0], id[:], schema.StatusRejected, schema.CategoryUnsupportedRequiredFeature)
+	w.wantOutcome(t, id[:], schema.StatusRejected, schema.CategoryUnsupportedRequiredFeature, schema.ClassUnsupported)
+	kpID := sha256.Sum256(kp)
+	wantResult(t, res[1], kpID[:], schema.StatusRejected, schema.CategoryUnsupportedRequiredFeature)
+	w.wantOutcome(t, kpID[:], schema.StatusRejected, schema.CategoryUnsupportedRequiredFeature, schema.ClassKeyPackage)
+}
+
+// A group message routed under another group's id is wrong_recipient.
+func TestWrongRecipient(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g, other := newGroup(t), newGroup(t)
+	e.hostGroup(g.ID())
+	e.hostGroup(other.ID())
+	m := text(t, g, "misrouted")
+	tm := m.Transport
+	tm.Group = other.ID()
+	wantResult(t, w.submitOne(t, tm), m.ID, schema.StatusRejected, schema.CategoryWrongRecipient)
+	w.wantOutcome(t, m.ID, schema.StatusRejected, schema.CategoryWrongRecipient, schema.ClassApplication)
+}
+
+// Input for a group no hosted client holds is unknown_group, retained, and
+// offered to convergence once a hosted client joins (late welcome
+// backfill).
+func TestUnknownGroupBackfilledAfterJoin(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	m := text(t, g, "early")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	w.wantOutcome(t, m.ID, schema.StatusRejected, schema.CategoryUnknownGroup, schema.ClassApplication)
+	if n := e.retained(); n != 1 {
+		t.Fatalf("FABRIC_RETAINED holds %d objects, want 1", n)
+	}
+	if n := len(e.inputs()); n != 0 {
+		t.Fatalf("FABRIC_IN holds %d messages before the join, want 0", n)
+	}
+
+	e.hostGroup(g.ID())
+	eventually(t, "backfill onto FABRIC_IN", func() bool { return len(e.inputs()) == 1 })
+	eventually(t, "retained object removed", func() bool { return e.retained() == 0 })
+	o := w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+	if o.Revision != 2 {
+		t.Errorf("revision = %d, want 2", o.Revision)
+	}
+	// Delivered again now: a duplicate once convergence has decided.
+	e.converged(m.ID, schema.ClassApplication)
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+}
+
+// A welcome goes to the group its hint names, known or not: it is what
+// makes a group known.
+func TestWelcomeGoesToHintedGroup(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	bob, err := testpeer.New("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := bob.KeyPackage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, welcome, err := g.Invite(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantResult(t, w.submitOne(t, welcome.Transport), welcome.ID, schema.StatusQueued, "")
+	w.wantOutcome(t, welcome.ID, schema.StatusQueued, "", schema.ClassWelcome)
+	in := e.inputs()
+	if len(in) != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", len(in))
+	}
+	_, tenant, group, err := subject.ParseStoredInput(in[0].Subject)
+	if err != nil || tenant != testTenant || group != hex.EncodeToString(g.ID()) {
+		t.Fatalf("welcome stored under %s", in[0].Subject)
+	}
+}
+
+// A sealed message no candidate key opens is transport_deferred, retained,
+// and retried when the group's key set changes (inbound-processing.md,
+// "Transport-deferred input").
+func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	stranger := newGroup(t)
+	e.setGroupKeys(g.ID(), stranger) // keys that do not open g's messages
+	key := testTenant + "." + hex.EncodeToString(g.ID())
+	eventually(t, "key set loaded", func() bool { k, _ := w.svc.dir.candidateKeys(key); return len(k) > 0 })
+
+	g.SetSealed(true)
+	m := text(t, g, "sealed")
+	transportID := sha256.Sum256(m.Transport.Payload)
+	wantResult(t, w.submitOne(t, m.Transport), transportID[:], schema.StatusDeferred, schema.CategoryTransportDeferred)
+	w.wantOutcome(t, transportID[:], schema.StatusDeferred, schema.CategoryTransportDeferred, "")
+	if n := e.retained(); n != 1 {
+		t.Fatalf("FABRIC_RETAINED holds %d objects, want 1", n)
+	}
+
+	e.setGroupKeys(g.ID(), g)
+	eventually(t, "opened onto FABRIC_IN", func() bool { return len(e.inputs()) == 1 })
+	eventually(t, "retained object removed", func() bool { return e.retained() == 0 })
+	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+	eventually(t, "transport id settles", func() bool {
+		o, _ := w.outcome(t, transportID[:])
+		return o.Status == schema.StatusQueued
+	})
+}
+
+// Over the tenant's retention bound an object is refused with
+// resource_refused, which is not a duplicate record: the same bytes are
+// processed afresh later.
+func TestRetentionBoundRefuses(t *testing.T) {
+	e := newEnv(t, envOpts{limits: Limits{MaxRetainedPerTenant: 1}})
+	w := e.workers[0]
+	g := newGroup(t)
+	first, second := text(t, g, "one"), text(t, g, "two")
+	wantResult(t, w.submitOne(t, first.Transport), first.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	wantResult(t, w.submitOne(t, second.Transport), second.ID, schema.StatusRejected, schema.CategoryResourceRefused)
+	w.wantOutcome(t, second.ID, schema.StatusRejected, schema.CategoryResourceRefused, schema.ClassApplication)
+	wantResult(t, w.submitOne(t, second.Transport), second.ID, schema.StatusRejected, schema.CategoryResourceRefused)
+
+	e.hostGroup(g.ID())
+	eventually(t, "backfill", func() bool { return len(e.inputs()) == 1 })
+	wantResult(t, w.submitOne(t, second.Transport), second.ID, schema.StatusQueued, "")
+	if n := len(e.inputs()); n != 2 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 2", n)
+	}
+}
+
+// The outcome endpoint answers 404 for an id with no record and 400 for
+// something that is not a message id.
+func TestOutcomeNotFound(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	id := sha256.Sum256([]byte("never sent"))
+	if _, ok := w.outcome(t, id[:]); ok {
+		t.Fatal("outcome found for an id never sent")
+	}
+}
