@@ -122,13 +122,24 @@ func (s *engineState) Commit(_ context.Context, msg []byte) (MemberState, Commit
 	ci := CommitInfo{
 		AddedInboxIDs:   res.AddedInboxes,
 		RemovedInboxIDs: res.RemovedInboxes,
-		MemberInboxIDs:  next.InboxIDs(),
 		Before:          s.Components(),
 		After:           res.Components,
 	}
 	for _, l := range res.RemovedLeaves {
 		ci.Removed = append(ci.Removed, Leaf{InboxID: l.InboxID, InstallationKey: l.InstallationKey})
 	}
+	if next == nil {
+		// The commit removed this member: the engine keeps no next state.
+		for _, id := range s.st.InboxIDs() {
+			if !slices.Contains(res.RemovedInboxes, id) {
+				ci.MemberInboxIDs = append(ci.MemberInboxIDs, id)
+			}
+		}
+		ci.MemberInboxIDs = append(ci.MemberInboxIDs, res.AddedInboxes...)
+		slices.Sort(ci.MemberInboxIDs)
+		return nil, ci, nil
+	}
+	ci.MemberInboxIDs = next.InboxIDs()
 	return &engineState{st: next, vault: s.vault}, ci, nil
 }
 

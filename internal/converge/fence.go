@@ -2,15 +2,13 @@ package converge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/eventbus"
 )
 
 // checkpointVersion is the version of the checkpoint record format.
@@ -70,97 +68,34 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 }
 
 // ErrFenced reports that a commit lost the fence: another write to the
-// group's checkpoint happened since this worker read it. The caller reloads
-// the group from its newest checkpoint.
+// group's checkpoint happened since this worker read it, or an earlier
+// attempt of this one stored the batch. The caller reloads the group.
 var ErrFenced = errors.New("converge: fenced: group checkpoint moved")
 
-// maxBatch bounds one atomic batch (the server's default limit).
-const maxBatch = 1000
-
-// fence writes checkpoints and events of FABRIC_EVENTS.
-type fence struct {
-	js     jetstream.JetStream
-	nc     *nats.Conn
-	stream string
-}
-
-// read returns the newest checkpoint of a group and its stream sequence, or
-// seq 0 when the group has none. It asks the stream leader (not a direct
-// get, which a lagging follower may answer), so a worker that just lost
-// the fence sees the winner's checkpoint.
-func (f *fence) read(ctx context.Context, subject string) (checkpoint, uint64, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	resp, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+f.stream, req)
-	if err != nil {
-		return checkpoint{}, 0, fmt.Errorf("read checkpoint: %w", err)
+// readCheckpoint returns a group's newest checkpoint and its stream
+// sequence (0 when the group has none), read from the stream leader.
+func readCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHex string) (checkpoint, uint64, error) {
+	seq, data, err := eventbus.LastCheckpoint(ctx, js, tenant, groupHex)
+	if err != nil || seq == 0 {
+		return checkpoint{}, 0, err
 	}
-	var r struct {
-		Error *jetstream.APIError `json:"error"`
-		Msg   *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return checkpoint{}, 0, fmt.Errorf("read checkpoint: %w", err)
-	}
-	if r.Error != nil {
-		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return checkpoint{}, 0, nil
-		}
-		return checkpoint{}, 0, fmt.Errorf("read checkpoint: %w", r.Error)
-	}
-	if r.Msg == nil {
-		return checkpoint{}, 0, errors.New("read checkpoint: empty answer")
-	}
-	c, err := decodeCheckpoint(r.Msg.Data)
+	c, err := decodeCheckpoint(data)
 	if err != nil {
 		return checkpoint{}, 0, err
 	}
-	return c, r.Msg.Seq, nil
+	return c, seq, nil
 }
 
-// commit stores the checkpoint and the events as one atomic batch. The
-// checkpoint goes first and carries the expected last sequence of its
-// subject; events follow in emission order. It returns the checkpoint's new
-// stream sequence. A lost fence, or a batch that may have committed before
-// (a duplicate event id rejects the whole batch), returns ErrFenced: the
-// caller re-reads the checkpoint to learn which.
-func (f *fence) commit(ctx context.Context, subject string, expect uint64, ck checkpoint, events []*nats.Msg) (uint64, error) {
-	if len(events)+1 > maxBatch {
-		return 0, fmt.Errorf("commit: %d events exceed one atomic batch", len(events))
-	}
+// commitBatch stores the events and the checkpoint as one atomic batch,
+// fenced on the checkpoint sequence the worker loaded (DESIGN section 5).
+func commitBatch(ctx context.Context, js jetstream.JetStream, tenant, groupHex string, expect uint64, ck checkpoint, events []eventbus.Event) (uint64, error) {
 	body, err := encodeCheckpoint(ck)
 	if err != nil {
 		return 0, err
 	}
-	ckMsg := nats.NewMsg(subject)
-	ckMsg.Data = body
-	ckMsg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
-	msgs := make([]*nats.Msg, 0, len(events)+1)
-	msgs = append(msgs, ckMsg)
-	msgs = append(msgs, events...)
-	ack, err := jetstreamext.PublishMsgBatch(ctx, f.js, msgs)
-	if err != nil {
-		if fencedErr(err) {
-			return 0, fmt.Errorf("%w (%v)", ErrFenced, err)
-		}
-		return 0, fmt.Errorf("commit batch: %w", err)
+	seq, err := eventbus.PublishBatch(ctx, js, events, eventbus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect})
+	if errors.Is(err, eventbus.ErrFenced) || errors.Is(err, eventbus.ErrDuplicateEvent) || isConflict(err) {
+		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
 	}
-	// A batch is stored under consecutive sequences; the checkpoint is first.
-	return ack.Sequence - uint64(len(msgs)) + 1, nil
-}
-
-// fencedErr reports the errors that mean "the fence moved, or this batch
-// may already be stored": wrong last sequence (10071), another write in
-// flight on the subject (10164), a duplicate message id (10201).
-func fencedErr(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case jetstream.JSErrCodeStreamWrongLastSequence, 10164, jetstreamext.JSErrCodeBatchPublishDuplicateMsgID:
-			return true
-		}
-	}
-	return false
+	return seq, err
 }

@@ -292,7 +292,7 @@ func (t *txn) commit(ctx context.Context, in input) (outcomeNote, bool, error) {
 	for _, m := range applied {
 		view := project.Member{InboxID: m.InboxID, Installation: m.Installation, LeaveRequested: t.g.leaveRequested(m.InboxID)}
 		t.emit(m.ClientID, in.MessageID, project.CommitEvents(t.g.GroupID, view, pc)...)
-		if slices.ContainsFunc(pc.RemovedInstallations, func(k []byte) bool { return bytes.Equal(k, m.Installation) }) {
+		if t.members[m.ClientID] == nil || slices.ContainsFunc(pc.RemovedInstallations, func(k []byte) bool { return bytes.Equal(k, m.Installation) }) {
 			// Realizing removal: the copy is inactive from here on.
 			m.Removed = true
 			delete(t.members, m.ClientID)

@@ -53,7 +53,8 @@ type MemberState interface {
 	// Snapshot serialises the state.
 	Snapshot() ([]byte, error)
 	// Commit processes a PublicMessage commit and returns the next state;
-	// the receiver is left unchanged.
+	// the receiver is left unchanged. A commit that removes the member
+	// returns a nil state.
 	Commit(ctx context.Context, msg []byte) (MemberState, CommitInfo, error)
 	// Proposal processes a PublicMessage proposal and returns the state
 	// that holds it; the receiver is left unchanged.

@@ -11,7 +11,6 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // outcomeNote is one outcome decision, kept in the checkpoint of the
@@ -67,7 +66,7 @@ func (o *outcomes) publish(ctx context.Context, tenant string, n outcomeNote) er
 		return fmt.Errorf("read outcome: %w", err)
 	default:
 		var prev schema.Outcome
-		if err := msgpack.Unmarshal(last.Data, &prev); err != nil {
+		if err := prev.UnmarshalMsgpack(last.Data); err != nil {
 			return fmt.Errorf("decode outcome: %w", err)
 		}
 		if prev.Status == n.Status && prev.Disposition == n.Disposition && prev.Category == n.Category {
@@ -84,7 +83,7 @@ func (o *outcomes) publish(ctx context.Context, tenant string, n outcomeNote) er
 		Revision:    rev + 1,
 		Time:        time.UnixMilli(n.Time).UTC(),
 	}
-	body, err := msgpack.Marshal(rec)
+	body, err := rec.MarshalMsgpack()
 	if err != nil {
 		return fmt.Errorf("encode outcome: %w", err)
 	}

@@ -1,0 +1,234 @@
+package converge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+const tenant = "acme"
+
+// env is one test's fabric: an embedded JetStream server with the streams
+// provisioned, a client store and the vault converge opens installations
+// with.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	srv   *natsserver.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	vault *engine.Vault
+	store *clientstore.Store
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	key := sha256.Sum256([]byte("converge test master key"))
+	vault, err := engine.NewVault(key[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := auth.NewVerifier([]byte(strings.Repeat("s", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return &env{t: t, ctx: ctx, srv: srv, nc: nc, js: js, vault: vault, store: store}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// hosted is a hosted client and the KeyPackages it handed out.
+type hosted struct {
+	rec clientstore.Record
+	kps [][]byte
+}
+
+// register hosts a client of the given account (a testpeer account, so
+// remote installations of the same inbox can exist).
+func (e *env) register(account [32]byte, n int) hosted {
+	e.t.Helper()
+	rec, kps, err := e.store.RegisterClient(e.ctx, tenant, clientstore.RegisterRequest{InboxID: hex.EncodeToString(account[:]), KeyPackages: &n})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return hosted{rec: rec, kps: kps}
+}
+
+// publish puts a peer's message onto FABRIC_IN the way ingest does.
+func (e *env) publish(m testpeer.Message) {
+	e.t.Helper()
+	c, err := engine.Classify(m.MLS)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	idHex := hex.EncodeToString(m.ID)
+	msg := nats.NewMsg(subj)
+	msg.Data = m.MLS
+	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
+	msg.Header.Set(ingest.HeaderClass, string(c.Class))
+	msg.Header.Set(ingest.HeaderMessageID, idHex)
+	if _, err := e.js.PublishMsg(e.ctx, msg); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// worker starts a converge worker and returns a stop function that waits
+// for it to drain.
+func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
+	e.t.Helper()
+	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()}
+	if cfg != nil {
+		cfg(&c)
+	}
+	w, err := New(e.ctx, c)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := w.Run(ctx); err != nil {
+			e.t.Error(err)
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	e.t.Cleanup(stop)
+	return w, stop
+}
+
+// events returns every converge event stored for a client so far (the
+// client store's own identity.registered is left out).
+func (e *env) events(clientID string) []eventbus.Delivered {
+	e.t.Helper()
+	subj, err := subject.Events(tenant, clientID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []eventbus.Delivered
+	var seq uint64 = 1
+	for {
+		m, err := s.GetMsg(e.ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		d, err := eventbus.DecodeStored(m)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if d.Event.Kind != schema.KindIdentityRegistered {
+			out = append(out, d)
+		}
+		seq = m.Sequence + 1
+	}
+}
+
+// waitEvents waits until a client has n converge events and returns them.
+func (e *env) waitEvents(clientID string, n int) []eventbus.Delivered {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		evs := e.events(clientID)
+		if len(evs) >= n || time.Now().After(deadline) {
+			if len(evs) != n {
+				e.t.Fatalf("client has %d events, want %d: %v", len(evs), n, kinds(evs))
+			}
+			return evs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func kinds(evs []eventbus.Delivered) []schema.EventKind {
+	out := make([]schema.EventKind, len(evs))
+	for i, d := range evs {
+		out[i] = d.Event.Kind
+	}
+	return out
+}
+
+// outcome reads an input's current outcome record.
+func (e *env) outcome(id []byte) schema.Outcome {
+	e.t.Helper()
+	subj, err := subject.Outcome(tenant, hex.EncodeToString(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s, err := e.js.Stream(e.ctx, streams.StreamOutcomes)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := s.GetLastMsgForSubject(e.ctx, subj)
+		if err == nil {
+			var o schema.Outcome
+			if err := o.UnmarshalMsgpack(m.Data); err != nil {
+				e.t.Fatal(err)
+			}
+			return o
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no outcome: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

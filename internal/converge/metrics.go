@@ -1,0 +1,62 @@
+package converge
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are converge's Prometheus metrics (prefix fabric_converge_). No
+// label carries a tenant, group, client or message id.
+type Metrics struct {
+	Inputs      *prometheus.CounterVec
+	Latency     prometheus.Histogram
+	Owned       prometheus.Gauge
+	Lag         prometheus.Gauge
+	Events      *prometheus.CounterVec
+	Fenced      prometheus.Counter
+	Expirations prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg (when not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Inputs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_converge_inputs_total",
+			Help: "Inputs decided, by disposition (accepted, deferred, stale, rejected).",
+		}, []string{"disposition"}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fabric_converge_processing_seconds",
+			Help:    "Time to process one input: load, MLS for every hosted member, state writes and the fenced commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		Owned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fabric_converge_owned_partitions",
+			Help: "Input partitions this worker owns.",
+		}),
+		Lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fabric_converge_consumer_pending_messages",
+			Help: "Inputs not yet delivered on the partitions this worker owns (consumer num pending).",
+		}),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_converge_events_total",
+			Help: "Client events committed, by kind.",
+		}, []string{"kind"}),
+		Fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_converge_fenced_commits_total",
+			Help: "Commits refused by the checkpoint fence (another worker or an earlier attempt wrote first).",
+		}),
+		Expirations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_converge_cleanup_passes_total",
+			Help: "Disappearing-message cleanup passes that deleted at least one message.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations)
+	}
+	return m
+}
+
+func (m *Metrics) disposition(n outcomeNote) {
+	d := string(n.Disposition)
+	if d == "" {
+		d = string(n.Status)
+	}
+	m.Inputs.WithLabelValues(d).Inc()
+}

@@ -1,0 +1,816 @@
+package converge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseTTL        = 6 * time.Second
+	DefaultCleanupInterval = time.Second
+	// fetchBatch is how many inputs one pull asks for.
+	fetchBatch = 64
+	// commitAttempts bounds the retries of one transaction that lost the
+	// fence to an earlier attempt or another worker.
+	commitAttempts = 5
+	// pruneEvery is how many checkpoints a group gets between prunes of
+	// its superseded ones.
+	pruneEvery = 32
+)
+
+// Config configures a Worker.
+type Config struct {
+	// JS reaches the provisioned streams and buckets (package streams).
+	JS jetstream.JetStream
+	// MLS runs the hosted members' MLS state (EngineMLS).
+	MLS MLS
+	// WorkerID names this worker in leases: [A-Za-z0-9_-]{1,64}, unique
+	// among running workers.
+	WorkerID string
+	// Partitions are the input partitions this worker may own; all of
+	// them when empty.
+	Partitions []int
+	// LeaseTTL is how long a partition lease lasts without renewal; a
+	// dead worker's partitions are taken within LeaseTTL plus a third of
+	// it. DefaultLeaseTTL when zero.
+	LeaseTTL time.Duration
+	// CleanupInterval is how often the disappearing-messages cleanup pass
+	// runs over owned groups. DefaultCleanupInterval when zero.
+	CleanupInterval time.Duration
+	// Metrics receives measurements; a fresh unregistered set when nil.
+	Metrics *Metrics
+	// Logger receives diagnostics; slog.Default when nil.
+	Logger *slog.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Worker is one converge process's share of the work: it owns some input
+// partitions, consumes each in stream order and commits each group's
+// transactions behind the group's checkpoint fence.
+type Worker struct {
+	cfg      Config
+	js       jetstream.JetStream
+	log      *slog.Logger
+	metrics  *Metrics
+	leases   *leases
+	inStream jetstream.Stream
+	outcomes outcomes
+	conv     jetstream.KeyValue
+	groupsKV jetstream.KeyValue
+	keysKV   jetstream.KeyValue
+	dir      kvDirectory
+
+	mu      sync.Mutex
+	running map[int]*partitionRun
+	ready   bool
+}
+
+// partitionRun is an owned partition's consuming goroutine.
+type partitionRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New checks cfg and opens the streams and buckets the worker needs.
+func New(ctx context.Context, cfg Config) (*Worker, error) {
+	if cfg.JS == nil || cfg.MLS == nil {
+		return nil, errors.New("converge: JS and MLS are required")
+	}
+	if err := validWorkerID(cfg.WorkerID); err != nil {
+		return nil, err
+	}
+	if len(cfg.Partitions) == 0 {
+		for p := range subject.Partitions {
+			cfg.Partitions = append(cfg.Partitions, p)
+		}
+	}
+	for _, p := range cfg.Partitions {
+		if p < 0 || p >= subject.Partitions {
+			return nil, fmt.Errorf("converge: partition %d out of range", p)
+		}
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.CleanupInterval <= 0 {
+		cfg.CleanupInterval = DefaultCleanupInterval
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	w := &Worker{cfg: cfg, js: cfg.JS, log: cfg.Logger, metrics: cfg.Metrics, running: map[int]*partitionRun{}}
+	var err error
+	if w.inStream, err = cfg.JS.Stream(ctx, streams.StreamInput); err != nil {
+		return nil, fmt.Errorf("converge: stream %s: %w", streams.StreamInput, err)
+	}
+	out, err := cfg.JS.Stream(ctx, streams.StreamOutcomes)
+	if err != nil {
+		return nil, fmt.Errorf("converge: stream %s: %w", streams.StreamOutcomes, err)
+	}
+	w.outcomes = outcomes{js: cfg.JS, stream: out}
+	for name, dst := range map[string]*jetstream.KeyValue{
+		streams.BucketConverge: &w.conv, streams.BucketGroups: &w.groupsKV, streams.BucketGroupKeys: &w.keysKV, streams.BucketClients: &w.dir.kv,
+	} {
+		if *dst, err = cfg.JS.KeyValue(ctx, name); err != nil {
+			return nil, fmt.Errorf("converge: bucket %s: %w", name, err)
+		}
+	}
+	w.leases = newLeases(w.conv, cfg.WorkerID, cfg.LeaseTTL)
+	w.leases.now = cfg.Now
+	return w, nil
+}
+
+func validWorkerID(id string) error {
+	if id == "" || len(id) > 64 {
+		return errors.New("converge: worker id must be 1 to 64 characters")
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return errors.New("converge: worker id may hold only letters, digits, '-' and '_'")
+		}
+	}
+	return nil
+}
+
+// Owned returns the partitions this worker owns now, sorted.
+func (w *Worker) Owned() []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]int, 0, len(w.running))
+	for p := range w.running {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ready reports an error until the worker has balanced its leases once.
+func (w *Worker) Ready(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ready {
+		return errors.New("converge: leases not yet balanced")
+	}
+	return nil
+}
+
+// Run owns partitions until ctx ends: it renews its leases, takes free or
+// expired ones up to its fair share, gives up extras, and runs one consuming
+// goroutine per owned partition. On return every partition goroutine has
+// stopped and the leases are released, so another worker takes over at
+// once (graceful drain).
+func (w *Worker) Run(ctx context.Context) error {
+	tick := time.NewTicker(w.cfg.LeaseTTL / 3)
+	defer tick.Stop()
+	defer w.stopAll()
+	for {
+		if err := w.balance(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("converge: lease balance failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// stopAll stops every partition and releases its lease.
+func (w *Worker) stopAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, p := range w.Owned() {
+		w.stop(p)
+		if err := w.leases.release(ctx, p); err != nil {
+			w.log.Warn("converge: release lease", "partition", p, "err", err)
+		}
+	}
+	if err := w.leases.retire(ctx); err != nil {
+		w.log.Warn("converge: retire worker", "err", err)
+	}
+	w.metrics.Owned.Set(0)
+}
+
+func (w *Worker) balance(ctx context.Context) error {
+	if err := w.leases.heartbeat(ctx); err != nil {
+		return err
+	}
+	for _, p := range w.Owned() {
+		ok, err := w.leases.renew(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			w.log.Warn("converge: partition lease lost", "partition", p)
+			w.stop(p)
+		}
+	}
+	n, err := w.leases.liveWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	share := (len(w.cfg.Partitions) + n - 1) / n
+	owned := w.Owned()
+	for len(owned) > share {
+		p := owned[len(owned)-1]
+		owned = owned[:len(owned)-1]
+		w.stop(p)
+		if err := w.leases.release(ctx, p); err != nil {
+			return err
+		}
+	}
+	// Start the scan at a worker-specific offset, so workers starting
+	// together do not all race for the same partitions.
+	h := fnv.New32a()
+	h.Write([]byte(w.cfg.WorkerID))
+	off := int(h.Sum32() % uint32(len(w.cfg.Partitions)))
+	for i := 0; i < len(w.cfg.Partitions) && len(w.Owned()) < share; i++ {
+		p := w.cfg.Partitions[(off+i)%len(w.cfg.Partitions)]
+		if w.owns(p) {
+			continue
+		}
+		ok, err := w.leases.tryAcquire(ctx, p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			w.start(ctx, p)
+		}
+	}
+	w.metrics.Owned.Set(float64(len(w.Owned())))
+	w.updateLag(ctx)
+	w.mu.Lock()
+	w.ready = true
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *Worker) owns(p int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.running[p]
+	return ok
+}
+
+func (w *Worker) start(ctx context.Context, p int) {
+	pctx, cancel := context.WithCancel(ctx)
+	r := &partitionRun{cancel: cancel, done: make(chan struct{})}
+	w.mu.Lock()
+	w.running[p] = r
+	w.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		w.runPartition(pctx, p)
+	}()
+}
+
+func (w *Worker) stop(p int) {
+	w.mu.Lock()
+	r := w.running[p]
+	delete(w.running, p)
+	w.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+func (w *Worker) updateLag(ctx context.Context) {
+	var pending uint64
+	for _, p := range w.Owned() {
+		c, err := w.inStream.Consumer(ctx, consumerName(p))
+		if err != nil {
+			continue
+		}
+		if info, err := c.Info(ctx); err == nil {
+			pending += info.NumPending
+		}
+	}
+	w.metrics.Lag.Set(float64(pending))
+}
+
+// consumerName is the durable pull consumer of partition p.
+func consumerName(p int) string { return "converge-p" + strconv.Itoa(p) }
+
+// resetConsumer recreates partition p's consumer so that it delivers from
+// start (or, when start is 0, from just after its ack floor). Ownership
+// moves and failed inputs go through here, so no input of a group is ever
+// delivered after a later one that is not yet done: a consumer is never
+// left with unacknowledged input it would redeliver out of order.
+func (w *Worker) resetConsumer(ctx context.Context, p int, start uint64) (jetstream.Consumer, error) {
+	name := consumerName(p)
+	if start == 0 {
+		start = 1
+		if c, err := w.inStream.Consumer(ctx, name); err == nil {
+			if info, err := c.Info(ctx); err == nil {
+				start = info.AckFloor.Stream + 1
+			}
+		}
+	}
+	if err := w.inStream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("delete consumer: %w", err)
+	}
+	filter, err := subject.InputPartition(p)
+	if err != nil {
+		return nil, err
+	}
+	c, err := w.inStream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       name,
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   start,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 1024,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer: %w", err)
+	}
+	return c, nil
+}
+
+// partition is the state of one owned partition: its loaded groups and when
+// each group next has messages to expire.
+type partition struct {
+	id     int
+	groups map[string]*loadedGroup // by <tenant>.<group>
+	expiry map[string]int64        // by <tenant>.<group>
+}
+
+// loadedGroup is a group as of its newest checkpoint.
+type loadedGroup struct {
+	tenant, groupHex string
+	ck               checkpoint
+	ckSeq            uint64
+	state            *groupState
+	members          map[string]MemberState
+}
+
+func (w *Worker) runPartition(ctx context.Context, p int) {
+	part := &partition{id: p, groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
+	var cons jetstream.Consumer
+	var restart uint64
+	backoff := 100 * time.Millisecond
+	lastCleanup := time.Time{}
+	for ctx.Err() == nil {
+		if cons == nil {
+			var err error
+			if cons, err = w.resetConsumer(ctx, p, restart); err != nil {
+				w.log.Warn("converge: consumer", "partition", p, "err", err)
+				sleep(ctx, backoff)
+				continue
+			}
+			restart = 0
+		}
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(w.cfg.CleanupInterval))
+		if err != nil {
+			cons = nil
+			sleep(ctx, backoff)
+			continue
+		}
+		for msg := range batch.Messages() {
+			if restart != 0 {
+				continue // drain the rest of a batch after a failure
+			}
+			if err := w.handle(ctx, part, msg); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				meta, _ := msg.Metadata()
+				w.log.Warn("converge: input failed; retrying in order", "partition", p, "err", err)
+				if meta != nil {
+					restart = meta.Sequence.Stream
+				}
+				continue
+			}
+			_ = msg.Ack()
+		}
+		if restart != 0 {
+			cons = nil
+			sleep(ctx, backoff)
+			continue
+		}
+		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval {
+			lastCleanup = now
+			w.cleanup(ctx, part)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// handle processes one input message: exactly once, behind the fence.
+func (w *Worker) handle(ctx context.Context, part *partition, msg jetstream.Msg) error {
+	start := time.Now()
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("input metadata: %w", err)
+	}
+	_, tenant, groupHex, err := subject.ParseStoredInput(msg.Subject())
+	if err != nil {
+		w.log.Warn("converge: input on a malformed subject dropped", "err", err)
+		return nil
+	}
+	id, err := hex.DecodeString(msg.Headers().Get(ingest.HeaderMessageID))
+	if err != nil || len(id) != sha256.Size {
+		w.log.Warn("converge: input without a message id dropped")
+		return nil
+	}
+	in := input{
+		Seq:       meta.Sequence.Stream,
+		Class:     schema.InputClass(msg.Headers().Get(ingest.HeaderClass)),
+		MessageID: id,
+		Data:      msg.Data(),
+		Time:      meta.Timestamp.UnixMilli(),
+	}
+	err = w.transact(ctx, part, tenant, groupHex, in.Seq, "in:"+strconv.FormatUint(in.Seq, 10), func(ctx context.Context, t *txn) (bool, error) {
+		return true, t.run(ctx, linear{}, in)
+	})
+	if err == nil {
+		w.metrics.Latency.Observe(time.Since(start).Seconds())
+	}
+	return err
+}
+
+// cleanup runs the disappearing-messages pass over the owned groups with a
+// due expiry (META-063).
+func (w *Worker) cleanup(ctx context.Context, part *partition) {
+	now := w.cfg.Now().UnixMilli()
+	for key, at := range part.expiry {
+		if at == 0 || at > now {
+			continue
+		}
+		tenant, groupHex, ok := splitGroupKey(key)
+		if !ok {
+			delete(part.expiry, key)
+			continue
+		}
+		err := w.transact(ctx, part, tenant, groupHex, 0, "exp:"+strconv.FormatInt(now, 10), func(_ context.Context, t *txn) (bool, error) {
+			t.now = now
+			return t.expire(), nil
+		})
+		if err != nil {
+			w.log.Warn("converge: cleanup pass failed", "err", err)
+			continue
+		}
+		w.metrics.Expirations.Inc()
+	}
+}
+
+func splitGroupKey(key string) (tenant, groupHex string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '.' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// load returns the group as of its newest checkpoint: from the partition's
+// cache, or read again (after a fence loss, or the first time).
+func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex string) (*loadedGroup, error) {
+	key := tenant + "." + groupHex
+	if g, ok := part.groups[key]; ok {
+		return g, nil
+	}
+	ck, seq, err := readCheckpoint(ctx, w.js, tenant, groupHex)
+	if err != nil {
+		return nil, err
+	}
+	g := &loadedGroup{tenant: tenant, groupHex: groupHex, ck: ck, ckSeq: seq, members: map[string]MemberState{}}
+	if seq == 0 {
+		gid, err := hex.DecodeString(groupHex)
+		if err != nil {
+			return nil, fmt.Errorf("group id: %w", err)
+		}
+		g.state = newGroupState(tenant, gid)
+	} else {
+		e, err := w.conv.Get(ctx, ck.State)
+		if err != nil {
+			return nil, fmt.Errorf("load group state: %w", err)
+		}
+		if g.state, err = decodeGroupState(e.Value()); err != nil {
+			return nil, err
+		}
+		for client, bk := range ck.Members {
+			e, err := w.conv.Get(ctx, bk)
+			if err != nil {
+				return nil, fmt.Errorf("load member state: %w", err)
+			}
+			st, err := w.cfg.MLS.Restore(ctx, Client{Tenant: tenant, ClientID: client}, e.Value())
+			if err != nil {
+				return nil, fmt.Errorf("restore member state: %w", err)
+			}
+			g.members[client] = st
+		}
+	}
+	part.groups[key] = g
+	part.expiry[key] = ck.NextExpiry
+	return g, nil
+}
+
+// transact runs body over a group and commits its result: state blobs
+// first, then the events and the checkpoint in one fenced atomic batch,
+// then the outcome records and the group's KV entries. seq > 0 marks an
+// input transaction, skipped when the group's checkpoint is already at or
+// past it (exactly once: EVENT-001). body reports whether it changed
+// anything; an expiry pass that changed nothing commits nothing.
+func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex string, seq uint64, name string, body func(context.Context, *txn) (bool, error)) error {
+	key := tenant + "." + groupHex
+	for attempt := 0; attempt < commitAttempts; attempt++ {
+		g, err := w.load(ctx, part, tenant, groupHex)
+		if err != nil {
+			return err
+		}
+		if seq != 0 && seq <= g.ck.InputSeq {
+			// Done before, by this worker before a crash or by another:
+			// its outcomes may not have been published yet.
+			if g.ck.Txn == name {
+				w.publishOutcomes(ctx, tenant, g.ck.Outcomes)
+			}
+			return nil
+		}
+		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
+		changed, err := body(ctx, t)
+		if err != nil || !changed {
+			delete(part.groups, key) // the body may have moved ratchets
+			return err
+		}
+		next, events, err := w.prepare(ctx, g, t, seq, name)
+		if err != nil {
+			delete(part.groups, key)
+			return err
+		}
+		ckSeq, err := commitBatch(ctx, w.js, tenant, groupHex, g.ckSeq, next, events)
+		delete(part.groups, key)
+		if errors.Is(err, ErrFenced) {
+			w.metrics.Fenced.Inc()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		w.committed(ctx, part, g, t, next, ckSeq, events)
+		return nil
+	}
+	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
+}
+
+// prepare writes the state blobs of a transaction and builds its checkpoint
+// and events. Nothing it writes is current until the checkpoint commits.
+func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64, name string) (checkpoint, []eventbus.Event, error) {
+	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: name, Members: map[string]string{}, Outcomes: t.notes, Worker: w.cfg.WorkerID}
+	if seq != 0 {
+		next.InputSeq = seq
+	}
+	sb, err := t.g.encode()
+	if err != nil {
+		return checkpoint{}, nil, err
+	}
+	if next.State, err = w.putBlob(ctx, g.tenant, g.groupHex, "", sb); err != nil {
+		return checkpoint{}, nil, err
+	}
+	for _, m := range t.g.active() {
+		bk, ok := g.ck.Members[m.ClientID]
+		if t.dirty[m.ClientID] || !ok {
+			snap, err := t.members[m.ClientID].Snapshot()
+			if err != nil {
+				return checkpoint{}, nil, fmt.Errorf("snapshot member: %w", err)
+			}
+			if bk, err = w.putBlob(ctx, g.tenant, g.groupHex, m.ClientID, snap); err != nil {
+				return checkpoint{}, nil, err
+			}
+		}
+		next.Members[m.ClientID] = bk
+	}
+	next.NextExpiry = t.g.nextExpiry()
+	dmKey := dmConversationKey(t.components())
+	events := make([]eventbus.Event, 0, len(t.events))
+	for _, e := range t.events {
+		var idx [8]byte
+		binary.BigEndian.PutUint64(idx[:], uint64(e.Index))
+		ev := eventbus.Event{
+			Tenant:        g.tenant,
+			ClientID:      e.Client,
+			ID:            eventbus.EventID([]byte(g.tenant), []byte(e.Client), e.Cause, idx[:]),
+			Event:         e.Event.ClientEvent,
+			ReferencesOwn: e.Event.ReferencesOwn,
+		}
+		if _, names := ev.Event.GroupID(); names && dmKey != nil {
+			ev.ConversationKey = dmKey
+		}
+		events = append(events, ev)
+	}
+	return next, events, nil
+}
+
+func (w *Worker) putBlob(ctx context.Context, tenant, groupHex, client string, b []byte) (string, error) {
+	key, err := blobKey(tenant, groupHex, client)
+	if err != nil {
+		return "", err
+	}
+	if _, err := w.conv.Put(ctx, key, b); err != nil {
+		return "", fmt.Errorf("write state blob: %w", err)
+	}
+	return key, nil
+}
+
+// committed does what follows a committed batch: the cache, metrics,
+// outcome records, the group's KV entries, and garbage collection of the
+// blobs the new checkpoint no longer names. None of it affects exactly-once
+// emission; a crash here is repaired by the retry of the input.
+func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
+	key := g.tenant + "." + g.groupHex
+	part.groups[key] = &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members}
+	part.expiry[key] = next.NextExpiry
+	for _, e := range events {
+		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()
+	}
+	for _, n := range next.Outcomes {
+		w.metrics.disposition(n)
+	}
+	w.publishOutcomes(ctx, g.tenant, next.Outcomes)
+	if err := w.publishGroup(ctx, g.tenant, g.groupHex, t, ckSeq); err != nil {
+		w.log.Warn("converge: group record", "err", err)
+	}
+	var stale []string
+	if g.ck.State != "" && g.ck.State != next.State {
+		stale = append(stale, g.ck.State)
+	}
+	for c, bk := range g.ck.Members {
+		if next.Members[c] != bk {
+			stale = append(stale, bk)
+		}
+	}
+	for _, k := range stale {
+		if err := w.conv.Purge(ctx, k); err != nil {
+			w.log.Debug("converge: purge blob", "err", err)
+		}
+	}
+	if ckSeq%pruneEvery == 0 {
+		if err := streams.PruneCheckpoint(ctx, w.js, g.tenant, g.groupHex); err != nil {
+			w.log.Debug("converge: prune checkpoints", "err", err)
+		}
+	}
+}
+
+func (w *Worker) publishOutcomes(ctx context.Context, tenant string, notes []outcomeNote) {
+	for _, n := range notes {
+		if err := w.outcomes.publish(ctx, tenant, n); err != nil {
+			w.log.Warn("converge: outcome record", "err", err)
+		}
+	}
+}
+
+// GroupRecord is the value of a group's fabric-groups entry
+// (<tenant>.<group>): its active hosted members and, for a DM, its
+// conversation key. CheckpointSeq orders writes: a record is replaced only
+// by one of a newer checkpoint.
+type GroupRecord struct {
+	Members           []string `msgpack:"members"`
+	DMConversationKey []byte   `msgpack:"dm_conversation_key,omitempty"`
+	CheckpointSeq     uint64   `msgpack:"checkpoint_seq"`
+}
+
+// publishGroup writes the group's fabric-groups record and, when it is the
+// newest, its candidate group event keys in fabric-group-keys (the format
+// ingest.EncodeGroupKeys defines). A group with no active hosted member has
+// neither, so ingest answers its input with unknown_group.
+func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, t *txn, ckSeq uint64) error {
+	key, err := subject.GroupKey(tenant, groupHex)
+	if err != nil {
+		return err
+	}
+	rec := GroupRecord{DMConversationKey: dmConversationKey(t.components()), CheckpointSeq: ckSeq}
+	for _, m := range t.g.active() {
+		rec.Members = append(rec.Members, m.ClientID)
+	}
+	var rev uint64
+	e, err := w.groupsKV.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return fmt.Errorf("read group record: %w", err)
+	default:
+		var old GroupRecord
+		if msgpack.Unmarshal(e.Value(), &old) == nil && old.CheckpointSeq >= ckSeq {
+			return nil
+		}
+		rev = e.Revision()
+	}
+	if len(rec.Members) == 0 {
+		if rev != 0 {
+			if err := w.groupsKV.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !isConflict(err) {
+				return fmt.Errorf("delete group record: %w", err)
+			}
+		}
+		if err := w.keysKV.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("delete group keys: %w", err)
+		}
+		return nil
+	}
+	b, err := msgpack.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode group record: %w", err)
+	}
+	if rev == 0 {
+		_, err = w.groupsKV.Create(ctx, key, b)
+	} else {
+		_, err = w.groupsKV.Update(ctx, key, b, rev)
+	}
+	if isConflict(err) {
+		return nil // a newer writer won
+	}
+	if err != nil {
+		return fmt.Errorf("write group record: %w", err)
+	}
+	keys := make([][32]byte, 0, len(t.g.Keys))
+	for i := len(t.g.Keys) - 1; i >= 0; i-- { // newest first: tried first
+		var k [32]byte
+		copy(k[:], t.g.Keys[i].Key)
+		keys = append(keys, k)
+	}
+	kb, err := ingest.EncodeGroupKeys(keys)
+	if err != nil {
+		return err
+	}
+	if _, err := w.keysKV.Put(ctx, key, kb); err != nil {
+		return fmt.Errorf("write group keys: %w", err)
+	}
+	return nil
+}
+
+// dmConversationKey is a DM's conversation key (DMS-009): every group of
+// the DM between the same two inboxes has the same one, so a filter naming
+// any of them selects all (EVENT-020). SHA-256 of a domain label and the
+// two account ids, lower first; nil for a group.
+func dmConversationKey(comps components.Set) []byte {
+	if comps.Conversation == nil || comps.Conversation.Kind != components.KindDM {
+		return nil
+	}
+	h := sha256.New()
+	h.Write([]byte("fabric/dm-conversation/v1"))
+	h.Write(comps.Conversation.Members[0][:])
+	h.Write(comps.Conversation.Members[1][:])
+	return h.Sum(nil)
+}
+
+// kvDirectory finds hosted clients in fabric-clients.
+type kvDirectory struct {
+	kv jetstream.KeyValue
+}
+
+func (d kvDirectory) ByKeyPackage(ctx context.Context, tenant, refHex string) (string, bool, error) {
+	id, err := clientstore.LookupKeyPackage(ctx, d.kv, tenant, refHex)
+	if errors.Is(err, clientstore.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return id, true, nil
+}
+
+func (d kvDirectory) Client(ctx context.Context, tenant, clientID string) (Client, error) {
+	rec, err := clientstore.Lookup(ctx, d.kv, tenant, clientID)
+	if err != nil {
+		return Client{}, err
+	}
+	return Client{Tenant: tenant, ClientID: rec.ClientID, InboxID: rec.InboxID, InstallationKey: rec.InstallationKey, Sealed: rec.Installation}, nil
+}
