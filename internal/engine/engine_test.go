@@ -276,12 +276,18 @@ func TestUnauthorizedComponentChange(t *testing.T) {
 func TestLeaveRequestIsOrdinary(t *testing.T) {
 	w := newWorld(t)
 	leave := must[testpeer.Message](t)(w.bob.Leave())
-	w.apply(t, leave)
+	pres := w.apply(t, leave)
+	if pres.Class != schema.ClassProposal || len(pres.ProposalRef) == 0 || pres.Sender.InboxID != w.bob.Peer().InboxID() {
+		t.Fatalf("proposal result %+v", pres)
+	}
 	if _, err := w.alice.Process(leave.Transport); err != nil {
 		t.Fatal(err)
 	}
 	commit := must[testpeer.Message](t)(w.alice.Commit())
 	res := w.apply(t, commit)
+	if !slices.EqualFunc(res.ProposalRefs, [][]byte{pres.ProposalRef}, bytes.Equal) {
+		t.Fatal("the commit does not name the leave request it consumed")
+	}
 	if res.Privileged || !slices.Equal(res.RemovedInboxes, []string{w.bob.Peer().InboxID()}) || res.RemovedSelf {
 		t.Fatalf("leave result %+v", res)
 	}

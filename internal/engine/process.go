@@ -213,6 +213,11 @@ type HandshakeResult struct {
 	Class     schema.InputClass // ClassProposal or ClassCommit
 	MessageID MessageID         // for a commit, its commit_digest
 	Sender    Member            // the proposal's sender or the committer
+	// ProposalRef is a proposal's RFC 9420 §5.2 ProposalRef, by which commits
+	// name it; for a commit, ProposalRefs lists the proposals it consumed by
+	// reference, so their dispositions can follow the commit's.
+	ProposalRef  []byte
+	ProposalRefs [][]byte
 	// Commit only:
 	Privileged        bool     // needed an admin in the parent (convergence order)
 	AddedInboxes      []string // inboxes member after and not before, sorted
@@ -273,6 +278,7 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 		if ops, shape, err = s.commitOps(pm, res.Sender); err != nil {
 			return nil, nil, err
 		}
+		res.ProposalRefs = shape.refs
 		if slices.Contains(shape.removed, s.OwnLeaf()) {
 			return s.ownRemoval(ops, shape, res)
 		}
@@ -284,6 +290,9 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 		return nil, nil, classifyMLSGoError(op, err)
 	}
 	if c.Class == schema.ClassProposal {
+		if stored := next.g.StoredProposals(); len(stored) > 0 {
+			res.ProposalRef = slices.Clone(stored[len(stored)-1].Ref)
+		}
 		return next, res, nil
 	}
 	parentSet, _, err := s.Components()
@@ -310,6 +319,7 @@ type commitShape struct {
 	added      []string          // inbox ids of Add proposals
 	extensions []group.Extension // the last GroupContextExtensions proposal's, if any
 	hasGCE     bool
+	refs       [][]byte // ProposalRefs of by-reference proposals
 }
 
 // ownRemoval handles a commit that removes the hosted member's own leaf.
@@ -375,6 +385,7 @@ func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]compon
 	for _, por := range commit.Proposals {
 		p, sender := por.Proposal, committer
 		if p == nil {
+			shape.refs = append(shape.refs, slices.Clone(por.ProposalRef))
 			i := slices.IndexFunc(stored, func(sp group.StoredProposal) bool { return bytes.Equal(sp.Ref, por.ProposalRef) })
 			if i < 0 {
 				// mls-go rejects the commit for the unknown reference.
