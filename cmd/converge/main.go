@@ -1,0 +1,188 @@
+// Command converge is the converge role: it owns input partitions of
+// FABRIC_IN, processes each group's input in order for every hosted member,
+// and commits the per-client events behind each group's checkpoint fence.
+//
+// Configuration is by flags, each with a FABRIC_ environment variable:
+//
+//	-nats-url          NATS server URLs (FABRIC_NATS_URL)
+//	-worker-id         this worker's lease name; host name and pid by default
+//	-listen            address of /metrics, /healthz and /readyz
+//	-partitions        partitions it may own: "all", or a list like "0-15,32"
+//	-lease-ttl         partition lease lifetime
+//	-cleanup-interval  disappearing-messages cleanup period
+//	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
+//
+// The master key (64 hex digits) opens the sealed installations and member
+// states; like every secret it is read from the environment or a file, never
+// from a flag value. SIGTERM or SIGINT drains: partitions stop after their
+// current input and their leases are released for another worker.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/config"
+	"github.com/fabric-mls/fabric/internal/converge"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	if err := run(os.Args[1:], log); err != nil {
+		log.Error("converge stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	nats            config.NATS
+	workerID        string
+	listen          string
+	partitions      string
+	leaseTTL        time.Duration
+	cleanupInterval time.Duration
+	masterKeyFile   string
+}
+
+func parse(args []string) (options, []byte, error) {
+	var o options
+	var errs config.Errs
+	fs := flag.NewFlagSet("converge", flag.ContinueOnError)
+	o.nats.RegisterFlags(fs, &errs)
+	host, _ := os.Hostname()
+	config.String(fs, &o.workerID, "worker-id", sanitize(host)+"-"+strconv.Itoa(os.Getpid()), "worker id in partition leases ([A-Za-z0-9_-], unique per worker)")
+	config.Listen(fs, &o.listen, ":8082")
+	config.String(fs, &o.partitions, "partitions", "all", `input partitions this worker may own: "all" or a list like "0-15,32"`)
+	config.Duration(fs, &errs, &o.leaseTTL, "lease-ttl", converge.DefaultLeaseTTL, "partition lease lifetime; a dead worker's partitions move within about 4/3 of it")
+	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
+	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	o.nats.Validate(&errs)
+	config.ValidateListen(&errs, o.listen)
+	if _, err := parsePartitions(o.partitions); err != nil {
+		errs.Addf("-partitions: %v", err)
+	}
+	key := config.MasterKey(&errs, o.masterKeyFile)
+	return o, key, errs.Err()
+}
+
+// sanitize keeps the characters a worker id may hold.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// parsePartitions reads "all" or a comma list of partitions and ranges.
+func parsePartitions(s string) ([]int, error) {
+	if s == "" || s == "all" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a partition", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("%q is not a partition range", part)
+			}
+		}
+		if a < 0 || b >= subject.Partitions || a > b {
+			return nil, fmt.Errorf("%q is outside 0-%d", part, subject.Partitions-1)
+		}
+		for p := a; p <= b; p++ {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func run(args []string, log *slog.Logger) error {
+	o, key, err := parse(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	parts, _ := parsePartitions(o.partitions)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	vault, err := engine.NewVault(key)
+	if err != nil {
+		return err
+	}
+	nc, err := o.nats.Connect("converge " + o.workerID)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{Replicas: o.nats.Replicas}); err != nil {
+		return err
+	}
+	reg := ops.NewRegistry()
+	w, err := converge.New(ctx, converge.Config{
+		JS:              js,
+		MLS:             converge.EngineMLS{Vault: vault},
+		WorkerID:        o.workerID,
+		Partitions:      parts,
+		LeaseTTL:        o.leaseTTL,
+		CleanupInterval: o.cleanupInterval,
+		Metrics:         converge.NewMetrics(reg),
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := ops.New(o.listen, reg)
+	if err != nil {
+		return err
+	}
+	srv.AddReady(w.Ready)
+	srv.AddReady(func(context.Context) error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	})
+	log.Info("converge started", "listen", srv.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ctx, 5*time.Second) }()
+	werr := w.Run(ctx)
+	stop()
+	if serr := <-errc; serr != nil && werr == nil {
+		werr = serr
+	}
+	log.Info("converge drained")
+	return werr
+}
