@@ -10,23 +10,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// Headers of an event message (docs/architecture.md, "Event messages") and
-// the ones the stream adds to a republished or directly fetched copy.
+// Headers the stream adds to a republished or directly fetched copy.
 const (
-	HeaderConversationKey = "Fabric-Conversation-Key"
-	HeaderReferencesOwn   = "Fabric-References-Own"
-	headerSequence        = "Nats-Sequence"
-	headerLastSequence    = "Nats-Last-Sequence"
-	headerTimeStamp       = "Nats-Time-Stamp"
-	headerStatus          = "Status"
+	headerSequence = "Nats-Sequence"
+	headerStatus   = "Status"
 )
 
 // event is one event as every subscription shares it: decoded once, encoded
@@ -116,9 +111,7 @@ func (t *tap) replay(s *subscription, afterSeq uint64) {
 			s.c.discard(s, 1)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
-		m, err := g.directGet(ctx, t.events, next)
-		cancel()
+		d, body, err := t.fetch(next)
 		if errors.Is(err, errNotFound) {
 			return
 		}
@@ -127,12 +120,11 @@ func (t *tap) replay(s *subscription, afterSeq uint64) {
 			s.c.discard(s, 1)
 			return
 		}
-		seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
-		if err != nil || seq < next || seq > t.lastSeq {
+		if d.Sequence > t.lastSeq {
 			return
 		}
-		t.offer(only, seq, m.Header, m.Data)
-		next = seq + 1
+		t.offer(only, &d, body)
+		next = d.Sequence + 1
 	}
 }
 
@@ -207,20 +199,23 @@ func (t *tap) onMsg(m *nats.Msg) {
 	if t.stopped {
 		return
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+	d, err := eventbus.Decode(m)
 	if err != nil {
+		// Without a usable sequence the event cannot be placed; the next
+		// event's Nats-Last-Sequence reveals it as a gap and repair fetches
+		// it, or reports it if it stays undecodable.
 		t.g.metrics.undecodable.Inc()
-		t.g.log.Warn("fanout: republished event without a sequence")
+		t.g.log.Warn("fanout: undecodable republished event", "err", err)
 		return
 	}
-	if seq <= t.lastSeq {
+	if d.Sequence <= t.lastSeq {
 		return // already handed off, by repair or before the tap started
 	}
-	if last, err := strconv.ParseUint(m.Header.Get(headerLastSequence), 10, 64); err == nil && last > t.lastSeq {
-		t.repair(last)
+	if d.LastSequence > t.lastSeq {
+		t.repair(d.LastSequence)
 	}
-	t.dispatch(seq, m.Header, m.Data)
-	t.lastSeq = seq
+	t.dispatch(&d, m.Data)
+	t.lastSeq = d.Sequence
 }
 
 // repair fetches the events stored on the client's subject after lastSeq up
@@ -229,36 +224,45 @@ func (t *tap) onMsg(m *nats.Msg) {
 func (t *tap) repair(upTo uint64) {
 	g := t.g
 	g.metrics.gaps.Inc()
-	fetched := 0
-	for t.lastSeq < upTo {
+	for fetched := 0; t.lastSeq < upTo; fetched++ {
 		if fetched >= g.cfg.MaxRepair {
 			t.unrepaired("repair bound reached")
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
-		m, err := g.directGet(ctx, t.events, t.lastSeq+1)
-		cancel()
+		d, body, err := t.fetch(t.lastSeq + 1)
 		if errors.Is(err, errNotFound) {
 			return // deleted from the stream before it could be repaired
 		}
 		if err != nil {
 			g.log.Warn("fanout: repair gap", "err", err)
-			t.unrepaired("direct get failed")
+			t.unrepaired("fetch failed")
 			return
 		}
-		seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
-		if err != nil || seq <= t.lastSeq {
-			t.unrepaired("direct get answer without a usable sequence")
+		if d.Sequence > upTo {
 			return
 		}
-		if seq > upTo {
-			return
-		}
-		t.dispatch(seq, m.Header, m.Data)
-		t.lastSeq = seq
-		fetched++
+		t.dispatch(&d, body)
+		t.lastSeq = d.Sequence
 		g.metrics.repaired.Inc()
 	}
+}
+
+// fetch reads the client's first stored event at or after seq.
+func (t *tap) fetch(seq uint64) (eventbus.Delivered, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.g.cfg.RequestTimeout)
+	defer cancel()
+	m, err := t.g.directGet(ctx, t.events, seq)
+	if err != nil {
+		return eventbus.Delivered{}, nil, err
+	}
+	d, err := eventbus.Decode(m)
+	if err != nil {
+		return eventbus.Delivered{}, nil, err
+	}
+	if d.Sequence < seq {
+		return eventbus.Delivered{}, nil, errors.New("direct get answered an earlier sequence")
+	}
+	return d, m.Data, nil
 }
 
 // unrepaired reports a gap the gateway could not fill to every subscription
@@ -274,59 +278,34 @@ func (t *tap) unrepaired(why string) {
 }
 
 // dispatch offers one event to every subscription of the tap.
-func (t *tap) dispatch(seq uint64, h nats.Header, body []byte) {
+func (t *tap) dispatch(d *eventbus.Delivered, body []byte) {
 	t.g.metrics.received.Inc()
-	t.offer(t.subs, seq, h, body)
+	t.offer(t.subs, d, body)
 }
 
-// offer decodes one event and offers it to each of subs whose filter selects
-// it (EVENT-020).
-func (t *tap) offer(subs map[*subscription]struct{}, seq uint64, h nats.Header, body []byte) {
-	g := t.g
+// offer offers one decoded event to each of subs whose filter selects it
+// (EVENT-020). The msgpack body is shared as stored; JSON is encoded once,
+// on the first JSON subscriber.
+func (t *tap) offer(subs map[*subscription]struct{}, d *eventbus.Delivered, body []byte) {
 	if len(subs) == 0 {
 		return
 	}
-	var ce schema.ClientEvent
-	if err := decodeEvent(body, &ce); err != nil {
-		g.metrics.undecodable.Inc()
-		g.log.Warn("fanout: undecodable event skipped", "err", err)
-		return
-	}
-	d := filter.Describe(&ce, h.Get(HeaderConversationKey), h.Get(HeaderReferencesOwn) == "1")
-	ev := &event{seq: seq, kind: ce.Kind, msgpack: body}
-	if ts, err := time.Parse(time.RFC3339Nano, h.Get(headerTimeStamp)); err == nil {
-		ev.emitted = ts
-	}
+	fe := filter.Describe(&d.Event, d.ConversationKey, d.ReferencesOwn)
+	ev := &event{seq: d.Sequence, kind: d.Event.Kind, emitted: d.Time, msgpack: body}
 	for s := range subs {
-		if !s.filter.Match(&d) {
+		if !s.filter.Match(&fe) {
 			continue
 		}
 		if s.c.enc == wire.JSON && ev.json == nil {
-			b, err := encodeEventJSON(&ce)
+			b, err := d.Event.AppendJSON(nil)
 			if err != nil {
-				g.log.Warn("fanout: encode event", "err", err)
+				t.g.log.Warn("fanout: encode event", "err", err)
 				return
 			}
 			ev.json = b
 		}
 		s.c.push(s, ev)
 	}
-}
-
-// decodeEvent decodes a stored event body.
-func decodeEvent(b []byte, ce *schema.ClientEvent) error {
-	if err := msgpack.Unmarshal(b, ce); err != nil {
-		return fmt.Errorf("decode event: %w", err)
-	}
-	if !ce.Kind.Valid() {
-		return errors.New("decode event: unknown kind")
-	}
-	return nil
-}
-
-// encodeEventJSON encodes an event for JSON subscribers.
-func encodeEventJSON(ce *schema.ClientEvent) ([]byte, error) {
-	return json.Marshal(ce)
 }
 
 var errNotFound = errors.New("no such message")

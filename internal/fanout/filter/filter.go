@@ -7,7 +7,6 @@
 package filter
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -42,8 +41,9 @@ type Event struct {
 	// group is the group the event names; valid when namesGroup.
 	group      []byte
 	namesGroup bool
-	// convKey is the Fabric-Conversation-Key header: lowercase hex, or "".
-	convKey string
+	// convKey is the Fabric-Conversation-Key: the stitched DM's
+	// conversation key, or nil.
+	convKey []byte
 	// contentType is message.received's content type, or nil.
 	contentType *schema.ContentTypeID
 	// refOwn is the Fabric-References-Own header (EVENT-021).
@@ -51,9 +51,9 @@ type Event struct {
 }
 
 // Describe extracts the facts a filter needs from ev and the two headers
-// convergence sets: conversationKey (Fabric-Conversation-Key, lowercase hex,
-// "" when absent) and referencesOwn (Fabric-References-Own is "1").
-func Describe(ev *schema.ClientEvent, conversationKey string, referencesOwn bool) Event {
+// convergence sets: conversationKey (Fabric-Conversation-Key, decoded; nil
+// when absent) and referencesOwn (Fabric-References-Own is "1").
+func Describe(ev *schema.ClientEvent, conversationKey []byte, referencesOwn bool) Event {
 	e := Event{
 		kindBit: kindBit(ev.Kind),
 		lagged:  ev.Kind == schema.KindLagged,
@@ -84,8 +84,8 @@ type Filter struct {
 	kinds uint64
 	// groups is nil when group_ids is absent (every group is selected).
 	groups map[string]struct{}
-	// dmKeys are the hex conversation keys of the stitched DMs any filter
-	// group belongs to (EVENT-020, DMS-009).
+	// dmKeys are the conversation keys of the stitched DMs any filter group
+	// belongs to (EVENT-020, DMS-009).
 	dmKeys       map[string]struct{}
 	contentTypes []schema.ContentTypeID // nil when absent
 	refOwn       bool
@@ -123,7 +123,7 @@ func Compile(f schema.EventFilter, dm DMKeys) (*Filter, error) {
 				if c.dmKeys == nil {
 					c.dmKeys = make(map[string]struct{})
 				}
-				c.dmKeys[hex.EncodeToString(key)] = struct{}{}
+				c.dmKeys[string(key)] = struct{}{}
 			}
 		}
 	}
@@ -158,10 +158,10 @@ func (f *Filter) Match(e *Event) bool {
 		if _, ok := f.groups[string(e.group)]; !ok {
 			// A stitched DM is one conversation: a filter naming any of its
 			// groups selects the events of all of them.
-			if e.convKey == "" {
+			if len(e.convKey) == 0 {
 				return false
 			}
-			if _, ok := f.dmKeys[e.convKey]; !ok {
+			if _, ok := f.dmKeys[string(e.convKey)]; !ok {
 				return false
 			}
 		}

@@ -39,7 +39,7 @@ func mustCompile(t testing.TB, f schema.EventFilter) *Filter {
 
 func TestKinds_EVENT020(t *testing.T) {
 	ev := received(groupA, &text)
-	d := Describe(ev, "", false)
+	d := Describe(ev, nil, false)
 	if mustCompile(t, schema.EventFilter{Kinds: []schema.EventKind{}}).Match(&d) {
 		t.Fatal("empty kinds selected an event")
 	}
@@ -53,7 +53,7 @@ func TestKinds_EVENT020(t *testing.T) {
 
 func TestLaggedAlwaysSelected_EVENT022(t *testing.T) {
 	ev := &schema.ClientEvent{Kind: schema.KindLagged, Lagged: &schema.Lagged{Discarded: 3}}
-	d := Describe(ev, "", false)
+	d := Describe(ev, nil, false)
 	for _, f := range []schema.EventFilter{
 		{Kinds: []schema.EventKind{}},
 		{Kinds: []schema.EventKind{schema.KindMessageReceived}, GroupIDs: []schema.Bytes{}, ReferencesOwnMessages: true},
@@ -66,11 +66,11 @@ func TestLaggedAlwaysSelected_EVENT022(t *testing.T) {
 
 func TestGroupIDs_EVENT020(t *testing.T) {
 	kinds := []schema.EventKind{schema.KindMessageReceived, schema.KindHmacKeysUpdated, schema.KindConsentChanged}
-	inA := Describe(received(groupA, nil), "", false)
-	inC := Describe(received(groupC, nil), "", false)
-	noGroup := Describe(&schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}, "", false)
+	inA := Describe(received(groupA, nil), nil, false)
+	inC := Describe(received(groupC, nil), nil, false)
+	noGroup := Describe(&schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}, nil, false)
 	consentC := Describe(&schema.ClientEvent{Kind: schema.KindConsentChanged, ConsentChanged: &schema.ConsentChanged{
-		EntityKind: schema.ConsentEntityConversation, Entity: hex.EncodeToString(groupC), State: schema.ConsentAllowed}}, "", false)
+		EntityKind: schema.ConsentEntityConversation, Entity: hex.EncodeToString(groupC), State: schema.ConsentAllowed}}, nil, false)
 
 	absent := mustCompile(t, schema.EventFilter{Kinds: kinds})
 	for _, d := range []Event{inA, inC, noGroup, consentC} {
@@ -96,10 +96,10 @@ func TestGroupIDs_EVENT020(t *testing.T) {
 
 func TestStitchedDM_EVENT020(t *testing.T) {
 	kinds := []schema.EventKind{schema.KindMessageReceived}
-	key := hex.EncodeToString(dmKey)
+	key := dmKey
 	inB := Describe(received(groupB, nil), key, false)
-	inC := Describe(received(groupC, nil), "", false)
-	otherDM := Describe(received(groupC, nil), "0011", false)
+	inC := Describe(received(groupC, nil), nil, false)
+	otherDM := Describe(received(groupC, nil), []byte{0x00, 0x11}, false)
 
 	byA := mustCompile(t, schema.EventFilter{Kinds: kinds, GroupIDs: []schema.Bytes{groupA}})
 	if !byA.Match(&inB) {
@@ -133,13 +133,13 @@ func TestContentTypes_EVENT020(t *testing.T) {
 			GroupID: groupA, MessageID: schema.Bytes{1}, Cause: schema.DeletionDeleted}}, true},
 	}
 	for _, c := range cases {
-		d := Describe(c.ev, "", false)
+		d := Describe(c.ev, nil, false)
 		if got := f.Match(&d); got != c.want {
 			t.Errorf("%s: match = %v, want %v", c.name, got, c.want)
 		}
 	}
 	absent := mustCompile(t, schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}})
-	d := Describe(received(groupA, nil), "", false)
+	d := Describe(received(groupA, nil), nil, false)
 	if !absent.Match(&d) {
 		t.Fatal("absent content_types narrowed a message without a content type")
 	}
@@ -149,10 +149,10 @@ func TestReferencesOwnMessages_EVENT021(t *testing.T) {
 	kinds := []schema.EventKind{schema.KindMessageReceived, schema.KindMessageDeleted}
 	on := mustCompile(t, schema.EventFilter{Kinds: kinds, ReferencesOwnMessages: true})
 	off := mustCompile(t, schema.EventFilter{Kinds: kinds})
-	own := Describe(received(groupA, &reply), "", true)
-	notOwn := Describe(received(groupA, &reply), "", false)
+	own := Describe(received(groupA, &reply), nil, true)
+	notOwn := Describe(received(groupA, &reply), nil, false)
 	deleted := Describe(&schema.ClientEvent{Kind: schema.KindMessageDeleted, MessageDeleted: &schema.MessageDeleted{
-		GroupID: groupA, MessageID: schema.Bytes{1}, Cause: schema.DeletionDeleted}}, "", false)
+		GroupID: groupA, MessageID: schema.Bytes{1}, Cause: schema.DeletionDeleted}}, nil, false)
 	if !on.Match(&own) || on.Match(&notOwn) {
 		t.Fatal("references_own_messages did not follow Fabric-References-Own")
 	}
@@ -187,7 +187,7 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 		GroupIDs:     []schema.Bytes{groupA, groupC},
 		ContentTypes: []schema.ContentTypeID{reply, text},
 	})
-	d := Describe(received(groupB, &text), hex.EncodeToString(dmKey), false)
+	d := Describe(received(groupB, &text), dmKey, false)
 	if n := testing.AllocsPerRun(100, func() { f.Match(&d) }); n != 0 {
 		t.Fatalf("Match allocates %v times", n)
 	}
@@ -199,7 +199,7 @@ func BenchmarkMatch(b *testing.B) {
 		GroupIDs:     []schema.Bytes{groupA, groupC},
 		ContentTypes: []schema.ContentTypeID{reply, text},
 	})
-	d := Describe(received(groupB, &text), hex.EncodeToString(dmKey), false)
+	d := Describe(received(groupB, &text), dmKey, false)
 	b.ReportAllocs()
 	for b.Loop() {
 		if !f.Match(&d) {
@@ -210,7 +210,7 @@ func BenchmarkMatch(b *testing.B) {
 
 func BenchmarkMatchKindsOnly(b *testing.B) {
 	f := mustCompile(b, schema.EventFilter{Kinds: []schema.EventKind{schema.KindConsentChanged}})
-	d := Describe(received(groupA, &text), "", false)
+	d := Describe(received(groupA, &text), nil, false)
 	b.ReportAllocs()
 	for b.Loop() {
 		f.Match(&d)

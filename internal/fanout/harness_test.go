@@ -1,0 +1,278 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var secret = []byte("0123456789abcdef0123456789abcdef-fanout-tests")
+
+const (
+	tenantA = "tenant-a"
+	tenantB = "tenant-b"
+	client1 = "c1c1"
+	client2 = "c2c2"
+)
+
+// env is one embedded NATS server with the fabric's streams, a gateway on
+// an httptest server, and a publisher.
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	ns  *natsserver.Server
+	nc  *nats.Conn // the gateway's connection
+	pub *nats.Conn // the publisher's connection
+	js  jetstream.JetStream
+	g   *Gateway
+	srv *httptest.Server
+	seq atomic.Uint64
+}
+
+func newEnv(t *testing.T, tune ...func(*Config)) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	pub, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	js, err := jetstream.New(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	v, err := auth.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NATS: nc, Verifier: v, PingInterval: time.Second}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		if err := g.Shutdown(sctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		srv.Close()
+	})
+	return &env{t: t, ctx: ctx, ns: ns, nc: nc, pub: pub, js: js, g: g, srv: srv}
+}
+
+func (e *env) wsURL() string {
+	return "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/v1/events"
+}
+
+func token(t testing.TB, tenant string, clients ...string) string {
+	t.Helper()
+	tok, err := auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: []auth.Scope{auth.ScopeEvents},
+		Clients: clients, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// connect opens an SDK client with a token for tenant naming clients.
+func (e *env) connect(tenant string, clients []string, opts ...client.Option) *client.Client {
+	e.t.Helper()
+	opts = append([]client.Option{client.WithErrorHandler(func(error) {})}, opts...)
+	c, err := client.Connect(e.ctx, e.wsURL(), token(e.t, tenant, clients...), opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// published is one event the test published and the header facts it set.
+type published struct {
+	ev      schema.ClientEvent
+	convKey []byte
+	refOwn  bool
+}
+
+// publish stores one event for tenant/clientID in FABRIC_EVENTS through the
+// event bus, as convergence does, and returns its stream sequence.
+func (e *env) publish(tenant, clientID string, p published) uint64 {
+	e.t.Helper()
+	n := e.seq.Add(1)
+	seq, err := eventbus.Publish(e.ctx, e.js, eventbus.Event{
+		Tenant: tenant, ClientID: clientID, ID: eventbus.EventID([]byte(e.t.Name()), []byte(strconv.FormatUint(n, 10))),
+		Event: p.ev, ConversationKey: p.convKey, ReferencesOwn: p.refOwn,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return seq
+}
+
+var (
+	groupA = schema.Bytes{0xaa, 0x01}
+	groupB = schema.Bytes{0xbb, 0x02}
+	groupC = schema.Bytes{0xcc, 0x03}
+	text   = schema.ContentTypeID{AuthorityID: "xmtp.org", TypeID: "text", VersionMajor: 1}
+	reply  = schema.ContentTypeID{AuthorityID: "xmtp.org", TypeID: "reply", VersionMajor: 1}
+)
+
+// received builds a message.received whose message id encodes n, so tests
+// can tell events apart and check order.
+func received(group schema.Bytes, n int, ct *schema.ContentTypeID) schema.ClientEvent {
+	return schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
+		GroupID: group, MessageID: schema.Bytes(fmt.Appendf(nil, "m%06d", n)), ContentType: ct, SenderInboxID: "inbox"}}
+}
+
+func msgNo(ev schema.ClientEvent) int {
+	if ev.MessageReceived == nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(string(ev.MessageReceived.MessageID), "m"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func hmacUpdated() schema.ClientEvent {
+	return schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}
+}
+
+var recvKinds = []schema.EventKind{schema.KindMessageReceived}
+
+// next reads one event with a deadline.
+func next(t *testing.T, s *client.Subscription) schema.ClientEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("next: %v", err)
+	}
+	return ev
+}
+
+// eventually polls cond until it holds; it asserts progress, not timing.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// rawConn is a WebSocket speaking the JSON subprotocol without the SDK, so a
+// test controls credit.
+type rawConn struct {
+	t  *testing.T
+	ws *websocket.Conn
+}
+
+func (e *env) raw(tok string) *rawConn {
+	e.t.Helper()
+	ws, _, err := websocket.Dial(e.ctx, e.wsURL(), &websocket.DialOptions{
+		HTTPHeader:   map[string][]string{"Authorization": {"Bearer " + tok}},
+		Subprotocols: []string{wire.SubprotocolJSON},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ws.SetReadLimit(1 << 20)
+	e.t.Cleanup(func() { _ = ws.CloseNow() })
+	return &rawConn{t: e.t, ws: ws}
+}
+
+func (r *rawConn) send(f wire.Frame) {
+	r.t.Helper()
+	if err := r.ws.Write(context.Background(), websocket.MessageText, wire.Append(wire.JSON, nil, &f)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rawConn) sendRaw(b []byte) {
+	r.t.Helper()
+	if err := r.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rawConn) read() wire.Frame {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, b, err := r.ws.Read(ctx)
+	if err != nil {
+		r.t.Fatalf("read: %v", err)
+	}
+	f, err := wire.Decode(wire.JSON, b)
+	if err != nil {
+		r.t.Fatalf("decode %q: %v", b, err)
+	}
+	return f
+}
+
+// subscribe subscribes and returns the gateway's subscription id.
+func (r *rawConn) subscribe(id uint64, clientID string, f schema.EventFilter) uint64 {
+	r.t.Helper()
+	r.send(wire.Frame{Op: wire.OpSubscribe, ID: id, ClientID: clientID, Filter: &f})
+	got := r.read()
+	if got.Op != wire.OpSubscribed || got.ID != id {
+		r.t.Fatalf("want subscribed, got %+v", got)
+	}
+	return got.Sub
+}
+
+func decodeJSONEvent(t *testing.T, b []byte) schema.ClientEvent {
+	t.Helper()
+	var ev schema.ClientEvent
+	if err := ev.UnmarshalJSON(b); err != nil {
+		t.Fatalf("event %q: %v", b, err)
+	}
+	return ev
+}
+
+func jsonOpt() client.Option { return client.WithJSON() }
