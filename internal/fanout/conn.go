@@ -14,11 +14,11 @@ import (
 // subscription is one app subscription. Its queue and flags are guarded by
 // its connection's mu.
 type subscription struct {
-	id     uint64
-	c      *conn
-	tenant string
-	client string
-	filter *filter.Filter
+	id       uint64
+	c        *conn
+	tenant   string
+	client   string
+	filter   *filter.Filter
 	tap      *tap   // set by attach
 	startSeq uint64 // the tap's last sequence when s was registered
 

@@ -83,7 +83,9 @@ type CallbackPanicError struct {
 	Value any
 }
 
-func (e *CallbackPanicError) Error() string { return fmt.Sprintf("client: callback panicked: %v", e.Value) }
+func (e *CallbackPanicError) Error() string {
+	return fmt.Sprintf("client: callback panicked: %v", e.Value)
+}
 
 // Option configures Connect.
 type Option func(*options)
@@ -129,7 +131,7 @@ type Client struct {
 	closing chan struct{}  // closed by Close
 	ctx     context.Context
 	stop    context.CancelFunc // ends ctx on Close
-	wake    chan struct{}  // capacity 1: the writer has work
+	wake    chan struct{}      // capacity 1: the writer has work
 
 	mu      sync.Mutex
 	closed  bool
