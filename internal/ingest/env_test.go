@@ -368,3 +368,5 @@ func msgpackBody(t *testing.T, v any) []byte {
 }
 
 var _ = httpapi.ContentTypeMsgpack
+
+func decodeMsgpack(b []byte, v any) error { return msgpack.Unmarshal(b, v) }

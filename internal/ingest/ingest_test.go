@@ -64,7 +64,10 @@ func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
 	g := newGroup(t)
 	e.hostGroup(g.ID())
 	e.setGroupKeys(g.ID(), g)
-	eventually(t, "key set loaded", func() bool { k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(g.ID())); return len(k) > 0 })
+	eventually(t, "key set loaded", func() bool {
+		k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(g.ID()))
+		return len(k) > 0
+	})
 	g.SetSealed(true)
 	m := text(t, g, "sealed")
 	if m.Transport.Kind != schema.TransportSealed {
