@@ -1,0 +1,171 @@
+// Package eventbus is where client events travel: it publishes a
+// schema.ClientEvent to a client's event subject with its deterministic id
+// and the headers a filter needs, publishes a group's events atomically with
+// converge's checkpoint, and decodes what the gateway receives.
+//
+// An event's id is sent as Nats-Msg-Id, so FABRIC_EVENTS stores it once
+// within the dedup window (EVENT-001); beyond the window, converge's
+// checkpoint fence (PublishBatch) keeps a replay from emitting it again.
+package eventbus
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// Headers of an event message (docs/architecture.md, "Event messages").
+const (
+	// HeaderConversationKey carries a stitched DM's conversation key in
+	// lowercase hex on events of the DM's groups (EVENT-020).
+	HeaderConversationKey = "Fabric-Conversation-Key"
+	// HeaderReferencesOwn is "1" on a message.received that replies or
+	// reacts to a message of the receiving client's own inbox (EVENT-021).
+	HeaderReferencesOwn = "Fabric-References-Own"
+	// HeaderLastSequence is the stream sequence of the previous message on
+	// the same subject, set by RePublish and by batched direct gets.
+	HeaderLastSequence = "Nats-Last-Sequence"
+)
+
+// IDLen is the length of an event id: lowercase hex of a SHA-256 digest.
+const IDLen = 64
+
+// MaxConversationKeyLen bounds a conversation key in bytes.
+const MaxConversationKeyLen = 64
+
+// idDomain separates event ids from every other SHA-256 the fabric takes.
+const idDomain = "fabric/event-id/v1"
+
+// EventID derives a deterministic event id from what caused the event, for
+// example the group, the input's message id and the event's position among
+// the events that input caused. Parts are length-prefixed, so ("ab", "c")
+// and ("a", "bc") give different ids. The result is lowercase hex.
+func EventID(parts ...[]byte) string {
+	h := sha256.New()
+	h.Write([]byte(idDomain))
+	var n [binary.MaxVarintLen64]byte
+	for _, p := range parts {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Event is one client event to publish.
+type Event struct {
+	// Tenant and ClientID (lowercase hex) name the client whose subject,
+	// fabric.ev.<tenant>.<client>, the event goes to.
+	Tenant   string
+	ClientID string
+	// ID is the deterministic event id (see EventID), sent as Nats-Msg-Id.
+	ID string
+	// Event is the event itself.
+	Event schema.ClientEvent
+	// ConversationKey, for an event of a stitched DM's group, is the DM's
+	// conversation key (EVENT-020). Only for events that name a group.
+	ConversationKey []byte
+	// ReferencesOwn marks a message.received that replies or reacts to a
+	// message of the receiving client's own inbox (EVENT-021).
+	ReferencesOwn bool
+}
+
+// InvalidEventError reports an event that cannot be published or a message
+// that does not decode as one. Field names what is wrong; the error never
+// carries an id, a key or a payload.
+type InvalidEventError struct {
+	// Field is the part at fault: "tenant", "client id", "id", "event",
+	// "conversation key", "references own", "subject", "sequence", "time".
+	Field string
+	// Err is the cause: a *subject.InvalidTokenError, a
+	// *schema.ValidationError, a *schema.DecodeError or a plain reason.
+	Err error
+}
+
+func (e *InvalidEventError) Error() string {
+	return "eventbus: invalid " + e.Field + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *InvalidEventError) Unwrap() error { return e.Err }
+
+func invalidEvent(field string, err error) error {
+	return &InvalidEventError{Field: field, Err: err}
+}
+
+// validID checks an event id: exactly IDLen lowercase hex characters.
+func validID(id string) error {
+	if len(id) != IDLen {
+		return invalidEvent("id", errors.New("not 64 lowercase hex characters"))
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return invalidEvent("id", errors.New("not 64 lowercase hex characters"))
+		}
+	}
+	return nil
+}
+
+// Msg validates e and builds its NATS message: subject, headers and the
+// msgpack body.
+func (e Event) Msg() (*nats.Msg, error) {
+	subj, err := subject.Events(e.Tenant, e.ClientID)
+	if err != nil {
+		var ite *subject.InvalidTokenError
+		if errors.As(err, &ite) && ite.Role == subject.RoleClient {
+			return nil, invalidEvent("client id", err)
+		}
+		return nil, invalidEvent("tenant", err)
+	}
+	if err := validID(e.ID); err != nil {
+		return nil, err
+	}
+	body, err := e.Event.MarshalMsgpack()
+	if err != nil {
+		return nil, invalidEvent("event", err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	if len(e.ConversationKey) > 0 {
+		if _, ok := e.Event.GroupID(); !ok {
+			return nil, invalidEvent("conversation key", errors.New("event names no group"))
+		}
+		if len(e.ConversationKey) > MaxConversationKeyLen {
+			return nil, invalidEvent("conversation key", errors.New("too long"))
+		}
+		m.Header.Set(HeaderConversationKey, hex.EncodeToString(e.ConversationKey))
+	}
+	if e.ReferencesOwn {
+		if e.Event.Kind != schema.KindMessageReceived {
+			return nil, invalidEvent("references own", errors.New("only on message.received"))
+		}
+		m.Header.Set(HeaderReferencesOwn, "1")
+	}
+	return m, nil
+}
+
+// Publish validates ev and stores it on its client's subject in
+// FABRIC_EVENTS. It returns the stream sequence; publishing an id again
+// within the dedup window stores nothing and returns the original's
+// sequence, so a retry is safe.
+func Publish(ctx context.Context, js jetstream.JetStream, ev Event) (seq uint64, err error) {
+	m, err := ev.Msg()
+	if err != nil {
+		return 0, err
+	}
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(streams.StreamEvents))
+	if err != nil {
+		return 0, fmt.Errorf("eventbus: publish %s: %w", ev.Event.Kind, err)
+	}
+	return ack.Sequence, nil
+}

@@ -1,0 +1,454 @@
+package eventbus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	tenant = "acme"
+	client = "c0ffee01"
+)
+
+var group = schema.Bytes{0x6a, 1, 2, 3, 4, 5, 6, 7}
+
+func received(msgID byte) schema.ClientEvent {
+	return schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
+		GroupID: group, MessageID: bytes.Repeat([]byte{msgID}, 32), SenderInboxID: "0e9c8d5b",
+		ContentType: &schema.ContentTypeID{AuthorityID: "xmtp.org", TypeID: "text", VersionMajor: 1},
+	}}
+}
+
+func hmacUpdated() schema.ClientEvent {
+	return schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}
+}
+
+func event(n int, ev schema.ClientEvent) Event {
+	return Event{Tenant: tenant, ClientID: client, ID: EventID(group, []byte(strconv.Itoa(n))), Event: ev}
+}
+
+type env struct {
+	ctx context.Context
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+func setup(t testing.TB) env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	s, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), InProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return env{ctx, nc, js}
+}
+
+func (e env) live(t *testing.T) *nats.Subscription {
+	t.Helper()
+	l, _ := subject.Live(tenant, client)
+	sub, err := e.nc.SubscribeSync(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+func (e env) stored(t *testing.T, subj string) uint64 {
+	t.Helper()
+	st, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(e.ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subj]
+}
+
+func sameEvent(t *testing.T, got, want schema.ClientEvent) {
+	t.Helper()
+	g, err := got.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := want.MarshalJSON()
+	if !bytes.Equal(g, w) {
+		t.Fatalf("event = %s, want %s", g, w)
+	}
+}
+
+func TestEventID(t *testing.T) {
+	a := EventID([]byte("ab"), []byte("c"))
+	if a != EventID([]byte("ab"), []byte("c")) {
+		t.Fatal("EventID is not deterministic")
+	}
+	if a == EventID([]byte("a"), []byte("bc")) || a == EventID([]byte("abc")) || a == EventID([]byte("ab"), []byte("c"), nil) {
+		t.Fatal("EventID parts are ambiguous")
+	}
+	if err := validID(a); err != nil {
+		t.Fatalf("EventID gives an invalid id: %v", err)
+	}
+}
+
+// TestPublishTwiceStoredOnce_EVENT001: one id, one stored event and one
+// live copy, however often it is published.
+func TestPublishTwiceStoredOnce_EVENT001(t *testing.T) {
+	e := setup(t)
+	sub := e.live(t)
+	ev := event(1, received(1))
+	s1, err := Publish(e.ctx, e.js, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Publish(e.ctx, e.js, ev)
+	if err != nil {
+		t.Fatalf("second publish: %v", err)
+	}
+	if s1 != s2 {
+		t.Fatalf("duplicate got sequence %d, original %d", s2, s1)
+	}
+	subj, _ := subject.Events(tenant, client)
+	if n := e.stored(t, subj); n != 1 {
+		t.Fatalf("stored %d copies", n)
+	}
+	if _, err := sub.NextMsg(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("duplicate republished: %v", m.Header)
+	}
+}
+
+// TestRepublishedDecodes: the live copy decodes into the event, its id,
+// its filter facts and the sequence chain the gateway checks for gaps.
+func TestRepublishedDecodes(t *testing.T) {
+	e := setup(t)
+	sub := e.live(t)
+	dmKey := bytes.Repeat([]byte{0x42}, 32)
+	evs := []Event{event(1, received(1)), event(2, received(2)), event(3, hmacUpdated())}
+	evs[1].ConversationKey = dmKey
+	evs[1].ReferencesOwn = true
+	before := time.Now().Add(-time.Second)
+	var seqs []uint64
+	for i, ev := range evs {
+		seq, err := Publish(e.ctx, e.js, ev)
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		seqs = append(seqs, seq)
+		// Another client's event between must not appear in this chain.
+		other := event(100+i, hmacUpdated())
+		other.ClientID = "0a"
+		if _, err := Publish(e.ctx, e.js, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last uint64
+	for i, ev := range evs {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Decode(m)
+		if err != nil {
+			t.Fatalf("decode %d: %v", i, err)
+		}
+		if !d.Live || d.Tenant != tenant || d.ClientID != client || d.ID != ev.ID {
+			t.Fatalf("decoded %d: %+v", i, d)
+		}
+		if d.Sequence != seqs[i] || d.LastSequence != last {
+			t.Fatalf("decoded %d: sequence %d last %d, want %d last %d", i, d.Sequence, d.LastSequence, seqs[i], last)
+		}
+		if !bytes.Equal(d.ConversationKey, ev.ConversationKey) || d.ReferencesOwn != ev.ReferencesOwn {
+			t.Fatalf("decoded %d: filter facts %x %v", i, d.ConversationKey, d.ReferencesOwn)
+		}
+		if d.Time.Before(before) || d.Time.After(time.Now().Add(time.Second)) {
+			t.Fatalf("decoded %d: time %v", i, d.Time)
+		}
+		sameEvent(t, d.Event, ev.Event)
+		last = d.Sequence
+	}
+}
+
+// TestDirectGetDecodes: the gateway's gap repair reads events with a
+// batched direct get; each response decodes, the end-of-batch does not.
+func TestDirectGetDecodes(t *testing.T) {
+	e := setup(t)
+	var evs []Event
+	for i := range 3 {
+		ev := event(i, received(byte(i)))
+		if _, err := Publish(e.ctx, e.js, ev); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	subj, _ := subject.Events(tenant, client)
+	inbox := nats.NewInbox()
+	sub, err := e.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	req, _ := json.Marshal(map[string]any{"seq": 1, "next_by_subj": subj, "batch": 10})
+	if err := e.nc.PublishRequest("$JS.API.DIRECT.GET."+streams.StreamEvents, inbox, req); err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Decode(m)
+		if err != nil {
+			t.Fatalf("decode %d: %v", i, err)
+		}
+		if d.Live || d.ID != ev.ID || d.Sequence != uint64(i+1) {
+			t.Fatalf("decoded %d: %+v", i, d)
+		}
+		sameEvent(t, d.Event, ev.Event)
+	}
+	eob, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ie *InvalidEventError
+	if _, err := Decode(eob); !errors.As(err, &ie) {
+		t.Fatalf("Decode(end of batch) = %v, want *InvalidEventError", err)
+	}
+
+	it, err := jetstreamext.GetBatch(e.ctx, e.js, streams.StreamEvents, 10, jetstreamext.GetBatchSeq(1), jetstreamext.GetBatchSubject(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for m, err := range it {
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := DecodeStored(m)
+		if err != nil {
+			t.Fatalf("DecodeStored %d: %v", i, err)
+		}
+		if d.ID != evs[i].ID || d.Sequence != uint64(i+1) || d.Time.IsZero() {
+			t.Fatalf("DecodeStored %d: %+v", i, d)
+		}
+		i++
+	}
+	if i != len(evs) {
+		t.Fatalf("GetBatch returned %d events", i)
+	}
+}
+
+func TestInvalidEventsAreRefused(t *testing.T) {
+	good := event(1, received(1))
+	cases := map[string]func(*Event){
+		"tenant":           func(e *Event) { e.Tenant = "a.b" },
+		"client id":        func(e *Event) { e.ClientID = "*" },
+		"id":               func(e *Event) { e.ID = "short" },
+		"event":            func(e *Event) { e.Event.MessageReceived = nil },
+		"conversation key": func(e *Event) { e.Event = hmacUpdated(); e.ConversationKey = []byte{1} },
+		"references own":   func(e *Event) { e.Event = hmacUpdated(); e.ReferencesOwn = true },
+	}
+	for field, mutate := range cases {
+		ev := good
+		mutate(&ev)
+		_, err := ev.Msg()
+		var ie *InvalidEventError
+		if !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("%s: err = %v, want *InvalidEventError on %s", field, err, field)
+		}
+	}
+	long := good
+	long.ConversationKey = make([]byte, MaxConversationKeyLen+1)
+	if _, err := long.Msg(); err == nil {
+		t.Error("overlong conversation key accepted")
+	}
+	// Nothing reaches the server: Publish refuses before sending.
+	e := setup(t)
+	bad := good
+	bad.Tenant = ""
+	if _, err := Publish(e.ctx, e.js, bad); err == nil {
+		t.Fatal("Publish accepted an invalid event")
+	}
+}
+
+// TestBatchFence: a group's events and checkpoint commit atomically; a
+// stale checkpoint expectation, a retry of a committed batch and an
+// oversized batch are refused with errors the caller can branch on.
+func TestBatchFence(t *testing.T) {
+	e := setup(t)
+	sub := e.live(t)
+	groupHex := group.String()
+	ck := Checkpoint{Tenant: tenant, GroupID: groupHex, Data: []byte("state-1")}
+
+	if seq, data, err := LastCheckpoint(e.ctx, e.js, tenant, groupHex); err != nil || seq != 0 || data != nil {
+		t.Fatalf("LastCheckpoint before any = %d %q %v", seq, data, err)
+	}
+	first := []Event{event(1, received(1)), event(2, received(2))}
+	ckSeq, err := PublishBatch(e.ctx, e.js, first, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ckSeq != 3 {
+		t.Fatalf("checkpoint sequence %d, want 3", ckSeq)
+	}
+	seq, data, err := LastCheckpoint(e.ctx, e.js, tenant, groupHex)
+	if err != nil || seq != ckSeq || string(data) != "state-1" {
+		t.Fatalf("LastCheckpoint = %d %q %v", seq, data, err)
+	}
+
+	// A zombie with the stale expectation.
+	_, err = PublishBatch(e.ctx, e.js, []Event{event(3, received(3))}, ck)
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale batch: %v, want ErrFenced", err)
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("stale batch: %v, want API error 10071 reachable", err)
+	}
+	// A retry of the committed batch.
+	_, err = PublishBatch(e.ctx, e.js, first, ck)
+	if !errors.Is(err, ErrDuplicateEvent) {
+		t.Fatalf("retried batch: %v, want ErrDuplicateEvent", err)
+	}
+	subj, _ := subject.Events(tenant, client)
+	if n := e.stored(t, subj); n != 2 {
+		t.Fatalf("%d events stored after refused batches, want 2", n)
+	}
+
+	ck.ExpectedSeq, ck.Data = ckSeq, []byte("state-2")
+	ckSeq2, err := PublishBatch(e.ctx, e.js, []Event{event(3, received(3))}, ck)
+	if err != nil || ckSeq2 != 5 {
+		t.Fatalf("current batch: %d %v", ckSeq2, err)
+	}
+	// Events of batches reach the live subject in order, chained.
+	var last uint64
+	for i := range 3 {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.LastSequence != last {
+			t.Fatalf("live %d: last %d, want %d", i, d.LastSequence, last)
+		}
+		last = d.Sequence
+	}
+
+	dup := []Event{event(9, received(9)), event(9, received(9))}
+	ck.ExpectedSeq = ckSeq2
+	var ie *InvalidEventError
+	if _, err := PublishBatch(e.ctx, e.js, dup, ck); !errors.As(err, &ie) || ie.Field != "id" {
+		t.Fatalf("batch with a repeated id: %v", err)
+	}
+	big := make([]Event, MaxBatch)
+	var tooLarge *BatchTooLargeError
+	if _, err := PublishBatch(e.ctx, e.js, big, ck); !errors.As(err, &tooLarge) || tooLarge.Events != MaxBatch {
+		t.Fatalf("oversized batch: %v", err)
+	}
+	full := make([]Event, MaxBatch-1)
+	for i := range full {
+		full[i] = event(1000+i, hmacUpdated())
+	}
+	if _, err := PublishBatch(e.ctx, e.js, full, ck); err != nil {
+		t.Fatalf("batch at the limit: %v", err)
+	}
+}
+
+func BenchmarkPublish(b *testing.B) {
+	e := setup(b)
+	i := 0
+	for b.Loop() {
+		i++
+		if _, err := Publish(e.ctx, e.js, event(i, received(1))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPublishBatch100(b *testing.B) {
+	e := setup(b)
+	ck := Checkpoint{Tenant: tenant, GroupID: group.String(), Data: make([]byte, 256)}
+	n := 0
+	for b.Loop() {
+		evs := make([]Event, 100)
+		for j := range evs {
+			n++
+			evs[j] = event(n, received(1))
+		}
+		seq, err := PublishBatch(e.ctx, e.js, evs, ck)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ck.ExpectedSeq = seq
+	}
+	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "events/s")
+}
+
+func BenchmarkDecode(b *testing.B) {
+	m := liveMsg(b, event(1, received(1)), 7, 3)
+	for b.Loop() {
+		if _, err := Decode(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// liveMsg builds a message as RePublish delivers it, without a server.
+func liveMsg(tb testing.TB, ev Event, seq, last uint64) *nats.Msg {
+	tb.Helper()
+	m, err := ev.Msg()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, _ := subject.Live(ev.Tenant, ev.ClientID)
+	stored := m.Subject
+	m.Subject = l
+	m.Header.Set(jetstream.StreamHeader, streams.StreamEvents)
+	m.Header.Set(jetstream.SubjectHeader, stored)
+	m.Header.Set(jetstream.SequenceHeader, fmt.Sprint(seq))
+	m.Header.Set(jetstream.TimeStampHeaer, time.Unix(1700000000, 5).UTC().Format(time.RFC3339Nano))
+	m.Header.Set(HeaderLastSequence, fmt.Sprint(last))
+	return m
+}
