@@ -360,6 +360,10 @@ func TestProcessHandshakeRejects(t *testing.T) {
 	if _, _, err := w.state.ProcessHandshake(tampered); CategoryOf(err) != schema.CategoryInvalidSignature {
 		t.Fatalf("tampered commit: %v", err)
 	}
+	future := must[testpeer.Message](t)(w.alice.Commit())
+	if _, _, err := w.state.ProcessHandshake(future.MLS); CategoryOf(err) != schema.CategoryMissingHistory || !errors.Is(err, ErrFutureEpoch) {
+		t.Fatalf("commit of a later epoch: %v", err)
+	}
 	other := newWorld(t)
 	if _, _, err := other.state.ProcessHandshake(next.MLS); CategoryOf(err) != schema.CategoryWrongRecipient {
 		t.Fatalf("commit of another group: %v", err)

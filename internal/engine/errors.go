@@ -65,8 +65,13 @@ var (
 	ErrSenderType = errors.New("invalid sender type")
 	// ErrWrongGroup: the message names another group than the state.
 	ErrWrongGroup = errors.New("message for another group")
-	// ErrWrongEpoch: the message's epoch is not the state's epoch.
-	ErrWrongEpoch = errors.New("message for another epoch")
+	// ErrWrongEpoch: the message is of an earlier epoch than the state's
+	// (category stale_epoch against this state).
+	ErrWrongEpoch = errors.New("message for an earlier epoch")
+	// ErrFutureEpoch: the message is of a later epoch than the state's; its
+	// parent state is not here yet, so convergence defers it (category
+	// missing_history).
+	ErrFutureEpoch = errors.New("message for a later epoch")
 	// ErrNotHandshake: a handshake was expected (PublicMessage commit or proposal).
 	ErrNotHandshake = errors.New("not a PublicMessage commit or proposal")
 	// ErrNotApplication: an application PrivateMessage was expected.

@@ -251,8 +251,8 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 	if err := s.checkGroup(op, c); err != nil {
 		return nil, nil, err
 	}
-	if c.Epoch != s.Epoch() {
-		return nil, nil, fail(op, schema.CategoryStaleEpoch, ErrWrongEpoch)
+	if err := s.checkEpoch(op, c); err != nil {
+		return nil, nil, err
 	}
 	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
 	if err != nil {
@@ -513,8 +513,8 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if err := s.checkGroup(op, c); err != nil {
 		return nil, err
 	}
-	if c.Epoch != s.Epoch() {
-		return nil, fail(op, schema.CategoryStaleEpoch, ErrWrongEpoch)
+	if err := s.checkEpoch(op, c); err != nil {
+		return nil, err
 	}
 	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
 	if err != nil {

@@ -210,6 +210,17 @@ func (s *State) checkGroup(op string, c Classification) error {
 	return nil
 }
 
+// checkEpoch rejects a message of another epoch than the state's.
+func (s *State) checkEpoch(op string, c Classification) error {
+	switch {
+	case c.Epoch < s.Epoch():
+		return fail(op, schema.CategoryStaleEpoch, ErrWrongEpoch)
+	case c.Epoch > s.Epoch():
+		return fail(op, schema.CategoryMissingHistory, ErrFutureEpoch)
+	}
+	return nil
+}
+
 // classifyMLSGoError maps an mls-go processing error to a category.
 func classifyMLSGoError(op string, err error) error {
 	var sig *group.ErrInvalidSignature
