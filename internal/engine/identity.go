@@ -28,7 +28,8 @@ const AccountIDLen = 32
 // Installation is one hosted MLS installation: an account id carried in a
 // BasicCredential, a leaf signature key, and the KeyPackages it has handed
 // out that are not consumed yet. Its private keys never appear in its String
-// or formatted output, nor in errors; persist it only through a [Vault].
+// or formatted output, nor in errors; persist it only through a [Vault]. An
+// Installation is not safe for concurrent use.
 type Installation struct {
 	account     []byte
 	suite       ciphersuite.CipherSuite
