@@ -56,34 +56,20 @@ func (f Format) Unmarshal(data []byte, v Unmarshaler) error {
 	return v.UnmarshalMsgpack(data)
 }
 
-// encodable is a value with one encode method for both formats.
-type encodable interface {
-	Validate() error
-	encode(w *writer)
+// encoder returns a writer that appends to dst.
+func encoder(dst []byte, json bool) writer {
+	return writer{buf: dst, start: len(dst), json: json}
 }
 
-// appendValue validates v and appends its encoding: what goes on the wire
-// is valid.
-func appendValue[T encodable](dst []byte, v T, json bool) ([]byte, error) {
-	if err := v.Validate(); err != nil {
-		return dst, err
+// finish checks that nothing but whitespace follows a decoded value.
+func (r *reader) finish(err error) error {
+	if err == nil {
+		err = r.end()
 	}
-	w := writer{buf: dst, start: len(dst), json: json}
-	v.encode(&w)
-	return w.buf, nil
-}
-
-// decodeValue decodes data into v with decode, checks for trailing data and
-// validates the result.
-func decodeValue(data []byte, json bool, decode func(r *reader) error, validate func() error) error {
-	r := reader{data: data, json: json}
-	if err := decode(&r); err != nil {
+	if err != nil {
 		return r.wrap("", err)
 	}
-	if err := r.end(); err != nil {
-		return r.wrap("", err)
-	}
-	return validate()
+	return nil
 }
 
 // --- ClientEvent ---
@@ -170,15 +156,6 @@ func (e ClientEvent) encode(w *writer) {
 	w.mapEnd()
 }
 
-// decodeInto allocates a payload, stores it in *dst and decodes into it.
-func decodeInto[T any, P interface {
-	*T
-	decode(*reader) error
-}](dst *P, r *reader) error {
-	*dst = new(T)
-	return (*dst).decode(r)
-}
-
 func (e *ClientEvent) decode(r *reader) error {
 	return r.fields(eventNames, 0b1, func(i int) error {
 		if i == 0 {
@@ -195,84 +172,115 @@ func (e *ClientEvent) decode(r *reader) error {
 		}
 		switch kinds[i-1].kind {
 		case KindConversationJoined:
-			return decodeInto(&e.ConversationJoined, r)
+			e.ConversationJoined = new(ConversationJoined)
+			return e.ConversationJoined.decode(r)
 		case KindConversationRemoved:
-			return decodeInto(&e.ConversationRemoved, r)
+			e.ConversationRemoved = new(ConversationRemoved)
+			return e.ConversationRemoved.decode(r)
 		case KindMembershipChanged:
-			return decodeInto(&e.MembershipChanged, r)
+			e.MembershipChanged = new(MembershipChanged)
+			return e.MembershipChanged.decode(r)
 		case KindMetadataChanged:
-			return decodeInto(&e.MetadataChanged, r)
+			e.MetadataChanged = new(MetadataChanged)
+			return e.MetadataChanged.decode(r)
 		case KindConversationPaused:
-			return decodeInto(&e.ConversationPaused, r)
+			e.ConversationPaused = new(ConversationPaused)
+			return e.ConversationPaused.decode(r)
 		case KindMessageReceived:
-			return decodeInto(&e.MessageReceived, r)
+			e.MessageReceived = new(MessageReceived)
+			return e.MessageReceived.decode(r)
 		case KindMessageStatusChanged:
-			return decodeInto(&e.MessageStatusChanged, r)
+			e.MessageStatusChanged = new(MessageStatusChanged)
+			return e.MessageStatusChanged.decode(r)
 		case KindMessageDeleted:
-			return decodeInto(&e.MessageDeleted, r)
+			e.MessageDeleted = new(MessageDeleted)
+			return e.MessageDeleted.decode(r)
 		case KindMessageExpired:
-			return decodeInto(&e.MessageExpired, r)
+			e.MessageExpired = new(MessageRef)
+			return e.MessageExpired.decode(r)
 		case KindConsentChanged:
-			return decodeInto(&e.ConsentChanged, r)
+			e.ConsentChanged = new(ConsentChanged)
+			return e.ConsentChanged.decode(r)
 		case KindHmacKeysUpdated:
-			return decodeInto(&e.HmacKeysUpdated, r)
+			e.HmacKeysUpdated = new(HmacKeysUpdated)
+			return e.HmacKeysUpdated.decode(r)
 		case KindIdentityRegistered:
-			return decodeInto(&e.IdentityRegistered, r)
+			e.IdentityRegistered = new(IdentityRegistered)
+			return e.IdentityRegistered.decode(r)
 		case KindOwnInstallationAdded:
-			return decodeInto(&e.OwnInstallationAdded, r)
+			e.OwnInstallationAdded = new(InstallationRef)
+			return e.OwnInstallationAdded.decode(r)
 		case KindOwnInstallationRevoked:
-			return decodeInto(&e.OwnInstallationRevoked, r)
+			e.OwnInstallationRevoked = new(InstallationRevoked)
+			return e.OwnInstallationRevoked.decode(r)
 		case KindRejectedByServer:
-			return decodeInto(&e.RejectedByServer, r)
+			e.RejectedByServer = new(ClientRejectedByServer)
+			return e.RejectedByServer.decode(r)
 		case KindLockoutChanged:
-			return decodeInto(&e.LockoutChanged, r)
+			e.LockoutChanged = new(LockoutChanged)
+			return e.LockoutChanged.decode(r)
 		case KindConversationForkDetected:
-			return decodeInto(&e.ConversationForkDetected, r)
+			e.ConversationForkDetected = new(GroupRef)
+			return e.ConversationForkDetected.decode(r)
 		case KindNotificationsFailed:
-			return decodeInto(&e.NotificationsFailed, r)
+			e.NotificationsFailed = new(NotificationsFailed)
+			return e.NotificationsFailed.decode(r)
 		case KindArchiveRestored:
-			return decodeInto(&e.ArchiveRestored, r)
+			e.ArchiveRestored = new(ArchiveRestored)
+			return e.ArchiveRestored.decode(r)
 		case KindConnectionStateChanged:
-			return decodeInto(&e.ConnectionStateChanged, r)
+			e.ConnectionStateChanged = new(ConnectionStateChanged)
+			return e.ConnectionStateChanged.decode(r)
 		case KindAttachmentUploadStarted:
-			return decodeInto(&e.AttachmentUploadStarted, r)
+			e.AttachmentUploadStarted = new(AttachmentRef)
+			return e.AttachmentUploadStarted.decode(r)
 		case KindAttachmentUploadCompleted:
-			return decodeInto(&e.AttachmentUploadCompleted, r)
+			e.AttachmentUploadCompleted = new(AttachmentRef)
+			return e.AttachmentUploadCompleted.decode(r)
 		case KindAttachmentUploadFailed:
-			return decodeInto(&e.AttachmentUploadFailed, r)
+			e.AttachmentUploadFailed = new(AttachmentFailed)
+			return e.AttachmentUploadFailed.decode(r)
 		case KindAttachmentDownloadStarted:
-			return decodeInto(&e.AttachmentDownloadStarted, r)
+			e.AttachmentDownloadStarted = new(AttachmentRef)
+			return e.AttachmentDownloadStarted.decode(r)
 		case KindAttachmentDownloadCompleted:
-			return decodeInto(&e.AttachmentDownloadCompleted, r)
+			e.AttachmentDownloadCompleted = new(AttachmentRef)
+			return e.AttachmentDownloadCompleted.decode(r)
 		case KindAttachmentDownloadFailed:
-			return decodeInto(&e.AttachmentDownloadFailed, r)
+			e.AttachmentDownloadFailed = new(AttachmentFailed)
+			return e.AttachmentDownloadFailed.decode(r)
 		case KindAttachmentDeleted:
-			return decodeInto(&e.AttachmentDeleted, r)
+			e.AttachmentDeleted = new(AttachmentRef)
+			return e.AttachmentDeleted.decode(r)
 		case KindHandleChanged:
-			return decodeInto(&e.HandleChanged, r)
+			e.HandleChanged = new(HandleChanged)
+			return e.HandleChanged.decode(r)
 		case KindLagged:
-			return decodeInto(&e.Lagged, r)
+			e.Lagged = new(Lagged)
+			return e.Lagged.decode(r)
 		case KindCommitSuperseded:
-			return decodeInto(&e.CommitSuperseded, r)
+			e.CommitSuperseded = new(CommitSuperseded)
+			return e.CommitSuperseded.decode(r)
 		default: // KindMessageInvalidated, the last member
-			return decodeInto(&e.MessageInvalidated, r)
+			e.MessageInvalidated = new(MessageRef)
+			return e.MessageInvalidated.decode(r)
 		}
 	})
 }
 
 // AppendMsgpack validates e and appends its msgpack encoding to dst.
-func (e ClientEvent) AppendMsgpack(dst []byte) ([]byte, error) { return appendValue(dst, e, false) }
+func (e ClientEvent) AppendMsgpack(dst []byte) ([]byte, error) { return e.append(dst, false) }
 
 // AppendJSON validates e and appends its JSON encoding to dst.
-func (e ClientEvent) AppendJSON(dst []byte) ([]byte, error) { return appendValue(dst, e, true) }
+func (e ClientEvent) AppendJSON(dst []byte) ([]byte, error) { return e.append(dst, true) }
 
 // MarshalMsgpack validates e and returns its msgpack encoding. It makes
 // ClientEvent a msgpack.Marshaler, so frames that embed an event encode it
 // the same way.
-func (e ClientEvent) MarshalMsgpack() ([]byte, error) { return e.AppendMsgpack(nil) }
+func (e ClientEvent) MarshalMsgpack() ([]byte, error) { return e.AppendMsgpack(make([]byte, 0, 384)) }
 
 // MarshalJSON validates e and returns its JSON encoding.
-func (e ClientEvent) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil) }
+func (e ClientEvent) MarshalJSON() ([]byte, error) { return e.AppendJSON(make([]byte, 0, 512)) }
 
 // UnmarshalMsgpack decodes a msgpack ClientEvent strictly and validates it.
 // On error *e is unchanged.
@@ -283,12 +291,27 @@ func (e *ClientEvent) UnmarshalMsgpack(data []byte) error { return e.unmarshal(d
 func (e *ClientEvent) UnmarshalJSON(data []byte) error { return e.unmarshal(data, true) }
 
 func (e *ClientEvent) unmarshal(data []byte, json bool) error {
+	r := reader{data: data, json: json}
 	var v ClientEvent
-	if err := decodeValue(data, json, v.decode, func() error { return v.Validate() }); err != nil {
+	if err := r.finish(v.decode(&r)); err != nil {
+		return err
+	}
+	if err := v.Validate(); err != nil {
 		return err
 	}
 	*e = v
 	return nil
+}
+
+// append validates e and appends its encoding: what goes on the wire is
+// valid.
+func (e ClientEvent) append(dst []byte, json bool) ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return dst, err
+	}
+	w := encoder(dst, json)
+	e.encode(&w)
+	return w.buf, nil
 }
 
 // --- EventFilter ---
@@ -389,10 +412,10 @@ func (f *EventFilter) decode(r *reader) error {
 }
 
 // AppendMsgpack validates f and appends its msgpack encoding to dst.
-func (f EventFilter) AppendMsgpack(dst []byte) ([]byte, error) { return appendValue(dst, f, false) }
+func (f EventFilter) AppendMsgpack(dst []byte) ([]byte, error) { return f.append(dst, false) }
 
 // AppendJSON validates f and appends its JSON encoding to dst.
-func (f EventFilter) AppendJSON(dst []byte) ([]byte, error) { return appendValue(dst, f, true) }
+func (f EventFilter) AppendJSON(dst []byte) ([]byte, error) { return f.append(dst, true) }
 
 // MarshalMsgpack validates f and returns its msgpack encoding.
 func (f EventFilter) MarshalMsgpack() ([]byte, error) { return f.AppendMsgpack(nil) }
@@ -407,12 +430,27 @@ func (f *EventFilter) UnmarshalMsgpack(data []byte) error { return f.unmarshal(d
 func (f *EventFilter) UnmarshalJSON(data []byte) error { return f.unmarshal(data, true) }
 
 func (f *EventFilter) unmarshal(data []byte, json bool) error {
+	r := reader{data: data, json: json}
 	var v EventFilter
-	if err := decodeValue(data, json, v.decode, func() error { return v.Validate() }); err != nil {
+	if err := r.finish(v.decode(&r)); err != nil {
+		return err
+	}
+	if err := v.Validate(); err != nil {
 		return err
 	}
 	*f = v
 	return nil
+}
+
+// append validates f and appends its encoding: what goes on the wire is
+// valid.
+func (f EventFilter) append(dst []byte, json bool) ([]byte, error) {
+	if err := f.Validate(); err != nil {
+		return dst, err
+	}
+	w := encoder(dst, json)
+	f.encode(&w)
+	return w.buf, nil
 }
 
 // --- TransportMessage ---
@@ -453,12 +491,10 @@ func (m *TransportMessage) decode(r *reader) error {
 }
 
 // AppendMsgpack validates m and appends its msgpack encoding to dst.
-func (m TransportMessage) AppendMsgpack(dst []byte) ([]byte, error) {
-	return appendValue(dst, m, false)
-}
+func (m TransportMessage) AppendMsgpack(dst []byte) ([]byte, error) { return m.append(dst, false) }
 
 // AppendJSON validates m and appends its JSON encoding to dst.
-func (m TransportMessage) AppendJSON(dst []byte) ([]byte, error) { return appendValue(dst, m, true) }
+func (m TransportMessage) AppendJSON(dst []byte) ([]byte, error) { return m.append(dst, true) }
 
 // MarshalMsgpack validates m and returns its msgpack encoding.
 func (m TransportMessage) MarshalMsgpack() ([]byte, error) { return m.AppendMsgpack(nil) }
@@ -474,12 +510,27 @@ func (m *TransportMessage) UnmarshalMsgpack(data []byte) error { return m.unmars
 func (m *TransportMessage) UnmarshalJSON(data []byte) error { return m.unmarshal(data, true) }
 
 func (m *TransportMessage) unmarshal(data []byte, json bool) error {
+	r := reader{data: data, json: json}
 	var v TransportMessage
-	if err := decodeValue(data, json, v.decode, func() error { return v.Validate() }); err != nil {
+	if err := r.finish(v.decode(&r)); err != nil {
+		return err
+	}
+	if err := v.Validate(); err != nil {
 		return err
 	}
 	*m = v
 	return nil
+}
+
+// append validates m and appends its encoding: what goes on the wire is
+// valid.
+func (m TransportMessage) append(dst []byte, json bool) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return dst, err
+	}
+	w := encoder(dst, json)
+	m.encode(&w)
+	return w.buf, nil
 }
 
 // --- Outcome ---
@@ -563,10 +614,10 @@ func (o *Outcome) decode(r *reader) error {
 }
 
 // AppendMsgpack validates o and appends its msgpack encoding to dst.
-func (o Outcome) AppendMsgpack(dst []byte) ([]byte, error) { return appendValue(dst, o, false) }
+func (o Outcome) AppendMsgpack(dst []byte) ([]byte, error) { return o.append(dst, false) }
 
 // AppendJSON validates o and appends its JSON encoding to dst.
-func (o Outcome) AppendJSON(dst []byte) ([]byte, error) { return appendValue(dst, o, true) }
+func (o Outcome) AppendJSON(dst []byte) ([]byte, error) { return o.append(dst, true) }
 
 // MarshalMsgpack validates o and returns its msgpack encoding.
 func (o Outcome) MarshalMsgpack() ([]byte, error) { return o.AppendMsgpack(nil) }
@@ -581,10 +632,25 @@ func (o *Outcome) UnmarshalMsgpack(data []byte) error { return o.unmarshal(data,
 func (o *Outcome) UnmarshalJSON(data []byte) error { return o.unmarshal(data, true) }
 
 func (o *Outcome) unmarshal(data []byte, json bool) error {
+	r := reader{data: data, json: json}
 	var v Outcome
-	if err := decodeValue(data, json, v.decode, func() error { return v.Validate() }); err != nil {
+	if err := r.finish(v.decode(&r)); err != nil {
+		return err
+	}
+	if err := v.Validate(); err != nil {
 		return err
 	}
 	*o = v
 	return nil
+}
+
+// append validates o and appends its encoding: what goes on the wire is
+// valid.
+func (o Outcome) append(dst []byte, json bool) ([]byte, error) {
+	if err := o.Validate(); err != nil {
+		return dst, err
+	}
+	w := encoder(dst, json)
+	o.encode(&w)
+	return w.buf, nil
 }

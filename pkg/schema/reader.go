@@ -35,6 +35,9 @@ type reader struct {
 	data []byte
 	pos  int
 	json bool
+	// arena backs decoded octets, so one value's byte members share one
+	// allocation.
+	arena []byte
 }
 
 // iter is the state of a map or array being read.
@@ -410,9 +413,20 @@ func (r *reader) bin() (Bytes, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(Bytes, n)
+	out := r.alloc(n)
 	copy(out, b)
 	return out, nil
+}
+
+// alloc returns n fresh bytes from the arena. The arena is sized by the
+// input left, which bounds every later bin.
+func (r *reader) alloc(n int) Bytes {
+	if n > len(r.arena) {
+		r.arena = make([]byte, max(n, len(r.data)-r.pos))
+	}
+	out := r.arena[:n:n]
+	r.arena = r.arena[n:]
+	return out
 }
 
 // uint reads an unsigned integer no greater than max. msgpack accepts every

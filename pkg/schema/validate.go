@@ -104,59 +104,190 @@ func (e ClientEvent) Validate() error {
 		return invalid("kind", "unknown kind")
 	}
 	want := e.Kind.Member()
+	n := b2i(e.ConversationJoined != nil) +
+		b2i(e.ConversationRemoved != nil) +
+		b2i(e.MembershipChanged != nil) +
+		b2i(e.MetadataChanged != nil) +
+		b2i(e.ConversationPaused != nil) +
+		b2i(e.MessageReceived != nil) +
+		b2i(e.MessageStatusChanged != nil) +
+		b2i(e.MessageDeleted != nil) +
+		b2i(e.MessageExpired != nil) +
+		b2i(e.ConsentChanged != nil) +
+		b2i(e.HmacKeysUpdated != nil) +
+		b2i(e.IdentityRegistered != nil) +
+		b2i(e.OwnInstallationAdded != nil) +
+		b2i(e.OwnInstallationRevoked != nil) +
+		b2i(e.RejectedByServer != nil) +
+		b2i(e.LockoutChanged != nil) +
+		b2i(e.ConversationForkDetected != nil) +
+		b2i(e.NotificationsFailed != nil) +
+		b2i(e.ArchiveRestored != nil) +
+		b2i(e.ConnectionStateChanged != nil) +
+		b2i(e.AttachmentUploadStarted != nil) +
+		b2i(e.AttachmentUploadCompleted != nil) +
+		b2i(e.AttachmentUploadFailed != nil) +
+		b2i(e.AttachmentDownloadStarted != nil) +
+		b2i(e.AttachmentDownloadCompleted != nil) +
+		b2i(e.AttachmentDownloadFailed != nil) +
+		b2i(e.AttachmentDeleted != nil) +
+		b2i(e.HandleChanged != nil) +
+		b2i(e.Lagged != nil) +
+		b2i(e.CommitSuperseded != nil) +
+		b2i(e.MessageInvalidated != nil)
 	var (
-		found string
-		n     int
-		p     interface{ validate() error }
+		p  interface{ validate() error }
+		ok bool
 	)
-	present := func(name string, ok bool, v interface{ validate() error }) {
-		if ok {
-			n++
-			if found == "" || name == want {
-				found, p = name, v
-			}
-		}
+	switch e.Kind {
+	case KindConversationJoined:
+		p, ok = e.ConversationJoined, e.ConversationJoined != nil
+	case KindConversationRemoved:
+		p, ok = e.ConversationRemoved, e.ConversationRemoved != nil
+	case KindMembershipChanged:
+		p, ok = e.MembershipChanged, e.MembershipChanged != nil
+	case KindMetadataChanged:
+		p, ok = e.MetadataChanged, e.MetadataChanged != nil
+	case KindConversationPaused:
+		p, ok = e.ConversationPaused, e.ConversationPaused != nil
+	case KindMessageReceived:
+		p, ok = e.MessageReceived, e.MessageReceived != nil
+	case KindMessageStatusChanged:
+		p, ok = e.MessageStatusChanged, e.MessageStatusChanged != nil
+	case KindMessageDeleted:
+		p, ok = e.MessageDeleted, e.MessageDeleted != nil
+	case KindMessageExpired:
+		p, ok = e.MessageExpired, e.MessageExpired != nil
+	case KindConsentChanged:
+		p, ok = e.ConsentChanged, e.ConsentChanged != nil
+	case KindHmacKeysUpdated:
+		p, ok = e.HmacKeysUpdated, e.HmacKeysUpdated != nil
+	case KindIdentityRegistered:
+		p, ok = e.IdentityRegistered, e.IdentityRegistered != nil
+	case KindOwnInstallationAdded:
+		p, ok = e.OwnInstallationAdded, e.OwnInstallationAdded != nil
+	case KindOwnInstallationRevoked:
+		p, ok = e.OwnInstallationRevoked, e.OwnInstallationRevoked != nil
+	case KindRejectedByServer:
+		p, ok = e.RejectedByServer, e.RejectedByServer != nil
+	case KindLockoutChanged:
+		p, ok = e.LockoutChanged, e.LockoutChanged != nil
+	case KindConversationForkDetected:
+		p, ok = e.ConversationForkDetected, e.ConversationForkDetected != nil
+	case KindNotificationsFailed:
+		p, ok = e.NotificationsFailed, e.NotificationsFailed != nil
+	case KindArchiveRestored:
+		p, ok = e.ArchiveRestored, e.ArchiveRestored != nil
+	case KindConnectionStateChanged:
+		p, ok = e.ConnectionStateChanged, e.ConnectionStateChanged != nil
+	case KindAttachmentUploadStarted:
+		p, ok = e.AttachmentUploadStarted, e.AttachmentUploadStarted != nil
+	case KindAttachmentUploadCompleted:
+		p, ok = e.AttachmentUploadCompleted, e.AttachmentUploadCompleted != nil
+	case KindAttachmentUploadFailed:
+		p, ok = e.AttachmentUploadFailed, e.AttachmentUploadFailed != nil
+	case KindAttachmentDownloadStarted:
+		p, ok = e.AttachmentDownloadStarted, e.AttachmentDownloadStarted != nil
+	case KindAttachmentDownloadCompleted:
+		p, ok = e.AttachmentDownloadCompleted, e.AttachmentDownloadCompleted != nil
+	case KindAttachmentDownloadFailed:
+		p, ok = e.AttachmentDownloadFailed, e.AttachmentDownloadFailed != nil
+	case KindAttachmentDeleted:
+		p, ok = e.AttachmentDeleted, e.AttachmentDeleted != nil
+	case KindHandleChanged:
+		p, ok = e.HandleChanged, e.HandleChanged != nil
+	case KindLagged:
+		p, ok = e.Lagged, e.Lagged != nil
+	case KindCommitSuperseded:
+		p, ok = e.CommitSuperseded, e.CommitSuperseded != nil
+	case KindMessageInvalidated:
+		p, ok = e.MessageInvalidated, e.MessageInvalidated != nil
 	}
-	present("conversation_joined", e.ConversationJoined != nil, e.ConversationJoined)
-	present("conversation_removed", e.ConversationRemoved != nil, e.ConversationRemoved)
-	present("membership_changed", e.MembershipChanged != nil, e.MembershipChanged)
-	present("metadata_changed", e.MetadataChanged != nil, e.MetadataChanged)
-	present("conversation_paused", e.ConversationPaused != nil, e.ConversationPaused)
-	present("message_received", e.MessageReceived != nil, e.MessageReceived)
-	present("message_status_changed", e.MessageStatusChanged != nil, e.MessageStatusChanged)
-	present("message_deleted", e.MessageDeleted != nil, e.MessageDeleted)
-	present("message_expired", e.MessageExpired != nil, e.MessageExpired)
-	present("consent_changed", e.ConsentChanged != nil, e.ConsentChanged)
-	present("hmac_keys_updated", e.HmacKeysUpdated != nil, e.HmacKeysUpdated)
-	present("identity_registered", e.IdentityRegistered != nil, e.IdentityRegistered)
-	present("own_installation_added", e.OwnInstallationAdded != nil, e.OwnInstallationAdded)
-	present("own_installation_revoked", e.OwnInstallationRevoked != nil, e.OwnInstallationRevoked)
-	present("rejected_by_server", e.RejectedByServer != nil, e.RejectedByServer)
-	present("lockout_changed", e.LockoutChanged != nil, e.LockoutChanged)
-	present("conversation_fork_detected", e.ConversationForkDetected != nil, e.ConversationForkDetected)
-	present("notifications_failed", e.NotificationsFailed != nil, e.NotificationsFailed)
-	present("archive_restored", e.ArchiveRestored != nil, e.ArchiveRestored)
-	present("connection_state_changed", e.ConnectionStateChanged != nil, e.ConnectionStateChanged)
-	present("attachment_upload_started", e.AttachmentUploadStarted != nil, e.AttachmentUploadStarted)
-	present("attachment_upload_completed", e.AttachmentUploadCompleted != nil, e.AttachmentUploadCompleted)
-	present("attachment_upload_failed", e.AttachmentUploadFailed != nil, e.AttachmentUploadFailed)
-	present("attachment_download_started", e.AttachmentDownloadStarted != nil, e.AttachmentDownloadStarted)
-	present("attachment_download_completed", e.AttachmentDownloadCompleted != nil, e.AttachmentDownloadCompleted)
-	present("attachment_download_failed", e.AttachmentDownloadFailed != nil, e.AttachmentDownloadFailed)
-	present("attachment_deleted", e.AttachmentDeleted != nil, e.AttachmentDeleted)
-	present("handle_changed", e.HandleChanged != nil, e.HandleChanged)
-	present("lagged", e.Lagged != nil, e.Lagged)
-	present("commit_superseded", e.CommitSuperseded != nil, e.CommitSuperseded)
-	present("message_invalidated", e.MessageInvalidated != nil, e.MessageInvalidated)
 	switch {
-	case n == 0:
+	case !ok && n == 0:
 		return invalid(want, "missing: kind "+string(e.Kind)+" carries this member")
-	case found != want:
-		return invalid(found, "not the member of kind "+string(e.Kind)+" (want "+want+")")
+	case !ok:
+		return invalid(e.presentMember(), "not the member of kind "+string(e.Kind)+" (want "+want+")")
 	case n > 1:
 		return invalid(want, "exactly one payload member may be present")
 	}
 	return under(want, p.validate())
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// presentMember names the first payload member present, for an error.
+func (e ClientEvent) presentMember() string {
+	switch {
+	case e.ConversationJoined != nil:
+		return "conversation_joined"
+	case e.ConversationRemoved != nil:
+		return "conversation_removed"
+	case e.MembershipChanged != nil:
+		return "membership_changed"
+	case e.MetadataChanged != nil:
+		return "metadata_changed"
+	case e.ConversationPaused != nil:
+		return "conversation_paused"
+	case e.MessageReceived != nil:
+		return "message_received"
+	case e.MessageStatusChanged != nil:
+		return "message_status_changed"
+	case e.MessageDeleted != nil:
+		return "message_deleted"
+	case e.MessageExpired != nil:
+		return "message_expired"
+	case e.ConsentChanged != nil:
+		return "consent_changed"
+	case e.HmacKeysUpdated != nil:
+		return "hmac_keys_updated"
+	case e.IdentityRegistered != nil:
+		return "identity_registered"
+	case e.OwnInstallationAdded != nil:
+		return "own_installation_added"
+	case e.OwnInstallationRevoked != nil:
+		return "own_installation_revoked"
+	case e.RejectedByServer != nil:
+		return "rejected_by_server"
+	case e.LockoutChanged != nil:
+		return "lockout_changed"
+	case e.ConversationForkDetected != nil:
+		return "conversation_fork_detected"
+	case e.NotificationsFailed != nil:
+		return "notifications_failed"
+	case e.ArchiveRestored != nil:
+		return "archive_restored"
+	case e.ConnectionStateChanged != nil:
+		return "connection_state_changed"
+	case e.AttachmentUploadStarted != nil:
+		return "attachment_upload_started"
+	case e.AttachmentUploadCompleted != nil:
+		return "attachment_upload_completed"
+	case e.AttachmentUploadFailed != nil:
+		return "attachment_upload_failed"
+	case e.AttachmentDownloadStarted != nil:
+		return "attachment_download_started"
+	case e.AttachmentDownloadCompleted != nil:
+		return "attachment_download_completed"
+	case e.AttachmentDownloadFailed != nil:
+		return "attachment_download_failed"
+	case e.AttachmentDeleted != nil:
+		return "attachment_deleted"
+	case e.HandleChanged != nil:
+		return "handle_changed"
+	case e.Lagged != nil:
+		return "lagged"
+	case e.CommitSuperseded != nil:
+		return "commit_superseded"
+	case e.MessageInvalidated != nil:
+		return "message_invalidated"
+	}
+	return ""
 }
 
 func (p *GroupRef) validate() error { return needBytes("group_id", p.GroupID) }
