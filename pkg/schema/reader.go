@@ -418,16 +418,22 @@ func (r *reader) bin() (Bytes, error) {
 	return out, nil
 }
 
-// alloc returns n fresh bytes from the arena. The arena is sized by the
-// input left, which bounds every later bin.
+// alloc returns n fresh bytes. Small values share an arena sized by the
+// input left (at most arenaSize), so one event's ids cost one allocation;
+// large values, such as a transport payload, get their own.
 func (r *reader) alloc(n int) Bytes {
 	if n > len(r.arena) {
-		r.arena = make([]byte, max(n, len(r.data)-r.pos))
+		if n > arenaSize/2 {
+			return make(Bytes, n)
+		}
+		r.arena = make([]byte, max(n, min(n+len(r.data)-r.pos, arenaSize)))
 	}
 	out := r.arena[:n:n]
 	r.arena = r.arena[n:]
 	return out
 }
+
+const arenaSize = 512
 
 // uint reads an unsigned integer no greater than max. msgpack accepts every
 // integer form holding a non-negative value; JSON accepts digits only.
