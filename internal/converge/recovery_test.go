@@ -1,0 +1,218 @@
+package converge
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// groupWithHosted creates a remote group that invites the hosted clients
+// and publishes the Welcome.
+func groupWithHosted(t *testing.T, e *env, set components.Set, hs ...hosted) (*testpeer.Peer, *testpeer.Group) {
+	t.Helper()
+	alice := peer(t, "alice")
+	if set.Admins == nil {
+		set.Admins = []components.AccountID{alice.AccountID()}
+	}
+	g := must[*testpeer.Group](t)(alice.CreateGroup(set))
+	var kps [][]byte
+	for _, h := range hs {
+		kps = append(kps, h.kps[0])
+	}
+	_, welcome, err := g.Invite(kps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(welcome)
+	return alice, g
+}
+
+func uniqueIDs(t *testing.T, evs []eventbus.Delivered) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, d := range evs {
+		if seen[d.ID] {
+			t.Fatalf("event id repeated: %s", d.Event.Kind)
+		}
+		seen[d.ID] = true
+	}
+}
+
+// TestRedeliveryEmitsNothingTwice_EVENT001: a worker that restarts with its
+// consumer rewound to the start of the stream (a crash before any ack)
+// re-reads every input, and the checkpoints make each one count once.
+func TestRedeliveryEmitsNothingTwice_EVENT001(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	_, stop := e.worker("w1", nil)
+	_, g := groupWithHosted(t, e, components.Set{}, h)
+	for range 3 {
+		e.publish(must[testpeer.Message](t)(g.SendText("x")))
+	}
+	e.waitEvents(h.rec.ClientID, 4)
+	stop()
+
+	// Rewind: delete every partition consumer, as if no input was acked.
+	s, err := e.js.Stream(e.ctx, streams.StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range subject.Partitions {
+		_ = s.DeleteConsumer(e.ctx, consumerName(p))
+	}
+	for range 2 {
+		e.publish(must[testpeer.Message](t)(g.SendText("y")))
+	}
+	e.worker("w2", nil)
+	evs := e.waitEvents(h.rec.ClientID, 6)
+	time.Sleep(300 * time.Millisecond)
+	evs = e.waitEvents(h.rec.ClientID, len(evs))
+	uniqueIDs(t, evs)
+	if evs[0].Event.Kind != schema.KindConversationJoined {
+		t.Fatalf("first event %s", evs[0].Event.Kind)
+	}
+}
+
+// TestStaleWorkerCannotEmit: a commit against a checkpoint another worker
+// has moved past is refused as a whole; none of its events is stored.
+func TestStaleWorkerCannotEmit(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	_, stop := e.worker("w1", nil)
+	_, g := groupWithHosted(t, e, components.Set{}, h)
+	groupHex := hex.EncodeToString(g.ID())
+	e.waitEvents(h.rec.ClientID, 1)
+	_, before, err := readCheckpoint(e.ctx, e.js, tenant, groupHex)
+	if err != nil || before == 0 {
+		t.Fatalf("checkpoint %d, %v", before, err)
+	}
+	e.publish(must[testpeer.Message](t)(g.SendText("moves the checkpoint")))
+	e.waitEvents(h.rec.ClientID, 2)
+	stop()
+
+	// A paused worker wakes up holding the first checkpoint's sequence.
+	ev := eventbus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: eventbus.EventID([]byte("zombie")),
+		Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
+	_, err = commitBatch(e.ctx, e.js, tenant, groupHex, before, checkpoint{InputSeq: 99, Worker: "zombie"}, []eventbus.Event{ev})
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale commit: %v, want ErrFenced", err)
+	}
+	if n := len(e.events(h.rec.ClientID)); n != 2 {
+		t.Fatalf("%d events after the stale commit, want 2", n)
+	}
+	if ck, _, _ := readCheckpoint(e.ctx, e.js, tenant, groupHex); ck.Worker == "zombie" {
+		t.Fatal("stale checkpoint stored")
+	}
+}
+
+// TestFailoverToSecondWorker: a worker that dies holding every partition
+// (its leases stay until they expire) is replaced by a second one within
+// 10 s, which carries on with the group in order.
+func TestFailoverToSecondWorker(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "dies", LeaseTTL: 3 * time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	if err := w1.balance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w1.Owned()); n != subject.Partitions {
+		t.Fatalf("first worker owns %d partitions", n)
+	}
+	_, g := groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(h.rec.ClientID, 1)
+	// Death: the partitions stop, the leases are neither renewed nor released.
+	for _, p := range w1.Owned() {
+		w1.stop(p)
+	}
+	cancel()
+	w2, _ := e.worker("survives", func(c *Config) { c.LeaseTTL = 3 * time.Second })
+	died := time.Now()
+	e.publish(must[testpeer.Message](t)(g.SendText("after the failover")))
+	e.waitEvents(h.rec.ClientID, 2)
+	if took := time.Since(died); took > 10*time.Second {
+		t.Fatalf("takeover took %v", took)
+	}
+	if n := len(w2.Owned()); n != subject.Partitions {
+		t.Fatalf("second worker owns %d partitions", n)
+	}
+}
+
+// TestDMJoinedWithConversationKey_EVENT020: a DM's events carry its
+// conversation key header, the same for every group of the DM.
+func TestDMJoinedWithConversationKey_EVENT020(t *testing.T) {
+	e := newEnv(t)
+	bob := peer(t, "bob")
+	h := e.register(bob.AccountID(), 2)
+	e.worker("w1", nil)
+	alice := peer(t, "alice")
+	dm := components.NewDM(alice.AccountID(), bob.AccountID())
+	var keys [][]byte
+	for i := range 2 {
+		g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}, Conversation: &dm}))
+		_, welcome, err := g.Invite(h.kps[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.publish(welcome)
+		evs := e.waitEvents(h.rec.ClientID, i+1)
+		j := evs[i].Event.ConversationJoined
+		if j == nil || j.ConversationType != schema.ConversationDM || j.Origin != schema.OriginWelcomed || *j.AdderInboxID != alice.InboxID() {
+			t.Fatalf("joined %+v", j)
+		}
+		keys = append(keys, evs[i].ConversationKey)
+	}
+	if len(keys[0]) == 0 || string(keys[0]) != string(keys[1]) {
+		t.Fatal("the DM's groups do not share one conversation key")
+	}
+}
+
+// TestDisappearingMessages_META063: a message under disappearing messages
+// is received, then expired by the cleanup pass; one whose expiry passed
+// before it was processed is never received.
+func TestDisappearingMessages_META063(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	_, g := groupWithHosted(t, e, components.Set{Retention: &components.RetentionState{DisappearingSecs: 1}}, h)
+	late := must[testpeer.Message](t)(g.SendText("expires before converge runs"))
+	e.publish(late)
+	time.Sleep(1200 * time.Millisecond)
+	e.worker("w1", nil)
+	m := must[testpeer.Message](t)(g.SendText("soon gone"))
+	e.publish(m)
+	evs := e.waitEvents(h.rec.ClientID, 4)
+	gid := schema.Bytes(g.ID())
+	if evs[0].Event.Kind != schema.KindConversationJoined {
+		t.Fatalf("first event %s", evs[0].Event.Kind)
+	}
+	pos := map[string]int{}
+	for i, d := range evs[1:] {
+		switch d.Event.Kind {
+		case schema.KindMessageReceived:
+			if !d.Event.MessageReceived.MessageID.Equal(m.ID) {
+				t.Fatal("received a message that had expired before it was processed")
+			}
+			pos["received"] = i + 1
+		case schema.KindMessageExpired:
+			if !d.Event.MessageExpired.GroupID.Equal(gid) {
+				t.Fatal("expired names another group")
+			}
+			pos["expired "+d.Event.MessageExpired.MessageID.String()] = i + 1
+		}
+	}
+	if pos["received"] == 0 || pos["expired "+schema.Bytes(late.ID).String()] == 0 || pos["expired "+schema.Bytes(m.ID).String()] <= pos["received"] {
+		t.Fatalf("events %v", kinds(evs))
+	}
+}
