@@ -276,3 +276,23 @@ func decodeJSONEvent(t *testing.T, b []byte) schema.ClientEvent {
 }
 
 func jsonOpt() client.Option { return client.WithJSON() }
+
+// held sums what the gateway counts against the bound for every
+// subscription of a client: a test waits on it for credit to come back.
+func (e *env) held(tenant, clientID string) int {
+	e.g.tapsMu.Lock()
+	t := e.g.taps["fabric.live."+tenant+"."+clientID]
+	e.g.tapsMu.Unlock()
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for s := range t.subs {
+		s.c.mu.Lock()
+		n += s.q.Held()
+		s.c.mu.Unlock()
+	}
+	return n
+}

@@ -146,19 +146,28 @@ func (q *Queue[T]) Discard(n uint64) {
 // Ready reports whether Pop would return an item now.
 func (q *Queue[T]) Ready() bool {
 	if q.discards > 0 && q.markerAt == 0 {
-		return !q.lagOut
+		return q.markerReady()
 	}
 	return q.n > 0
+}
+
+// markerReady reports whether the marker at the head may be handed off: no
+// earlier marker is uncredited, and either an event waits behind it or the
+// bound has room, so that discarding has stopped. Holding it while the
+// bound is full lets one marker count the whole episode (EVENT-031).
+func (q *Queue[T]) markerReady() bool {
+	return !q.lagOut && (q.n > 0 || q.n+q.outstanding < q.capacity)
 }
 
 // Pop returns the next item to hand off, in order: the lagged marker when it
 // is at the head, otherwise the oldest event. A popped event stays counted
 // against the bound until Credit. Pop returns false when nothing is ready,
 // which includes a marker at the head while an earlier marker is still
-// uncredited: events behind a marker wait for it (EVENT-031).
+// uncredited, or while the bound is full and nothing waits behind it:
+// events behind a marker wait for it (EVENT-031).
 func (q *Queue[T]) Pop() (Item[T], bool) {
 	if q.discards > 0 && q.markerAt == 0 {
-		if q.lagOut {
+		if !q.markerReady() {
 			return Item[T]{}, false
 		}
 		it := Item[T]{Lagged: true, Discarded: q.discards}

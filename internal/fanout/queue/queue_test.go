@@ -163,33 +163,61 @@ func TestPendingLaggedNotCounted_EVENT030(t *testing.T) {
 // While a lagged marker is uncredited, a second marker waits, and so do the
 // events behind it: the SDK never holds two markers.
 func TestSecondLaggedWaitsForFirstCredit_EVENT031(t *testing.T) {
-	q := New[int](1)
+	q := New[int](2)
 	q.Push(1)
-	q.Push(2) // discard, marker after 1
+	q.Push(2)
+	q.Push(3) // discard, marker after 2
 	a, _ := q.Pop()
 	b, _ := q.Pop()
-	if a.Value != 1 || !b.Lagged || b.Discarded != 1 {
-		t.Fatalf("got %+v %+v", a, b)
-	}
-	q.Push(3) // still full: 1 outstanding
-	if q.Ready() {
-		t.Fatal("second marker ready while the first is out")
-	}
-	// Credit the event: frees the slot, the first marker is still out.
-	if err := q.Credit(1); err != nil {
+	if err := q.Credit(1); err != nil { // 1 handed off: room again
 		t.Fatal(err)
 	}
-	q.Push(4) // accepted behind the second marker
+	c, _ := q.Pop()
+	if a.Value != 1 || b.Value != 2 || !c.Lagged || c.Discarded != 1 {
+		t.Fatalf("got %+v %+v %+v", a, b, c)
+	}
+	q.Push(4)
+	q.Push(5) // discard: held 2 (2 and 4); a second marker after 4
+	if _, ok := q.Pop(); !ok {
+		t.Fatal("event 4 not ready")
+	}
+	if err := q.Credit(1); err != nil { // event 2
+		t.Fatal(err)
+	}
+	q.Push(6) // accepted behind the second marker
 	if _, ok := q.Pop(); ok {
-		t.Fatal("popped past an uncredited marker")
+		t.Fatal("popped past a marker while the first is uncredited")
 	}
 	if err := q.Credit(1); err != nil { // the first marker's handoff
 		t.Fatal(err)
 	}
-	c, _ := q.Pop()
 	d, _ := q.Pop()
-	if !c.Lagged || c.Discarded != 1 || d.Value != 4 {
-		t.Fatalf("got %+v %+v", c, d)
+	f, _ := q.Pop()
+	if !d.Lagged || d.Discarded != 1 || f.Value != 6 {
+		t.Fatalf("got %+v %+v", d, f)
+	}
+}
+
+// While the bound is full and nothing waits behind the marker, the marker is
+// held so that one lagged counts the whole episode.
+func TestOneLaggedPerEpisodeWhileFull_EVENT031(t *testing.T) {
+	q := New[int](2)
+	q.Push(1)
+	q.Push(2)
+	q.Pop()
+	q.Pop()
+	for i := range 10 {
+		q.Push(10 + i)
+	}
+	if q.Ready() {
+		t.Fatal("marker ready while the bound is full")
+	}
+	if err := q.Credit(1); err != nil {
+		t.Fatal(err)
+	}
+	it, ok := q.Pop()
+	if !ok || !it.Lagged || it.Discarded != 10 {
+		t.Fatalf("got %+v %v", it, ok)
 	}
 }
 
@@ -217,10 +245,13 @@ func TestCreditAcrossMarker(t *testing.T) {
 	q.Push(1)
 	q.Push(2)
 	q.Push(3) // discard
-	for range 3 {
-		q.Pop() // 1, 2, lagged
+	q.Pop()
+	q.Pop()
+	if err := q.Credit(1); err != nil {
+		t.Fatal(err)
 	}
-	if err := q.Credit(3); err != nil {
+	q.Pop() // the lagged marker, now that there is room
+	if err := q.Credit(2); err != nil {
 		t.Fatal(err)
 	}
 	if q.Held() != 0 || q.Outstanding() != 0 {
