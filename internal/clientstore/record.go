@@ -72,8 +72,13 @@ func Lookup(ctx context.Context, kv jetstream.KeyValue, tenant, clientID string)
 	if err != nil {
 		return Record{}, fmt.Errorf("clientstore: lookup: %w", err)
 	}
+	return DecodeRecord(e.Value())
+}
+
+// DecodeRecord decodes a fabric-clients record.
+func DecodeRecord(b []byte) (Record, error) {
 	var rec Record
-	if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
+	if err := msgpack.Unmarshal(b, &rec); err != nil {
 		return Record{}, fmt.Errorf("clientstore: decode record: %w", err)
 	}
 	return rec, nil

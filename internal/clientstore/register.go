@@ -295,9 +295,9 @@ func (s *Store) FreshKeyPackages(ctx context.Context, tenant, clientID string, n
 		if err != nil {
 			return nil, fmt.Errorf("clientstore: key packages: %w", err)
 		}
-		var rec Record
-		if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
-			return nil, fmt.Errorf("clientstore: decode record: %w", err)
+		rec, err := DecodeRecord(e.Value())
+		if err != nil {
+			return nil, err
 		}
 		inst, err := s.vault.Open(rec.Installation)
 		if err != nil {

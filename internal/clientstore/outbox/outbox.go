@@ -96,10 +96,18 @@ func load[S any](ctx context.Context, o *Outbox, key string) (record[S], uint64,
 	if err != nil {
 		return rec, 0, false, fmt.Errorf("outbox: get: %w", err)
 	}
-	if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
-		return rec, 0, false, fmt.Errorf("outbox: decode record: %w", err)
+	if err := decodeRecord(e.Value(), &rec); err != nil {
+		return rec, 0, false, err
 	}
 	return rec, e.Revision(), true, nil
+}
+
+// decodeRecord decodes a stored record into rec.
+func decodeRecord(b []byte, rec any) error {
+	if err := msgpack.Unmarshal(b, rec); err != nil {
+		return fmt.Errorf("outbox: decode record: %w", err)
+	}
+	return nil
 }
 
 // Apply runs m on the state at key and stores its change together with the
@@ -208,8 +216,8 @@ func (o *Outbox) drop(ctx context.Context, key string, done map[string]bool) err
 		if err != nil {
 			return fmt.Errorf("outbox: get: %w", err)
 		}
-		if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
-			return fmt.Errorf("outbox: decode record: %w", err)
+		if err := decodeRecord(e.Value(), &rec); err != nil {
+			return err
 		}
 		n := 0
 		for n < len(rec.Pending) && done[rec.Pending[n].ID] {
