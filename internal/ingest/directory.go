@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -94,21 +95,31 @@ func EncodeGroupKeys(keys [][binding.KeySize]byte) ([]byte, error) {
 const maxGroupKeys = 1024
 
 // DecodeGroupKeys decodes a fabric-group-keys value written by
-// EncodeGroupKeys.
+// EncodeGroupKeys. It reads the array length before allocating, so a
+// corrupt value cannot make it allocate more than maxGroupKeys keys.
 func DecodeGroupKeys(b []byte) ([][binding.KeySize]byte, error) {
-	var raw [][]byte
-	if err := msgpack.Unmarshal(b, &raw); err != nil {
+	r := bytes.NewReader(b)
+	dec := msgpack.NewDecoder(r)
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
 		return nil, fmt.Errorf("decode group keys: %w", err)
 	}
-	if len(raw) > maxGroupKeys {
-		return nil, fmt.Errorf("decode group keys: %d keys, at most %d", len(raw), maxGroupKeys)
+	if n < 0 || n > maxGroupKeys {
+		return nil, fmt.Errorf("decode group keys: %d keys, want 0 to %d", n, maxGroupKeys)
 	}
-	keys := make([][binding.KeySize]byte, len(raw))
-	for i, k := range raw {
+	keys := make([][binding.KeySize]byte, n)
+	for i := range keys {
+		k, err := dec.DecodeBytes()
+		if err != nil {
+			return nil, fmt.Errorf("decode group keys: %w", err)
+		}
 		if len(k) != binding.KeySize {
 			return nil, errors.New("decode group keys: a key is not 32 bytes")
 		}
 		copy(keys[i][:], k)
+	}
+	if r.Len() != 0 {
+		return nil, errors.New("decode group keys: trailing bytes")
 	}
 	return keys, nil
 }
