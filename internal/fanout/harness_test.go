@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -295,4 +296,20 @@ func (e *env) held(tenant, clientID string) int {
 		s.c.mu.Unlock()
 	}
 	return n
+}
+
+// sseStatus opens an SSE request and returns its status, closing it.
+func sseStatus(t *testing.T, e *env, path, tok string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet, e.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
