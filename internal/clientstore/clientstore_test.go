@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -553,5 +554,40 @@ func TestRestartKeepsStateAndEmitsNothingTwice(t *testing.T) {
 	}
 	if len(before) != 3 {
 		t.Fatalf("%d events, want registered, consent, handle", len(before))
+	}
+}
+
+// A registration interrupted after its record was stored (a crash before
+// identity.registered) completes with the next request about the client.
+func TestInterruptedRegistrationCompletes(t *testing.T) {
+	e := newEnv(t)
+	s, srv := e.store()
+	inst, err := engine.CreateInstallation(bytes.Repeat([]byte{20}, 32), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := e.vault.Seal(inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := Record{Tenant: tenant, ClientID: inst.ClientID(), InboxID: inst.InboxID(), InstallationKey: inst.InstallationKey(), CredentialHandle: inst.ClientID(), Installation: sealed}
+	b, err := msgpack.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Clients().Create(context.Background(), tenant+"."+rec.ClientID, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.events(tenant, rec.ClientID)); n != 0 {
+		t.Fatalf("%d events before completion", n)
+	}
+	for range 2 {
+		if status, raw := do(t, http.MethodGet, clientURL(srv.URL, tenant, rec.ClientID), adminToken(t, tenant), nil, nil); status != http.StatusOK {
+			t.Fatalf("get: %d %s", status, raw)
+		}
+	}
+	evs := e.events(tenant, rec.ClientID)
+	if len(evs) != 1 || evs[0].Event.Kind != schema.KindIdentityRegistered || evs[0].Event.IdentityRegistered.InboxID != rec.InboxID {
+		t.Fatalf("events %+v", evs)
 	}
 }

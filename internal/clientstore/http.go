@@ -46,6 +46,12 @@ func (s *Store) serve(r *http.Request, ep endpoint) (int, any, error) {
 		if err != nil {
 			return 0, nil, notFoundOr(err)
 		}
+		// Completes a registration a crash or an outage interrupted after
+		// the record was stored: identity.registered comes before any
+		// other event of the stores for this client.
+		if err := s.registered(r.Context(), rec); err != nil {
+			return 0, nil, emitError(err)
+		}
 		return ep(r, call{tenant: c.Tenant, client: &rec})
 	}
 	return ep(r, call{tenant: c.Tenant})

@@ -93,6 +93,12 @@ func (s *Store) register(r *http.Request, c call) (int, any, error) {
 		return 0, nil, err
 	}
 	rec, kps, err := s.RegisterClient(r.Context(), c.tenant, req)
+	if errors.Is(err, outbox.ErrEmit) {
+		// The client exists; its identity.registered follows with the next
+		// request about it.
+		s.log.Warn("register: identity.registered not emitted yet", "err", err)
+		err = nil
+	}
 	if err != nil {
 		return 0, nil, emitError(err)
 	}
@@ -102,7 +108,8 @@ func (s *Store) register(r *http.Request, c call) (int, any, error) {
 // RegisterClient creates (or imports) a hosted client of tenant, stores it with
 // the index of its KeyPackages, and emits identity.registered with the own
 // inbox and the installation key. It returns the record and the KeyPackage
-// MLSMessages handed out. Errors a caller caused are *httpapi.Error.
+// MLSMessages handed out. Errors a caller caused are *httpapi.Error; with
+// outbox.ErrEmit the client is registered and its event follows.
 func (s *Store) RegisterClient(ctx context.Context, tenant string, req RegisterRequest) (Record, [][]byte, error) {
 	if !isInboxID(req.InboxID) {
 		return Record{}, nil, httpapi.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
