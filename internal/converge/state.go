@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -115,6 +116,11 @@ func decodeGroupState(b []byte) (*groupState, error) {
 	}
 	if g.Members == nil {
 		g.Members = map[string]*hostedMember{}
+	}
+	for id, m := range g.Members {
+		if m == nil || m.ClientID != id {
+			return nil, errors.New("decode group state: member entry does not match its client id")
+		}
 	}
 	return &g, nil
 }
