@@ -50,6 +50,19 @@ func Int(fs *flag.FlagSet, errs *Errs, p *int, name string, def int, usage strin
 	fs.IntVar(p, name, def, usage+" (env "+EnvName(name)+")")
 }
 
+// Bool registers a bool flag whose default comes from the environment.
+func Bool(fs *flag.FlagSet, errs *Errs, p *bool, name string, def bool, usage string) {
+	if v, ok := os.LookupEnv(EnvName(name)); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs.Addf("%s: %q is not true or false", EnvName(name), v)
+		} else {
+			def = b
+		}
+	}
+	fs.BoolVar(p, name, def, usage+" (env "+EnvName(name)+")")
+}
+
 // Duration registers a duration flag whose default comes from the environment.
 func Duration(fs *flag.FlagSet, errs *Errs, p *time.Duration, name string, def time.Duration, usage string) {
 	if v, ok := os.LookupEnv(EnvName(name)); ok {

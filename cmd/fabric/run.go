@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/allinone"
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/config"
+)
+
+// tokenTTL is how long the development tokens printed at start are valid.
+const tokenTTL = 7 * 24 * time.Hour
+
+func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) error {
+	var (
+		o          allinone.Options
+		errs       config.Errs
+		secretFile string
+		keyFile    string
+		drain      time.Duration
+	)
+	fs := flag.NewFlagSet("fabric run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config.String(fs, &o.DataDir, "data", "fabric-data", "folder for JetStream's files and the generated development secrets")
+	config.Listen(fs, &o.Listen, "127.0.0.1:8080")
+	config.String(fs, &o.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded nats-server (port 0 picks a free one)")
+	config.Bool(fs, &errs, &o.Production, "production", false, "refuse to generate secrets: FABRIC_JWT_SECRET and FABRIC_MASTER_KEY must be set")
+	config.String(fs, &secretFile, "jwt-secret-file", "", "file holding the JWT signing secret (else FABRIC_JWT_SECRET)")
+	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
+	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	config.ValidateListen(&errs, o.Listen)
+	config.ValidateListen(&errs, o.NATSListen)
+	if o.Production || secretFile != "" || os.Getenv("FABRIC_JWT_SECRET") != "" {
+		o.JWTSecret = config.Secret(&errs, "FABRIC_JWT_SECRET", secretFile, auth.MinSecretLen)
+	}
+	if o.Production || keyFile != "" || os.Getenv("FABRIC_MASTER_KEY") != "" {
+		o.MasterKey = config.MasterKey(&errs, keyFile)
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	o.Logger = log
+
+	f, err := allinone.Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "fabric is running (tenant %q)\n", allinone.DevTenant)
+	fmt.Fprintf(stdout, "  HTTP API   %s\n", f.URL)
+	fmt.Fprintf(stdout, "  WebSocket  %s/v1/events\n", "ws"+f.URL[len("http"):])
+	fmt.Fprintf(stdout, "  metrics    %s/metrics\n", f.URL)
+	fmt.Fprintf(stdout, "  NATS       %s\n", f.NATSURL)
+	if !o.Production {
+		fmt.Fprintf(stdout, "development tokens (valid %s):\n", tokenTTL)
+		for _, s := range []auth.Scope{auth.ScopeAdmin, auth.ScopeIngest, auth.ScopeEvents, auth.ScopeSignals} {
+			tok, err := f.Token(tokenTTL, s)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "  %-8s %s\n", s, tok)
+		}
+		fmt.Fprintf(stdout, "try: go run ./cmd/fabric demo   (in another terminal)\n")
+	}
+
+	select {
+	case <-ctx.Done():
+	case <-f.Stopped():
+		return f.Err()
+	}
+	log.Info("draining")
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	return f.Shutdown(sctx)
+}

@@ -1,0 +1,308 @@
+// Package allinone runs the whole fabric in one process: an embedded
+// nats-server with JetStream, ingest with the client stores and signals,
+// converge and the fanout gateway, behind one HTTP listener. It is the
+// laptop, demo and test shape of the fabric; production runs the roles as
+// separate processes against a NATS cluster.
+package allinone
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/converge"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/fanout"
+	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/signals"
+	"github.com/fabric-mls/fabric/internal/streams"
+)
+
+// DevTenant is the tenant the development tokens name.
+const DevTenant = "dev"
+
+// Options configure an all-in-one fabric. The zero value of every member
+// but DataDir is a working default.
+type Options struct {
+	// DataDir holds JetStream's files and, in development mode, the
+	// generated secrets. Required.
+	DataDir string
+	// Listen is the HTTP address of every API, /metrics, /healthz and
+	// /readyz; 127.0.0.1:8080 when empty.
+	Listen string
+	// NATSListen is the embedded server's client address, so that the
+	// standalone roles and the NATS tools can join; 127.0.0.1:4222 when
+	// empty, "127.0.0.1:0" for a free port.
+	NATSListen string
+	// JWTSecret signs and verifies bearer tokens. In development mode it
+	// is generated into DataDir when empty.
+	JWTSecret []byte
+	// MasterKey seals private key material at rest (32 bytes). In
+	// development mode it is generated into DataDir when empty.
+	MasterKey []byte
+	// Production refuses to generate secrets: JWTSecret and MasterKey must
+	// be given.
+	Production bool
+	// Logger receives diagnostics; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Fabric is a running all-in-one fabric.
+type Fabric struct {
+	URL     string // base URL of the HTTP API, like http://127.0.0.1:8080
+	NATSURL string // client URL of the embedded nats-server
+
+	opts    Options
+	secret  []byte
+	ns      *natsserver.Server
+	nc      *nats.Conn
+	srv     *ops.Server
+	ing     *ingest.Service
+	store   *clientstore.Store
+	conv    *converge.Worker
+	gw      *fanout.Gateway
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when every role has returned
+	err     error         // why, set before stopped closes
+}
+
+// Start starts every part and returns when the fabric serves.
+func Start(ctx context.Context, o Options) (f *Fabric, err error) {
+	if o.DataDir == "" {
+		return nil, errors.New("allinone: DataDir is required")
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:8080"
+	}
+	if o.NATSListen == "" {
+		o.NATSListen = "127.0.0.1:4222"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("allinone: data dir: %w", err)
+	}
+	if o.JWTSecret, err = secret(o, "jwt-secret", o.JWTSecret, auth.MinSecretLen); err != nil {
+		return nil, err
+	}
+	if o.MasterKey, err = secret(o, "master-key", o.MasterKey, 32); err != nil {
+		return nil, err
+	}
+	if len(o.MasterKey) != 32 {
+		return nil, fmt.Errorf("allinone: the master key has %d bytes, want 32", len(o.MasterKey))
+	}
+
+	f = &Fabric{opts: o, secret: o.JWTSecret, stopped: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			f.close()
+		}
+	}()
+	host, port, err := splitHostPort(o.NATSListen)
+	if err != nil {
+		return nil, err
+	}
+	f.ns, err = natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(o.DataDir, "jetstream"), Host: host, Port: port, ServerName: "fabric"})
+	if err != nil {
+		return nil, err
+	}
+	f.NATSURL = f.ns.ClientURL()
+	if f.nc, err = f.ns.Connect(nats.Name("fabric all-in-one")); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(f.nc)
+	if err != nil {
+		return nil, fmt.Errorf("allinone: jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{Replicas: 1}); err != nil {
+		return nil, err
+	}
+	verifier, err := auth.NewVerifier(o.JWTSecret)
+	if err != nil {
+		return nil, err
+	}
+	vault, err := engine.NewVault(o.MasterKey)
+	if err != nil {
+		return nil, err
+	}
+	reg := ops.NewRegistry()
+
+	if f.ing, err = ingest.New(ingest.Config{Conn: f.nc, Verifier: verifier, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
+		return nil, err
+	}
+	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: o.Logger}); err != nil {
+		return nil, err
+	}
+	sig, err := signals.New(ctx, signals.Config{JS: js, Verifier: verifier, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if f.conv, err = converge.New(ctx, converge.Config{JS: js, MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
+		return nil, err
+	}
+	if f.gw, err = fanout.New(fanout.Config{NATS: f.nc, Verifier: verifier, DMKeys: &fanout.KVDMKeys{NATS: f.nc, Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
+		return nil, err
+	}
+
+	if f.srv, err = ops.New(o.Listen, reg); err != nil {
+		return nil, err
+	}
+	api := http.NewServeMux()
+	f.store.Mount(api)
+	sig.Mount(api)
+	for _, p := range []string{"POST /v1/tenants/{tenant}/transport", "GET /v1/tenants/{tenant}/outcomes/{message_id}"} {
+		api.Handle(p, f.ing.Handler())
+	}
+	for _, p := range []string{"GET /v1/events", "GET /v1/tenants/{tenant}/clients/{client_id}/events"} {
+		api.Handle(p, f.gw.Handler())
+	}
+	f.srv.Handle("/v1/", api)
+	f.srv.AddReady(func(context.Context) error { return f.ing.Ready() })
+	f.srv.AddReady(f.conv.Ready)
+	f.srv.AddReady(f.gw.Ready)
+	f.URL = "http://" + f.srv.Addr()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	if err := f.ing.Start(runCtx); err != nil {
+		return nil, err
+	}
+	go func() {
+		errc := make(chan error, 3)
+		go func() { errc <- f.conv.Run(runCtx) }()
+		go func() { errc <- f.gw.Run(runCtx) }()
+		go func() { errc <- f.srv.Serve(runCtx, 10*time.Second) }()
+		var first error
+		for range 3 {
+			if err := <-errc; err != nil && first == nil && !errors.Is(err, context.Canceled) {
+				first = err
+				cancel()
+			}
+		}
+		f.err = first
+		close(f.stopped)
+	}()
+	return f, nil
+}
+
+// Token mints a development token of the dev tenant for every client with
+// the given scopes, valid for ttl.
+func (f *Fabric) Token(ttl time.Duration, scopes ...auth.Scope) (string, error) {
+	return auth.Mint(f.secret, auth.Claims{Tenant: DevTenant, Scopes: scopes, Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(ttl)})
+}
+
+// Stopped is closed when the fabric has stopped; Err then says why.
+func (f *Fabric) Stopped() <-chan struct{} { return f.stopped }
+
+// Err is why the fabric stopped: nil after Shutdown, or the first role's
+// error. Read it after Stopped is closed.
+func (f *Fabric) Err() error { return f.err }
+
+// Shutdown drains every role: the gateway ends subscriptions with reason
+// shutdown, ingest finishes in-flight requests, converge stops after its
+// current input. Then NATS stops.
+func (f *Fabric) Shutdown(ctx context.Context) error {
+	var errs []error
+	if f.gw != nil {
+		errs = append(errs, f.gw.Shutdown(ctx))
+	}
+	if f.ing != nil {
+		errs = append(errs, f.ing.Shutdown(ctx))
+	}
+	if f.cancel != nil {
+		f.cancel()
+		<-f.stopped
+		errs = append(errs, f.err)
+	}
+	f.close()
+	return errors.Join(errs...)
+}
+
+func (f *Fabric) close() {
+	if f.store != nil {
+		f.store.Close()
+	}
+	if f.nc != nil {
+		f.nc.Close()
+	}
+	if f.ns != nil {
+		f.ns.Shutdown()
+	}
+}
+
+// secret returns given, or in development mode the secret stored in the data
+// directory under name, generating it on first start.
+func secret(o Options, name string, given []byte, size int) ([]byte, error) {
+	if len(given) > 0 {
+		return given, nil
+	}
+	if o.Production {
+		return nil, fmt.Errorf("allinone: production mode needs the %s; set it (see README, Configuration)", name)
+	}
+	v, err := loadSecret(o.DataDir, name, size)
+	if !errors.Is(err, os.ErrNotExist) {
+		return v, err
+	}
+	v = make([]byte, size)
+	if _, err := rand.Read(v); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(o.DataDir, name), []byte(hex.EncodeToString(v)+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("allinone: write %s: %w", name, err)
+	}
+	return v, nil
+}
+
+func loadSecret(dataDir, name string, size int) ([]byte, error) {
+	path := filepath.Join(dataDir, name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("allinone: read %s: %w", name, err)
+	}
+	v, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(v) != size {
+		return nil, fmt.Errorf("allinone: %s is not %d bytes of hex; delete it to generate a new one", path, size)
+	}
+	return v, nil
+}
+
+// DevToken mints a token for tenant with one scope and every client, signed
+// with the development secret a fabric generated in dataDir.
+func DevToken(dataDir, tenant string, scope auth.Scope, ttl time.Duration) (string, error) {
+	secret, err := loadSecret(dataDir, "jwt-secret", auth.MinSecretLen)
+	if err != nil {
+		return "", err
+	}
+	return auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: []auth.Scope{scope}, Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(ttl)})
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("allinone: NATS listen address %q is not host:port", addr)
+	}
+	var port int
+	if _, err := fmt.Sscanf(addr[i+1:], "%d", &port); err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("allinone: NATS listen address %q has no valid port", addr)
+	}
+	if port == 0 {
+		port = -1 // natsserver: a free port
+	}
+	return addr[:i], port, nil
+}
