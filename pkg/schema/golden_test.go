@@ -188,3 +188,25 @@ func TestEmbeddedInFrames(t *testing.T) {
 		t.Error("msgpack.Marshal of a frame with an invalid event succeeded")
 	}
 }
+
+// TestJSONStringsInteroperate: strings with quotes, controls, non-ASCII and
+// line separators survive encoding/json.
+func TestJSONStringsInteroperate(t *testing.T) {
+	for _, s := range []string{"plain", "quote\" back\\slash", "ctl\x00\x01\x1f\t\r\n", "zoë 😀", "ls\u2028ps\u2029", "<&>"} {
+		ev := ClientEvent{Kind: KindHandleChanged, HandleChanged: &HandleChanged{InboxID: "i", Handle: s}}
+		js, err := ev.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var generic struct {
+			HandleChanged struct{ Handle string } `json:"handle_changed"`
+		}
+		if err := json.Unmarshal(js, &generic); err != nil || generic.HandleChanged.Handle != s {
+			t.Errorf("%q: encoding/json reads %q (%v) from %s", s, generic.HandleChanged.Handle, err, js)
+		}
+		var back ClientEvent
+		if err := back.UnmarshalJSON(js); err != nil || back.HandleChanged.Handle != s {
+			t.Errorf("%q: round trip: %v", s, err)
+		}
+	}
+}
