@@ -1,21 +1,14 @@
 package outbox
 
-import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-)
+import "github.com/fabric-mls/fabric/internal/eventbus"
 
-// ID derives an event id from what caused the event: the parts, each
-// length-prefixed, hashed with SHA-256, so distinct causes never share an
-// id and the same cause always has the same one (EVENT-001).
+// ID derives an event id from what caused the event, with eventbus.EventID:
+// distinct causes never share an id and the same cause always has the same
+// one (EVENT-001).
 func ID(parts ...string) string {
-	h := sha256.New()
-	var n [4]byte
-	for _, p := range parts {
-		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
+	b := make([][]byte, len(parts))
+	for i, p := range parts {
+		b[i] = []byte(p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return eventbus.EventID(b...)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -193,8 +194,16 @@ func (o *Outbox) flush(ctx context.Context, key string, pending []Event) error {
 	done := make(map[string]bool, len(pending))
 	var pubErr error
 	for _, ev := range pending {
-		if err := o.publish(ctx, ev); err != nil {
-			pubErr = fmt.Errorf("%w: %w", ErrEmit, err)
+		err := o.publish(ctx, ev)
+		var invalid *eventbus.InvalidEventError
+		if errors.As(err, &invalid) {
+			// It can never be published; keeping it would block the key.
+			done[ev.ID] = true
+			pubErr = fmt.Errorf("outbox: dropped an event that cannot be published: %w", err)
+			continue
+		}
+		if err != nil {
+			pubErr = errors.Join(pubErr, fmt.Errorf("%w: %w", ErrEmit, err))
 			break
 		}
 		done[ev.ID] = true

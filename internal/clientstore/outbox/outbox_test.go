@@ -200,3 +200,23 @@ func FuzzRecordDecode(f *testing.F) {
 		_ = decodeRecord(b, &rec)
 	})
 }
+
+// An event eventbus refuses for good is dropped, so it cannot block the
+// key's later events.
+func TestInvalidEventDoesNotBlockTheKey(t *testing.T) {
+	js, kv := setup(t)
+	o := New(kv, EventBus(js))
+	_, _, err := Apply(context.Background(), o, "acme.abcd.bad", func(cur counter, _ bool) (Change[counter], error) {
+		ev := Event{Tenant: tenant, ClientID: "NOT-HEX", ID: ID("bad"), Event: schema.ClientEvent{Kind: schema.KindArchiveRestored, ArchiveRestored: &schema.ArchiveRestored{}}}
+		return Change[counter]{State: counter{N: 1}, Store: true, Events: []Event{ev}}, nil
+	})
+	if err == nil || errors.Is(err, ErrEmit) {
+		t.Fatalf("error %v", err)
+	}
+	if _, _, err := Apply(context.Background(), o, "acme.abcd.bad", increment); err != nil {
+		t.Fatal(err)
+	}
+	if ids := readIDs(t, js); len(ids) != 1 || ids[0] != ID("test", "2") {
+		t.Fatalf("events %v", ids)
+	}
+}
