@@ -3,12 +3,17 @@ package clientstore
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/hex"
 	"net/http"
 	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/thomas-vilte/mls-go/ciphersuite"
+	"github.com/thomas-vilte/mls-go/credentials"
+	"github.com/thomas-vilte/mls-go/keypackages"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
@@ -589,5 +594,46 @@ func TestInterruptedRegistrationCompletes(t *testing.T) {
 	evs := e.events(tenant, rec.ClientID)
 	if len(evs) != 1 || evs[0].Event.Kind != schema.KindIdentityRegistered || evs[0].Event.IdentityRegistered.InboxID != rec.InboxID {
 		t.Fatalf("events %+v", evs)
+	}
+}
+
+// Registration can host existing key material: the installation key and
+// the KeyPackage are the imported ones.
+func TestRegisterImportsKeyMaterial(t *testing.T) {
+	e := newEnv(t)
+	s, srv := e.store()
+	account := bytes.Repeat([]byte{21}, 32)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := &credentials.CredentialWithKey{Credential: credentials.NewBasicCredential(account), SignatureKeyBytes: pub, Ed25519PrivateKey: priv}
+	kp, kpPriv, err := keypackages.Generate(cred, ciphersuite.CipherSuite(engine.DefaultCipherSuite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := append([]byte{0, 1, 0, byte(engine.WireKeyPackage)}, kp.Marshal()...)
+	imp := &ImportMaterial{KeyPackage: msg, SignaturePrivateKey: priv.Seed(), EncryptionPrivateKey: kpPriv.EncryptionKey.Bytes(), InitPrivateKey: kpPriv.InitKey.Bytes()}
+
+	// The KeyPackage's credential must be the inbox registered.
+	if status, raw := do(t, http.MethodPost, srv.URL+"/v1/tenants/"+tenant+"/clients", adminToken(t, tenant), RegisterRequest{InboxID: inboxOf(22), Import: imp}, nil); status != http.StatusBadRequest {
+		t.Fatalf("import for another inbox: %d %s", status, raw)
+	}
+	ci := register(t, srv, tenant, RegisterRequest{InboxID: hex.EncodeToString(account), Import: imp})
+	if !bytes.Equal(ci.InstallationKey, pub) || len(ci.KeyPackages) != 1 || !bytes.Equal(ci.KeyPackages[0], msg) {
+		t.Fatal("imported installation not hosted as given")
+	}
+	ref, err := engine.KeyPackageRef(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := LookupKeyPackage(context.Background(), s.Clients(), tenant, hex.EncodeToString(ref)); err != nil || id != ci.ClientID {
+		t.Fatalf("imported KeyPackage not indexed: %q %v", id, err)
+	}
+	if status, _ := do(t, http.MethodPost, srv.URL+"/v1/tenants/"+tenant+"/clients", adminToken(t, tenant), RegisterRequest{InboxID: hex.EncodeToString(account), Import: imp}, nil); status != http.StatusConflict {
+		t.Fatalf("second import of one installation: %d", status)
+	}
+	if n := len(e.events(tenant, ci.ClientID)); n != 1 {
+		t.Fatalf("%d events, want one identity.registered", n)
 	}
 }

@@ -105,7 +105,7 @@ func (c *fakeClock) Armed() int {
 }
 
 // WaitArmed waits until at least n timers were started.
-func (c *fakeClock) WaitArmed(t *testing.T, n int) {
+func (c *fakeClock) WaitArmed(t testing.TB, n int) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
@@ -126,7 +126,7 @@ func (c *fakeClock) WaitArmed(t *testing.T, n int) {
 // env is a NATS server with the fabric's streams, a vault, a verifier and
 // a clock: what a Store needs.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ns    *natsserver.Server
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -140,7 +140,7 @@ var epochStart = time.Unix(1_800_000_000-1_800_000_000%3600, 0).Add(10 * time.Mi
 
 const testPeriod = time.Hour
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -200,7 +200,7 @@ func (e *env) store() (*Store, *httptest.Server) {
 	return s, srv
 }
 
-func token(t *testing.T, tenant string, clients []string, scopes ...auth.Scope) string {
+func token(t testing.TB, tenant string, clients []string, scopes ...auth.Scope) string {
 	t.Helper()
 	tok, err := auth.Mint(testSecret, auth.Claims{Tenant: tenant, Scopes: scopes, Clients: clients, ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
@@ -209,13 +209,13 @@ func token(t *testing.T, tenant string, clients []string, scopes ...auth.Scope) 
 	return tok
 }
 
-func adminToken(t *testing.T, tenant string) string {
+func adminToken(t testing.TB, tenant string) string {
 	return token(t, tenant, []string{auth.AllClients}, auth.ScopeAdmin)
 }
 
 // do sends a JSON request and decodes a JSON answer into out (if not nil).
 // It returns the status and the raw body.
-func do(t *testing.T, method, url, tok string, body, out any) (int, []byte) {
+func do(t testing.TB, method, url, tok string, body, out any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -303,7 +303,7 @@ func (e *env) events(tenant, clientID string) []received {
 }
 
 // register registers a client over HTTP and returns its answer.
-func register(t *testing.T, srv *httptest.Server, tenant string, req RegisterRequest) ClientInfo {
+func register(t testing.TB, srv *httptest.Server, tenant string, req RegisterRequest) ClientInfo {
 	t.Helper()
 	var ci ClientInfo
 	status, raw := do(t, http.MethodPost, srv.URL+"/v1/tenants/"+tenant+"/clients", adminToken(t, tenant), req, &ci)

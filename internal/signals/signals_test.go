@@ -34,7 +34,7 @@ const tenant = "acme"
 // env is a NATS server with the fabric's streams, a client store to
 // register clients, and the signals service, each behind an HTTP server.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ns     *natsserver.Server
 	js     jetstream.JetStream
 	stores *httptest.Server
@@ -42,7 +42,7 @@ type env struct {
 	srv    *httptest.Server
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -110,7 +110,7 @@ func (e *env) restart() {
 	e.start()
 }
 
-func token(t *testing.T, tenant string, clients []string, scopes ...auth.Scope) string {
+func token(t testing.TB, tenant string, clients []string, scopes ...auth.Scope) string {
 	t.Helper()
 	tok, err := auth.Mint(testSecret, auth.Claims{Tenant: tenant, Scopes: scopes, Clients: clients, ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
