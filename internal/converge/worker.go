@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -375,6 +376,20 @@ type loadedGroup struct {
 	members          map[string]MemberState
 }
 
+// maxCachedGroups bounds the groups a partition keeps loaded; beyond it an
+// arbitrary one is dropped and read again from its checkpoint when needed.
+const maxCachedGroups = 512
+
+func (p *partition) remember(key string, g *loadedGroup) {
+	if _, ok := p.groups[key]; !ok && len(p.groups) >= maxCachedGroups {
+		for k := range p.groups {
+			delete(p.groups, k)
+			break
+		}
+	}
+	p.groups[key] = g
+}
+
 func (w *Worker) runPartition(ctx context.Context, p int) {
 	part := &partition{id: p, groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
 	var cons jetstream.Consumer
@@ -540,7 +555,7 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 			g.members[client] = st
 		}
 	}
-	part.groups[key] = g
+	part.remember(key, g)
 	part.expiry[key] = ck.NextExpiry
 	return g, nil
 }
@@ -572,19 +587,23 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			delete(part.groups, key) // the body may have moved ratchets
 			return err
 		}
-		next, events, err := w.prepare(ctx, g, t, seq, name)
+		next, events, written, err := w.prepare(ctx, g, t, seq, name)
 		if err != nil {
 			delete(part.groups, key)
+			w.purge(ctx, written)
 			return err
 		}
 		ckSeq, err := commitBatch(ctx, w.js, tenant, groupHex, g.ckSeq, next, events)
 		delete(part.groups, key)
-		if errors.Is(err, ErrFenced) {
-			w.metrics.Fenced.Inc()
-			continue
+		if err != nil && !errors.Is(err, ErrFenced) {
+			// The batch may have been stored even so (a lost ack): the
+			// blobs stay, for the checkpoint that may name them.
+			return err
 		}
 		if err != nil {
-			return err
+			w.metrics.Fenced.Inc()
+			w.purge(ctx, w.unnamed(ctx, tenant, groupHex, written))
+			continue
 		}
 		w.committed(ctx, part, g, t, next, ckSeq, events)
 		return nil
@@ -593,29 +612,33 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 }
 
 // prepare writes the state blobs of a transaction and builds its checkpoint
-// and events. Nothing it writes is current until the checkpoint commits.
-func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64, name string) (checkpoint, []eventbus.Event, error) {
+// and events. Nothing it writes is current until the checkpoint commits;
+// it returns the keys it wrote, so a failed commit can remove them.
+func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64, name string) (checkpoint, []eventbus.Event, []string, error) {
 	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: name, Members: map[string]string{}, Outcomes: t.notes, Worker: w.cfg.WorkerID}
 	if seq != 0 {
 		next.InputSeq = seq
 	}
+	var written []string
 	sb, err := t.g.encode()
 	if err != nil {
-		return checkpoint{}, nil, err
+		return checkpoint{}, nil, written, err
 	}
 	if next.State, err = w.putBlob(ctx, g.tenant, g.groupHex, "", sb); err != nil {
-		return checkpoint{}, nil, err
+		return checkpoint{}, nil, written, err
 	}
+	written = append(written, next.State)
 	for _, m := range t.g.active() {
 		bk, ok := g.ck.Members[m.ClientID]
 		if t.dirty[m.ClientID] || !ok {
 			snap, err := t.members[m.ClientID].Snapshot()
 			if err != nil {
-				return checkpoint{}, nil, fmt.Errorf("snapshot member: %w", err)
+				return checkpoint{}, nil, written, fmt.Errorf("snapshot member: %w", err)
 			}
 			if bk, err = w.putBlob(ctx, g.tenant, g.groupHex, m.ClientID, snap); err != nil {
-				return checkpoint{}, nil, err
+				return checkpoint{}, nil, written, err
 			}
+			written = append(written, bk)
 		}
 		next.Members[m.ClientID] = bk
 	}
@@ -637,7 +660,32 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64
 		}
 		events = append(events, ev)
 	}
-	return next, events, nil
+	return next, events, written, nil
+}
+
+// unnamed returns the keys of written that the group's newest checkpoint
+// does not name: after a lost fence they belong to no state.
+func (w *Worker) unnamed(ctx context.Context, tenant, groupHex string, written []string) []string {
+	ck, _, err := readCheckpoint(ctx, w.js, tenant, groupHex)
+	if err != nil {
+		return nil // unsure: keep them
+	}
+	var out []string
+	for _, k := range written {
+		if k != ck.State && !slices.Contains(slices.Collect(maps.Values(ck.Members)), k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// purge removes state blobs no checkpoint names.
+func (w *Worker) purge(ctx context.Context, keys []string) {
+	for _, k := range keys {
+		if err := w.conv.Purge(ctx, k); err != nil {
+			w.log.Debug("converge: purge blob", "err", err)
+		}
+	}
 }
 
 func (w *Worker) putBlob(ctx context.Context, tenant, groupHex, client string, b []byte) (string, error) {
@@ -657,7 +705,7 @@ func (w *Worker) putBlob(ctx context.Context, tenant, groupHex, client string, b
 // emission; a crash here is repaired by the retry of the input.
 func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
 	key := g.tenant + "." + g.groupHex
-	part.groups[key] = &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members}
+	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members})
 	part.expiry[key] = next.NextExpiry
 	for _, e := range events {
 		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()
@@ -678,11 +726,7 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 			stale = append(stale, bk)
 		}
 	}
-	for _, k := range stale {
-		if err := w.conv.Purge(ctx, k); err != nil {
-			w.log.Debug("converge: purge blob", "err", err)
-		}
-	}
+	w.purge(ctx, stale)
 	if ckSeq%pruneEvery == 0 {
 		if err := streams.PruneCheckpoint(ctx, w.js, g.tenant, g.groupHex); err != nil {
 			w.log.Debug("converge: prune checkpoints", "err", err)
