@@ -13,7 +13,7 @@ import (
 // waits for the next pass. It returns false when no pass is due.
 func (g *Group) Cutoff(now time.Time) (Cutoff, bool) {
 	d, ok := g.Deadline()
-	if !ok || now.Before(d) {
+	if !ok || now.Before(d) || g.lifecycle == Unrecoverable {
 		return Cutoff{}, false
 	}
 	g.pass.frozen = true
@@ -43,6 +43,9 @@ func (g *Group) Tick(now time.Time) (Result, error) {
 // scheduling for that next pass.
 func (g *Group) Apply(c Cutoff, now time.Time) (Result, error) {
 	var res Result
+	if g.lifecycle == Unrecoverable {
+		return res, ErrUnrecoverable
+	}
 	p := g.pass
 	if p == nil || !p.frozen || !p.start.Equal(c.Start) || p.base != c.BaseEpoch || !slices.EqualFunc(p.batch, c.Batch, func(a, b ID) bool { return a == b }) {
 		return res, ErrNoCutoff

@@ -95,6 +95,9 @@ var (
 	ErrNoCutoff = errors.New("convergence: no frozen pass matches the cutoff")
 	// ErrCorrupt: persisted bytes do not decode as a group.
 	ErrCorrupt = errors.New("convergence: persisted state does not decode")
+	// ErrUnrecoverable: the group lost retained state inside the horizon;
+	// it retains input and applies nothing until a verified repair.
+	ErrUnrecoverable = errors.New("convergence: group is unrecoverable")
 	// ErrClass: the input's class is not commit, proposal or application.
 	ErrClass = errors.New("convergence: input class does not enter convergence")
 )

@@ -1,0 +1,365 @@
+package convergence
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// persistVersion is the version of the Marshal format.
+const persistVersion = 1
+
+// persisted is everything a restart needs (Marmot durability.md): the
+// retained candidate states, every admitted input with its bytes, its
+// dependencies and its live disposition, the lifecycle, and the open or
+// frozen pass with its batch membership.
+type persisted struct {
+	V         int           `msgpack:"v"`
+	Lifecycle Lifecycle     `msgpack:"lifecycle"`
+	Root      []byte        `msgpack:"root"`
+	Tip       []byte        `msgpack:"tip"`
+	Nodes     []pNode       `msgpack:"nodes"`
+	Inputs    []pInput      `msgpack:"inputs"`
+	Queue     [][]byte      `msgpack:"queue,omitempty"`
+	Pass      *pPass        `msgpack:"pass,omitempty"`
+	Policy    pPolicyMarker `msgpack:"policy"`
+}
+
+// pPolicyMarker records the policy values so a restore under another
+// policy is refused rather than silently rescored.
+type pPolicyMarker struct {
+	Rewind, Window, QuorumSenders, QuorumEpochs, Override uint64
+	QuiescenceMS, PassMS                                  int64
+}
+
+type pNode struct {
+	ID         []byte   `msgpack:"id"`
+	Parent     []byte   `msgpack:"parent,omitempty"`
+	Epoch      uint64   `msgpack:"epoch"`
+	State      []byte   `msgpack:"state,omitempty"` // engine snapshot; nil when removed
+	Committer  string   `msgpack:"committer,omitempty"`
+	Privileged bool     `msgpack:"privileged,omitempty"`
+	Consumed   [][]byte `msgpack:"consumed,omitempty"`
+	Proposals  [][]byte `msgpack:"proposals,omitempty"` // ref, id pairs flattened
+	Witnesses  []string `msgpack:"witnesses,omitempty"`
+}
+
+type pInput struct {
+	ID          []byte              `msgpack:"id"`
+	Class       schema.InputClass   `msgpack:"class"`
+	Data        []byte              `msgpack:"data,omitempty"`
+	Epoch       uint64              `msgpack:"epoch"`
+	HasEpoch    bool                `msgpack:"has_epoch,omitempty"`
+	Disposition schema.Disposition  `msgpack:"disposition,omitempty"`
+	Category    schema.Category     `msgpack:"category,omitempty"`
+	Named       schema.NamedOutcome `msgpack:"named,omitempty"`
+	Node        []byte              `msgpack:"node,omitempty"`
+	SenderLeaf  uint32              `msgpack:"sender_leaf,omitempty"`
+	SenderInbox string              `msgpack:"sender_inbox,omitempty"`
+	SenderKey   []byte              `msgpack:"sender_key,omitempty"`
+	Payload     []byte              `msgpack:"payload,omitempty"`
+	Delivered   bool                `msgpack:"delivered,omitempty"`
+	Terminal    bool                `msgpack:"terminal,omitempty"`
+	Queued      bool                `msgpack:"queued,omitempty"`
+}
+
+type pPass struct {
+	StartNS   int64    `msgpack:"start_ns"`
+	LastNS    int64    `msgpack:"last_ns"`
+	Base      uint64   `msgpack:"base"`
+	Divergent bool     `msgpack:"divergent,omitempty"`
+	Frozen    bool     `msgpack:"frozen,omitempty"`
+	Batch     [][]byte `msgpack:"batch,omitempty"`
+}
+
+func (p Policy) marker() pPolicyMarker {
+	return pPolicyMarker{
+		Rewind: p.MaxRewindCommits, Window: p.AppPayloadPastEpochLimit,
+		QuorumSenders: uint64(p.WitnessQuorumSendersPerEpoch), QuorumEpochs: uint64(p.WitnessQuorumEpochs),
+		Override: p.MaxWitnessOverrideDepth, QuiescenceMS: p.SettlementQuiescence.Milliseconds(), PassMS: p.MaxConvergencePass.Milliseconds(),
+	}
+}
+
+// Marshal serializes the group for durable storage. The bytes hold MLS
+// epoch secrets, private keys and decrypted payloads: the caller seals them
+// (engine.Vault.SealState) before they leave the process. The encoding is
+// deterministic for a given state.
+func (g *Group) Marshal() ([]byte, error) {
+	p := persisted{V: persistVersion, Lifecycle: g.lifecycle, Root: g.root.id[:], Tip: g.tip.id[:], Policy: g.policy.marker()}
+	for _, n := range g.sortedNodes() {
+		pn := pNode{ID: n.id[:], Epoch: n.epoch, Committer: n.committer, Privileged: n.privileged}
+		if n.parent != nil {
+			pn.Parent = n.parent.id[:]
+		}
+		if n.state != nil {
+			b, err := n.state.Snapshot()
+			if err != nil {
+				return nil, fmt.Errorf("convergence: marshal: %w", err)
+			}
+			pn.State = b
+		}
+		for _, c := range n.consumed {
+			pn.Consumed = append(pn.Consumed, c[:])
+		}
+		for _, ref := range sortedKeys(n.proposals) {
+			id := n.proposals[ref]
+			pn.Proposals = append(pn.Proposals, []byte(ref), id[:])
+		}
+		for _, w := range sortedKeys(n.witnesses) {
+			pn.Witnesses = append(pn.Witnesses, w)
+		}
+		p.Nodes = append(p.Nodes, pn)
+	}
+	for _, r := range g.sortedRecords() {
+		pi := pInput{
+			ID: r.in.ID[:], Class: r.in.Class, Data: r.in.Data, Epoch: r.epoch, HasEpoch: r.hasEp,
+			Disposition: r.out.Disposition, Category: r.out.Category, Named: r.out.NamedOutcome,
+			SenderLeaf: r.sender.Leaf, SenderInbox: r.sender.InboxID, SenderKey: r.sender.InstallationKey,
+			Payload: r.payload, Delivered: r.delivered, Terminal: r.terminal, Queued: r.queued,
+		}
+		if r.hasNode {
+			pi.Node = r.node[:]
+		}
+		p.Inputs = append(p.Inputs, pi)
+	}
+	for _, id := range g.queue {
+		p.Queue = append(p.Queue, id[:])
+	}
+	if g.pass != nil {
+		pp := &pPass{StartNS: g.pass.start.UnixNano(), LastNS: g.pass.last.UnixNano(), Base: g.pass.base, Divergent: g.pass.divergent, Frozen: g.pass.frozen}
+		for _, id := range g.pass.batch {
+			pp.Batch = append(pp.Batch, id[:])
+		}
+		p.Pass = pp
+	}
+	b, err := msgpack.Marshal(&p)
+	if err != nil {
+		return nil, fmt.Errorf("convergence: marshal: %w", err)
+	}
+	return b, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Unmarshal restores a group from Marshal bytes under policy p. Malformed
+// or inconsistent bytes fail with ErrCorrupt. A retained state whose
+// snapshot no longer restores is storage loss: the group comes back
+// Unrecoverable and the inputs that needed that state are deferred with
+// MissingRetainedAnchor (retained-history.md, "Late commits").
+func Unmarshal(p Policy, b []byte) (g *Group, err error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	var in persisted
+	rd := bytes.NewReader(b)
+	dec := msgpack.NewDecoder(rd)
+	dec.DisallowUnknownFields(true)
+	if err := dec.Decode(&in); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if rd.Len() != 0 {
+		return nil, fmt.Errorf("%w: trailing bytes", ErrCorrupt)
+	}
+	if in.V != persistVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrCorrupt, in.V)
+	}
+	if in.Policy != p.marker() {
+		return nil, fmt.Errorf("%w: persisted under another policy", ErrCorrupt)
+	}
+	switch in.Lifecycle {
+	case Stable, Recovering, Unrecoverable:
+	default:
+		return nil, fmt.Errorf("%w: lifecycle", ErrCorrupt)
+	}
+	g = &Group{policy: p, nodes: map[ID]*node{}, inputs: map[ID]*record{}, lifecycle: in.Lifecycle}
+	var lost []*node
+	parents := map[ID]ID{}
+	for _, pn := range in.Nodes {
+		id, ok := toID(pn.ID)
+		if !ok || g.nodes[id] != nil || len(pn.Proposals)%2 != 0 {
+			return nil, fmt.Errorf("%w: node", ErrCorrupt)
+		}
+		n := &node{id: id, epoch: pn.Epoch, committer: pn.Committer, privileged: pn.Privileged, proposals: map[string]ID{}, witnesses: map[string]bool{}}
+		if pn.State != nil {
+			st, err := restoreState(pn.State)
+			if err != nil {
+				lost = append(lost, n)
+			} else if st.Epoch() != pn.Epoch {
+				return nil, fmt.Errorf("%w: node epoch", ErrCorrupt)
+			}
+			n.state = st
+		}
+		for _, c := range pn.Consumed {
+			cid, ok := toID(c)
+			if !ok {
+				return nil, fmt.Errorf("%w: consumed proposal", ErrCorrupt)
+			}
+			n.consumed = append(n.consumed, cid)
+		}
+		for i := 0; i < len(pn.Proposals); i += 2 {
+			pid, ok := toID(pn.Proposals[i+1])
+			if !ok {
+				return nil, fmt.Errorf("%w: proposal", ErrCorrupt)
+			}
+			n.proposals[string(pn.Proposals[i])] = pid
+		}
+		for _, w := range pn.Witnesses {
+			n.witnesses[w] = true
+		}
+		if pn.Parent != nil {
+			pid, ok := toID(pn.Parent)
+			if !ok {
+				return nil, fmt.Errorf("%w: parent", ErrCorrupt)
+			}
+			parents[id] = pid
+		}
+		g.nodes[id] = n
+	}
+	for id, pid := range parents {
+		n, parent := g.nodes[id], g.nodes[pid]
+		if parent == nil || parent.epoch+1 != n.epoch {
+			return nil, fmt.Errorf("%w: parent", ErrCorrupt)
+		}
+		n.parent = parent
+		parent.children = append(parent.children, n)
+	}
+	for _, n := range g.nodes {
+		slices.SortFunc(n.children, func(a, b *node) int { return bytes.Compare(a.id[:], b.id[:]) })
+	}
+	root, rok := toID(in.Root)
+	tip, tok := toID(in.Tip)
+	if !rok || !tok || g.nodes[root] == nil || g.nodes[tip] == nil || g.nodes[root].parent != nil {
+		return nil, fmt.Errorf("%w: root or tip", ErrCorrupt)
+	}
+	g.root, g.tip = g.nodes[root], g.nodes[tip]
+	if !g.reaches(g.tip, g.root) || len(parents) != len(g.nodes)-1 {
+		return nil, fmt.Errorf("%w: tree", ErrCorrupt)
+	}
+	for _, pi := range in.Inputs {
+		r, err := g.restoreInput(pi)
+		if err != nil {
+			return nil, err
+		}
+		g.inputs[r.in.ID] = r
+	}
+	for _, q := range in.Queue {
+		id, ok := toID(q)
+		if !ok || g.inputs[id] == nil || !g.inputs[id].queued {
+			return nil, fmt.Errorf("%w: queue", ErrCorrupt)
+		}
+		g.queue = append(g.queue, id)
+	}
+	if in.Pass != nil {
+		pp := in.Pass
+		g.pass = &pass{start: time.Unix(0, pp.StartNS), last: time.Unix(0, pp.LastNS), base: pp.Base, divergent: pp.Divergent, frozen: pp.Frozen}
+		for _, b := range pp.Batch {
+			id, ok := toID(b)
+			if !ok {
+				return nil, fmt.Errorf("%w: batch", ErrCorrupt)
+			}
+			g.pass.batch = append(g.pass.batch, id)
+		}
+	}
+	if len(lost) > 0 {
+		g.markLost(lost)
+	}
+	return g, nil
+}
+
+func (g *Group) restoreInput(pi pInput) (*record, error) {
+	id, ok := toID(pi.ID)
+	if !ok || g.inputs[id] != nil {
+		return nil, fmt.Errorf("%w: input id", ErrCorrupt)
+	}
+	switch pi.Class {
+	case schema.ClassCommit, schema.ClassProposal, schema.ClassApplication:
+	default:
+		return nil, fmt.Errorf("%w: input class", ErrCorrupt)
+	}
+	if (pi.Disposition != "" && !pi.Disposition.Valid()) || (pi.Category != "" && !pi.Category.Valid()) || (pi.Named != "" && !pi.Named.Valid()) {
+		return nil, fmt.Errorf("%w: outcome", ErrCorrupt)
+	}
+	r := &record{
+		in: Input{ID: id, Class: pi.Class, Data: pi.Data}, epoch: pi.Epoch, hasEp: pi.HasEpoch,
+		out:    Outcome{ID: id, Class: pi.Class, Disposition: pi.Disposition, Category: pi.Category, NamedOutcome: pi.Named},
+		sender: engine.Member{Leaf: pi.SenderLeaf, InboxID: pi.SenderInbox, InstallationKey: pi.SenderKey},
+		payload: pi.Payload, delivered: pi.Delivered, terminal: pi.Terminal, queued: pi.Queued,
+	}
+	if pi.Node != nil {
+		nid, ok := toID(pi.Node)
+		if !ok || g.nodes[nid] == nil {
+			return nil, fmt.Errorf("%w: input node", ErrCorrupt)
+		}
+		r.node, r.hasNode = nid, true
+	}
+	if !r.terminal && r.in.Data == nil {
+		return nil, fmt.Errorf("%w: live input without bytes", ErrCorrupt)
+	}
+	return r, nil
+}
+
+// reaches reports whether from descends from to.
+func (g *Group) reaches(from, to *node) bool {
+	for x := from; x != nil; x = x.parent {
+		if x == to {
+			return true
+		}
+	}
+	return false
+}
+
+// markLost handles retained states that did not restore: inside the
+// horizon this is storage loss, so the group is Unrecoverable and the
+// inputs needing those states stay deferred as MissingRetainedAnchor.
+func (g *Group) markLost(lost []*node) {
+	g.lifecycle = Unrecoverable
+	lostSet := map[ID]bool{}
+	for _, n := range lost {
+		lostSet[n.id] = true
+	}
+	var res Result
+	for _, r := range g.sortedRecords() {
+		if r.terminal || !r.hasNode {
+			continue
+		}
+		n := g.nodes[r.node]
+		needs := lostSet[n.id] || (n.parent != nil && lostSet[n.parent.id])
+		if needs && r.out.Disposition != schema.DispositionAccepted {
+			g.set(r, schema.DispositionDeferred, schema.CategoryMissingHistory, schema.MissingRetainedAnchor, &res)
+		}
+	}
+}
+
+func toID(b []byte) (ID, bool) {
+	var id ID
+	if len(b) != len(id) {
+		return id, false
+	}
+	copy(id[:], b)
+	return id, true
+}
+
+// restoreState restores an engine snapshot, turning a parser panic on
+// damaged bytes into an error.
+func restoreState(b []byte) (st *engine.State, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = nil, errors.New("convergence: retained state does not restore")
+		}
+	}()
+	return engine.Restore(b)
+}
