@@ -112,11 +112,14 @@ type Answer struct {
 	Emitted int `json:"emitted" msgpack:"emitted"`
 }
 
-// idemRecord is what fabric-stores keeps per idempotency key.
+// idemRecord is what fabric-stores keeps per idempotency key. It is
+// created before the signal is applied, so a key reused for another signal
+// is refused even when the first request never answered.
 type idemRecord struct {
-	// Digest is SHA-256 of the signal's msgpack encoding: a key reused for
-	// another signal is refused.
+	// Digest is SHA-256 of the signal's msgpack encoding.
 	Digest []byte `msgpack:"digest"`
+	// Done is set with Answer once the signal is applied and emitted.
+	Done   bool   `msgpack:"done"`
 	Answer Answer `msgpack:"answer"`
 }
 
@@ -233,28 +236,55 @@ func (s *Service) Report(ctx context.Context, client clientstore.Record, key str
 	if err != nil {
 		return Answer{}, false, fmt.Errorf("signals: key: %w", err)
 	}
-	if rec, found, err := s.loadIdem(ctx, ikey); err != nil {
+	rec, err := s.claimKey(ctx, ikey, digest[:])
+	if err != nil {
 		return Answer{}, false, err
-	} else if found {
-		if string(rec.Digest) != string(digest[:]) {
-			return Answer{}, false, httpapi.Errorf(http.StatusUnprocessableEntity, "idempotency_key_reused",
-				"this %s was used for a different signal", IdempotencyHeader)
-		}
+	}
+	if rec.Done {
 		return rec.Answer, true, nil
 	}
+	// A new key, the retry of a request that did not finish, or a
+	// concurrent twin: the ordering record applies each key once.
 	ans, replayed, err = s.apply(ctx, client, keyDigest, ev)
 	if err != nil {
 		return Answer{}, false, emitError(err)
 	}
-	b, err := msgpack.Marshal(idemRecord{Digest: digest[:], Answer: ans})
+	b, err := msgpack.Marshal(idemRecord{Digest: digest[:], Done: true, Answer: ans})
 	if err != nil {
 		return Answer{}, false, fmt.Errorf("signals: encode idempotency record: %w", err)
 	}
-	// Create, not Put: a concurrent twin of this request wrote the same.
-	if _, err := s.stores.Create(ctx, ikey, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := s.stores.Put(ctx, ikey, b); err != nil {
 		return Answer{}, false, fmt.Errorf("signals: store idempotency record: %w", err)
 	}
 	return ans, replayed, nil
+}
+
+// claimKey creates the idempotency record of a key for a signal, or loads
+// the one that exists. A key held for another signal is a 422.
+func (s *Service) claimKey(ctx context.Context, ikey string, digest []byte) (idemRecord, error) {
+	b, err := msgpack.Marshal(idemRecord{Digest: digest})
+	if err != nil {
+		return idemRecord{}, fmt.Errorf("signals: encode idempotency record: %w", err)
+	}
+	_, err = s.stores.Create(ctx, ikey, b)
+	if err == nil {
+		return idemRecord{Digest: digest}, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return idemRecord{}, fmt.Errorf("signals: store idempotency record: %w", err)
+	}
+	rec, found, err := s.loadIdem(ctx, ikey)
+	if err != nil {
+		return idemRecord{}, err
+	}
+	if !found {
+		return idemRecord{}, httpapi.Errorf(http.StatusConflict, "contention", "the idempotency record changed, retry")
+	}
+	if string(rec.Digest) != string(digest) {
+		return idemRecord{}, httpapi.Errorf(http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"this %s was used for a different signal", IdempotencyHeader)
+	}
+	return rec, nil
 }
 
 func (s *Service) loadIdem(ctx context.Context, key string) (idemRecord, bool, error) {

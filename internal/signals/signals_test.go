@@ -571,6 +571,10 @@ func TestEmitFailureThenRetry(t *testing.T) {
 		t.Fatal("emitted without a publisher")
 	}
 	e.sig.out = real
+	// The key is taken even though the first request never answered.
+	if _, _, err := e.sig.Report(context.Background(), cl, "f1", signalSamples()[6]); err == nil || !strings.Contains(err.Error(), "idempotency_key_reused") {
+		t.Fatalf("key reused for another signal after a failure: %v", err)
+	}
 	for range 2 {
 		ans, _, err := e.sig.Report(context.Background(), cl, "f1", ev)
 		if err != nil || ans.Emitted != 1 {
