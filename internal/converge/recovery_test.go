@@ -134,9 +134,7 @@ func TestFailoverToSecondWorker(t *testing.T) {
 	_, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(h.rec.ClientID, 1)
 	// Death: the partitions stop, the leases are neither renewed nor released.
-	for _, p := range w1.Owned() {
-		w1.stop(p)
-	}
+	w1.stop(w1.Owned()...)
 	cancel()
 	w2, _ := e.worker("survives", func(c *Config) { c.LeaseTTL = 3 * time.Second })
 	died := time.Now()

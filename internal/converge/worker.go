@@ -209,8 +209,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) stopAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, p := range w.Owned() {
-		w.stop(p)
+	owned := w.Owned()
+	w.stop(owned...)
+	for _, p := range owned {
 		if err := w.leases.release(ctx, p); err != nil {
 			w.log.Warn("converge: release lease", "partition", p, "err", err)
 		}
@@ -241,12 +242,13 @@ func (w *Worker) balance(ctx context.Context) error {
 	}
 	share := (len(w.cfg.Partitions) + n - 1) / n
 	owned := w.Owned()
-	for len(owned) > share {
-		p := owned[len(owned)-1]
-		owned = owned[:len(owned)-1]
-		w.stop(p)
-		if err := w.leases.release(ctx, p); err != nil {
-			return err
+	if len(owned) > share {
+		extra := owned[share:]
+		w.stop(extra...)
+		for _, p := range extra {
+			if err := w.leases.release(ctx, p); err != nil {
+				return err
+			}
 		}
 	}
 	// Start the scan at a worker-specific offset, so workers starting
@@ -294,13 +296,22 @@ func (w *Worker) start(ctx context.Context, p int) {
 	}()
 }
 
-func (w *Worker) stop(p int) {
+// stop stops the given partitions: all are told at once, then awaited, so a
+// drain takes one fetch wait, not one per partition.
+func (w *Worker) stop(ps ...int) {
+	var runs []*partitionRun
 	w.mu.Lock()
-	r := w.running[p]
-	delete(w.running, p)
+	for _, p := range ps {
+		if r := w.running[p]; r != nil {
+			runs = append(runs, r)
+			delete(w.running, p)
+		}
+	}
 	w.mu.Unlock()
-	if r != nil {
+	for _, r := range runs {
 		r.cancel()
+	}
+	for _, r := range runs {
 		<-r.done
 	}
 }
