@@ -34,7 +34,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 // env is an embedded JetStream server with the fabric's streams, and one or
 // more ingest workers on it.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *natsserver.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -54,7 +54,7 @@ type envOpts struct {
 	token   bool // NATS intake requires a token
 }
 
-func newEnv(t *testing.T, o envOpts) *env {
+func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -118,7 +118,7 @@ func (e *env) addWorker(o envOpts) *worker {
 	return w
 }
 
-func token(t *testing.T, tenant string, scopes ...auth.Scope) string {
+func token(t testing.TB, tenant string, scopes ...auth.Scope) string {
 	t.Helper()
 	tok, err := auth.Mint(testSecret, auth.Claims{Tenant: tenant, Scopes: scopes, ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
@@ -129,7 +129,7 @@ func token(t *testing.T, tenant string, scopes ...auth.Scope) string {
 
 // post sends body (encoded as JSON unless it is already bytes) to a
 // worker's intake and returns the status and the raw reply.
-func (w *worker) post(t *testing.T, tenant, tok, contentType string, body []byte) (int, []byte, http.Header) {
+func (w *worker) post(t testing.TB, tenant, tok, contentType string, body []byte) (int, []byte, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+tenant+"/transport", bytes.NewReader(body))
 	if err != nil {
@@ -163,7 +163,7 @@ type wire struct {
 }
 
 // submit posts transport messages as a JSON batch and returns the results.
-func (w *worker) submit(t *testing.T, msgs ...schema.TransportMessage) []Result {
+func (w *worker) submit(t testing.TB, msgs ...schema.TransportMessage) []Result {
 	t.Helper()
 	ws := make([]wire, len(msgs))
 	for i, m := range msgs {
@@ -187,13 +187,13 @@ func (w *worker) submit(t *testing.T, msgs ...schema.TransportMessage) []Result 
 	return r.Results
 }
 
-func (w *worker) submitOne(t *testing.T, m schema.TransportMessage) Result {
+func (w *worker) submitOne(t testing.TB, m schema.TransportMessage) Result {
 	t.Helper()
 	return w.submit(t, m)[0]
 }
 
 // outcome reads an outcome over HTTP; ok is false on 404.
-func (w *worker) outcome(t *testing.T, id []byte) (schema.Outcome, bool) {
+func (w *worker) outcome(t testing.TB, id []byte) (schema.Outcome, bool) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, w.http.URL+"/v1/tenants/"+testTenant+"/outcomes/"+hex.EncodeToString(id), nil)
 	if err != nil {
@@ -221,7 +221,7 @@ func (w *worker) outcome(t *testing.T, id []byte) (schema.Outcome, bool) {
 }
 
 // wantOutcome checks the current outcome record of id.
-func (w *worker) wantOutcome(t *testing.T, id []byte, status schema.OutcomeStatus, cat schema.Category, class schema.InputClass) schema.Outcome {
+func (w *worker) wantOutcome(t testing.TB, id []byte, status schema.OutcomeStatus, cat schema.Category, class schema.InputClass) schema.Outcome {
 	t.Helper()
 	o, ok := w.outcome(t, id)
 	if !ok {
@@ -234,7 +234,7 @@ func (w *worker) wantOutcome(t *testing.T, id []byte, status schema.OutcomeStatu
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -315,7 +315,7 @@ func (e *env) putKV(bucket string, groupID, value []byte) {
 }
 
 // newGroup makes a remote group of two peers and returns the creator's view.
-func newGroup(t *testing.T) *testpeer.Group {
+func newGroup(t testing.TB) *testpeer.Group {
 	t.Helper()
 	alice, err := testpeer.New("alice")
 	if err != nil {
@@ -328,7 +328,7 @@ func newGroup(t *testing.T) *testpeer.Group {
 	return g
 }
 
-func text(t *testing.T, g *testpeer.Group, s string) testpeer.Message {
+func text(t testing.TB, g *testpeer.Group, s string) testpeer.Message {
 	t.Helper()
 	m, err := g.SendText(s)
 	if err != nil {
@@ -337,7 +337,7 @@ func text(t *testing.T, g *testpeer.Group, s string) testpeer.Message {
 	return m
 }
 
-func wantResult(t *testing.T, r Result, id []byte, status schema.OutcomeStatus, cat schema.Category) {
+func wantResult(t testing.TB, r Result, id []byte, status schema.OutcomeStatus, cat schema.Category) {
 	t.Helper()
 	if id != nil && !bytes.Equal(r.MessageID, id) {
 		t.Errorf("message_id = %x, want %x", r.MessageID, id)
@@ -348,7 +348,7 @@ func wantResult(t *testing.T, r Result, id []byte, status schema.OutcomeStatus, 
 }
 
 // natsRequest sends one intake request over NATS.
-func (e *env) natsRequest(t *testing.T, tenant string, hdr nats.Header, body []byte) (*nats.Msg, error) {
+func (e *env) natsRequest(t testing.TB, tenant string, hdr nats.Header, body []byte) (*nats.Msg, error) {
 	t.Helper()
 	m := nats.NewMsg(IntakePrefix + tenant)
 	m.Data = body
@@ -358,7 +358,7 @@ func (e *env) natsRequest(t *testing.T, tenant string, hdr nats.Header, body []b
 	return e.nc.RequestMsg(m, 10*time.Second)
 }
 
-func msgpackBody(t *testing.T, v any) []byte {
+func msgpackBody(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := msgpack.Marshal(v)
 	if err != nil {

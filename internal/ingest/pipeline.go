@@ -232,26 +232,30 @@ func entered(l *latest) bool {
 }
 
 // enter deduplicates inputs and publishes the new ones onto their group's
-// input subject, in three pipelined rounds:
+// input subject, in two pipelined rounds:
 //
-//  1. create-if-absent of fabric-seen <tenant>.<message_id>: the dedup
-//     record that outlives JetStream's window;
-//  2. the queued outcome record, written before the publish so that
-//     convergence, which appends to the same subject, always comes after it;
-//  3. the publish with Nats-Msg-Id = <tenant>.<message_id>, which dedups
+//  1. together, the create-if-absent of fabric-seen <tenant>.<message_id>
+//     (the dedup record that outlives JetStream's window) and the
+//     create-if-absent of the first outcome record, queued: it is written
+//     before the publish so that convergence, which appends to the same
+//     subject, always comes after it, and being create-if-absent it never
+//     overwrites a record;
+//  2. the publish with Nats-Msg-Id = <tenant>.<message_id>, which dedups
 //     inside the window.
 //
-// A seen record without a convergence decision is ambiguous (an earlier
-// attempt may have failed between the rounds): the input is published again
-// and JetStream's window answers whether the earlier attempt landed. So an
-// input is never lost, and never published twice inside the window.
+// An input whose outcome already shows a decision of convergence is a
+// duplicate. Any other existing record is ambiguous (an earlier attempt may
+// have failed between the rounds, or is in flight on another worker): the
+// input is published again and JetStream's window answers whether the
+// earlier attempt landed. So an input is never lost, and never published
+// twice inside the window.
 func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error {
 	if len(ins) == 0 {
 		return nil
 	}
 	start := time.Now()
 	now := strconv.FormatInt(start.UnixMilli(), 10)
-	msgs := make([]*nats.Msg, len(ins))
+	msgs := make([]*nats.Msg, 2*len(ins))
 	for i, in := range ins {
 		key, err := subject.SeenKey(tenant, hex.EncodeToString(in.id[:]))
 		if err != nil {
@@ -260,17 +264,25 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 		m := nats.NewMsg(s.seenPrefix + key)
 		m.Data = []byte(now)
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-		msgs[i] = m
+		msgs[2*i] = m
+		w := pendingOutcome{rec: s.record(in)}
+		if msgs[2*i+1], err = s.prepareOutcome(tenant, &w); err != nil {
+			return err
+		}
 	}
 	res := publishAll(ctx, s.js, msgs)
 	s.m.stage.WithLabelValues("dedup").Observe(time.Since(start).Seconds())
 
-	var records []pendingOutcome
 	var pub []*input
 	for i, in := range ins {
-		switch {
-		case res[i].err == nil:
-		case isWrongLast(res[i].err):
+		seenErr, recErr := res[2*i].err, res[2*i+1].err
+		if seenErr != nil && !isWrongLast(seenErr) {
+			return fmt.Errorf("create seen record: %w", seenErr)
+		}
+		if recErr != nil {
+			if !isWrongLast(recErr) {
+				return fmt.Errorf("write outcome: %w", recErr)
+			}
 			subj, err := subject.Outcome(tenant, hex.EncodeToString(in.id[:]))
 			if err != nil {
 				return fmt.Errorf("outcome subject: %w", err)
@@ -283,15 +295,11 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 				in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
 				continue
 			}
-			in.prev = prev
-		default:
-			return fmt.Errorf("create seen record: %w", res[i].err)
+			if err := s.writeOutcomeCAS(ctx, tenant, s.record(in)); err != nil {
+				return err
+			}
 		}
-		records = append(records, pendingOutcome{rec: s.record(in), prev: in.prev})
 		pub = append(pub, in)
-	}
-	if err := s.writeOutcomes(ctx, tenant, records); err != nil {
-		return err
 	}
 
 	start = time.Now()
