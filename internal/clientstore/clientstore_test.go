@@ -637,3 +637,43 @@ func TestRegisterImportsKeyMaterial(t *testing.T) {
 		t.Fatalf("%d events, want one identity.registered", n)
 	}
 }
+
+// Registration and consent speak msgpack too, bytes as bin.
+func TestMsgpackBodies(t *testing.T) {
+	e := newEnv(t)
+	_, srv := e.store()
+	send := func(method, url string, body, out any) int {
+		b, err := msgpack.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(method, url, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+adminToken(t, tenant))
+		req.Header.Set("Content-Type", "application/msgpack")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode < 300 {
+			if err := msgpack.NewDecoder(resp.Body).Decode(out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode
+	}
+	var ci ClientInfo
+	if status := send(http.MethodPost, srv.URL+"/v1/tenants/"+tenant+"/clients", RegisterRequest{InboxID: inboxOf(23)}, &ci); status != http.StatusCreated {
+		t.Fatalf("register: %d", status)
+	}
+	if len(ci.InstallationKey) != 32 || len(ci.KeyPackages) != 1 {
+		t.Fatalf("answer %+v", ci)
+	}
+	var ans consentAnswer
+	if status := send(http.MethodPut, clientURL(srv.URL, tenant, ci.ClientID)+"/consent", ConsentRecord{EntityKind: schema.ConsentEntityInbox, Entity: inboxOf(24), State: schema.ConsentAllowed}, &ans); status != 200 || !ans.Changed {
+		t.Fatalf("consent: %d %+v", status, ans)
+	}
+	if n := len(e.events(tenant, ci.ClientID)); n != 2 {
+		t.Fatalf("%d events", n)
+	}
+}

@@ -57,7 +57,6 @@ type Config struct {
 // Store serves the client stores over HTTP and owns the HMAC epoch timer.
 // A registered client is open, in EVENT-026's sense, while a Store runs.
 type Store struct {
-	js      jetstream.JetStream
 	vault   *engine.Vault
 	verify  *auth.Verifier
 	clock   Clock
@@ -84,7 +83,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("clientstore: HMACEpochPeriod must be a whole number of seconds")
 	}
 	s := &Store{
-		js:     cfg.JS,
 		vault:  cfg.Vault,
 		verify: cfg.Verifier,
 		clock:  cfg.Clock,

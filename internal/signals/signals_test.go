@@ -588,3 +588,33 @@ func TestEmitFailureThenRetry(t *testing.T) {
 }
 
 var errFailed = io.ErrClosedPipe
+
+// A msgpack body is the same signal as its JSON form: same key, same
+// digest, so the JSON repeat is a replay.
+func TestMsgpackBody(t *testing.T) {
+	e := newEnv(t)
+	c := e.register(tenant, 14, "")
+	ev := signalSamples()[0]
+	body, err := ev.MarshalMsgpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/tenants/"+tenant+"/clients/"+c.ClientID+"/signals", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token(t, tenant, []string{c.ClientID}, auth.ScopeSignals))
+	req.Header.Set("Content-Type", "application/msgpack")
+	req.Header.Set(IdempotencyHeader, "mp")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/msgpack" {
+		t.Fatalf("msgpack signal: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if r := e.postEvent(tenant, c.ClientID, "mp", ev); r.status != 200 || !r.replayed {
+		t.Fatalf("JSON repeat: %+v", r)
+	}
+	if n := len(e.signals(tenant, c.ClientID)); n != 1 {
+		t.Fatalf("%d events", n)
+	}
+}
