@@ -295,8 +295,8 @@ func (g *Group) restoreInput(pi pInput) (*record, error) {
 	}
 	r := &record{
 		in: Input{ID: id, Class: pi.Class, Data: pi.Data}, epoch: pi.Epoch, hasEp: pi.HasEpoch,
-		out:    Outcome{ID: id, Class: pi.Class, Disposition: pi.Disposition, Category: pi.Category, NamedOutcome: pi.Named},
-		sender: engine.Member{Leaf: pi.SenderLeaf, InboxID: pi.SenderInbox, InstallationKey: pi.SenderKey},
+		out:     Outcome{ID: id, Class: pi.Class, Disposition: pi.Disposition, Category: pi.Category, NamedOutcome: pi.Named},
+		sender:  engine.Member{Leaf: pi.SenderLeaf, InboxID: pi.SenderInbox, InstallationKey: pi.SenderKey},
 		payload: pi.Payload, delivered: pi.Delivered, terminal: pi.Terminal, queued: pi.Queued,
 	}
 	if pi.Node != nil {

@@ -1,0 +1,188 @@
+package convergence
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+var histories = flag.Int("convergence.histories", 200, "random group histories the permutation property test generates")
+
+// histNode is one state of a generated history: every remote member's
+// testpeer state at it.
+type histNode struct {
+	epoch   uint64
+	members []*testpeer.Group // alice, bob, carol
+}
+
+// history generates a random tree of competing commits (at most
+// max_rewind_commits deep, so every fork stays inside the horizon whatever
+// the pass boundaries) with app messages on random nodes.
+func history(t testing.TB, w *world, rng *rand.Rand) []testpeer.Message {
+	t.Helper()
+	root := &histNode{epoch: w.bob.Epoch(), members: []*testpeer.Group{clone(t, w.alice), clone(t, w.bob), clone(t, w.carol)}}
+	nodes := []*histNode{root}
+	var out []testpeer.Message
+	commits := 2 + rng.IntN(5)
+	for range commits {
+		var open []*histNode
+		for _, n := range nodes {
+			if n.epoch-root.epoch < V1.MaxRewindCommits {
+				open = append(open, n)
+			}
+		}
+		parent := open[rng.IntN(len(open))]
+		who := rng.IntN(len(parent.members))
+		author := clone(t, parent.members[who])
+		c := commit(t, author)
+		child := &histNode{epoch: parent.epoch + 1}
+		for i, m := range parent.members {
+			if i == who {
+				child.members = append(child.members, author)
+				continue
+			}
+			f := clone(t, m)
+			if _, err := f.Process(c.Transport); err != nil {
+				t.Fatal(err)
+			}
+			child.members = append(child.members, f)
+		}
+		nodes = append(nodes, child)
+		out = append(out, c)
+	}
+	for range 1 + rng.IntN(5) {
+		n := nodes[rng.IntN(len(nodes))]
+		out = append(out, text(t, n.members[rng.IntN(len(n.members))], "witness"))
+	}
+	return out
+}
+
+// outcomeOf is what one run ended with.
+type outcomeOf struct {
+	authenticator []byte
+	accepted      []ID
+	delivered     []ID
+	// What the run went through, to show the test reaches forks.
+	forks, superseded, withdrawn int
+}
+
+// runPermutation feeds the inputs in a random order with random duplicates
+// and random pass boundaries to a fresh instance, and settles it.
+func runPermutation(t testing.TB, w *world, in []testpeer.Message, rng *rand.Rand) outcomeOf {
+	t.Helper()
+	order := slices.Clone(in)
+	for range len(in) / 2 {
+		order = append(order, in[rng.IntN(len(in))]) // duplicates
+	}
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	g := w.fresh()
+	delivered := map[ID]bool{}
+	var o outcomeOf
+	note := func(r Result) {
+		if r.ForkDetected {
+			o.forks++
+		}
+		o.superseded += len(r.Superseded)
+		o.withdrawn += len(r.Withdrawn)
+		for _, d := range r.Delivered {
+			delivered[d.ID] = true
+		}
+		for _, id := range r.Withdrawn {
+			if !delivered[id] {
+				t.Fatal("withdrew a payload that was not delivered")
+			}
+			delete(delivered, id)
+		}
+	}
+	now := t0
+	for _, m := range order {
+		now = now.Add(time.Duration(rng.IntN(700)) * time.Millisecond)
+		r, err := g.Tick(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		note(r)
+		note(admit(t, g, now, m))
+	}
+	for {
+		d, ok := g.Deadline()
+		if !ok {
+			break
+		}
+		r, err := g.Tick(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		note(r)
+	}
+	if g.Lifecycle() != Stable {
+		t.Fatalf("ended %s", g.Lifecycle())
+	}
+	o.authenticator = g.Tip().EpochAuthenticator()
+	for _, m := range in {
+		out, ok := g.Outcome(idOf(m))
+		if !ok {
+			t.Fatal("an input has no outcome")
+		}
+		if out.Disposition == schema.DispositionAccepted {
+			o.accepted = append(o.accepted, idOf(m))
+		}
+		if (out.Disposition == schema.DispositionAccepted) != delivered[idOf(m)] && out.Class == schema.ClassApplication {
+			t.Fatal("delivered set and accepted app messages disagree")
+		}
+	}
+	for id := range delivered {
+		o.delivered = append(o.delivered, id)
+	}
+	o.accepted, o.delivered = sortIDs(o.accepted), sortIDs(o.delivered)
+	return o
+}
+
+// TestPermutationInvariance: random histories with forks, delivered in
+// random permutations with random duplicates and random pass boundaries to
+// fresh instances, all end with the same canonical epoch authenticator, the
+// same accepted set and the same delivered set (DESIGN §5: the result must
+// not depend on stream order). -convergence.histories=N runs more.
+func TestPermutationInvariance(t *testing.T) {
+	if testing.Short() {
+		*histories = min(*histories, 20)
+	}
+	w := newWorld(t)
+	const runs = 3
+	var forks, superseded, withdrawn int
+	for h := range *histories {
+		rng := rand.New(rand.NewPCG(uint64(h), 0x5eed))
+		in := history(t, w, rng)
+		var first outcomeOf
+		for run := range runs {
+			got := runPermutation(t, w, in, rng)
+			forks, superseded, withdrawn = forks+got.forks, superseded+got.superseded, withdrawn+got.withdrawn
+			if run == 0 {
+				first = got
+				if len(got.accepted) == 0 {
+					t.Fatalf("history %d: nothing accepted", h)
+				}
+				continue
+			}
+			if !bytes.Equal(got.authenticator, first.authenticator) || !slices.Equal(got.accepted, first.accepted) || !slices.Equal(got.delivered, first.delivered) {
+				t.Fatalf("history %d run %d: %s", h, run, diff(first, got))
+			}
+		}
+	}
+	t.Logf("%d histories, %d runs: %d forks detected, %d commits superseded, %d payloads withdrawn", *histories, *histories*runs, forks, superseded, withdrawn)
+	if *histories >= 20 && (forks == 0 || superseded == 0 || withdrawn == 0) {
+		t.Fatal("the generated histories never forked, rolled back or withdrew")
+	}
+}
+
+func diff(a, b outcomeOf) string {
+	return fmt.Sprintf("authenticator equal %v, accepted %d vs %d, delivered %d vs %d",
+		bytes.Equal(a.authenticator, b.authenticator), len(a.accepted), len(b.accepted), len(a.delivered), len(b.delivered))
+}
