@@ -1,0 +1,184 @@
+// Command ingest is the ingest role: it takes transport messages over HTTP
+// (POST /v1/tenants/{tenant}/transport) and NATS (fabric.intake.<tenant>,
+// queue group "ingest"), peels, classifies and deduplicates them, records
+// every outcome, and publishes what enters convergence onto
+// fabric.in.<tenant>.<group>. Workers are stateless: run as many as the load
+// needs. See docs/ingest.md.
+//
+// Configuration is by flags, each with a FABRIC_ environment variable:
+//
+//	-nats-url            NATS server URLs (FABRIC_NATS_URL)
+//	-listen              address of the API, /metrics, /healthz and /readyz
+//	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
+//	-max-body            largest request body, bytes
+//	-max-batch           most transport messages per request
+//	-max-message         largest transport payload, bytes
+//	-rate                transport messages per second per tenant (-1: off)
+//	-burst               token bucket size per tenant
+//	-max-retained        retained objects per tenant before resource_refused
+//	-nats-intake         serve fabric.intake.<tenant>
+//	-nats-require-token  NATS intake needs a bearer token too
+//	-drain-timeout       how long SIGTERM waits for requests in flight
+//
+// The JWT secret, like every secret, is read from the environment or a file,
+// never from a flag value. SIGTERM or SIGINT drains: no new request is taken,
+// requests in flight finish, and only then does the process exit, so nothing
+// it acknowledged is lost.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/config"
+	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/streams"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	if err := run(os.Args[1:], log); err != nil {
+		log.Error("ingest stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	nats         config.NATS
+	listen       string
+	secretFile   string
+	maxBody      int
+	maxBatch     int
+	maxMessage   int
+	rate         int
+	burst        int
+	maxRetained  int
+	natsIntake   bool
+	requireToken bool
+	drain        time.Duration
+}
+
+func parse(args []string) (options, []byte, error) {
+	var o options
+	var errs config.Errs
+	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
+	o.nats.RegisterFlags(fs, &errs)
+	config.Listen(fs, &o.listen, ":8081")
+	config.String(fs, &o.secretFile, "jwt-secret-file", "", "file holding the HS256 token secret (else FABRIC_JWT_SECRET)")
+	config.Int(fs, &errs, &o.maxBody, "max-body", ingest.DefaultMaxBodyBytes, "largest request body in bytes")
+	config.Int(fs, &errs, &o.maxBatch, "max-batch", ingest.DefaultMaxBatch, "most transport messages in one request")
+	config.Int(fs, &errs, &o.maxMessage, "max-message", ingest.DefaultMaxMessageBytes, "largest transport payload in bytes")
+	config.Int(fs, &errs, &o.rate, "rate", ingest.DefaultRatePerTenant, "transport messages per second per tenant; -1 turns the limit off")
+	config.Int(fs, &errs, &o.burst, "burst", 0, "token bucket size per tenant; 0 is the larger of -max-batch and -rate")
+	config.Int(fs, &errs, &o.maxRetained, "max-retained", ingest.DefaultMaxRetainedPerTenant, "retained objects per tenant before input is refused with resource_refused")
+	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
+	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
+	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for requests in flight")
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	o.nats.Validate(&errs)
+	config.ValidateListen(&errs, o.listen)
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"-max-body", o.maxBody}, {"-max-batch", o.maxBatch}, {"-max-message", o.maxMessage}, {"-max-retained", o.maxRetained}} {
+		if v.n <= 0 {
+			errs.Addf("%s: %d; it must be positive", v.name, v.n)
+		}
+	}
+	if o.rate == 0 || o.rate < -1 {
+		errs.Addf("-rate: %d; use a positive rate or -1 for none", o.rate)
+	}
+	if o.burst < 0 {
+		errs.Addf("-burst: %d; it must not be negative", o.burst)
+	}
+	if o.drain <= 0 {
+		errs.Addf("-drain-timeout: %v; it must be positive", o.drain)
+	}
+	secret := config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen)
+	return o, secret, errs.Err()
+}
+
+func run(args []string, log *slog.Logger) error {
+	o, secret, err := parse(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	verifier, err := auth.NewVerifier(secret)
+	if err != nil {
+		return err
+	}
+	nc, err := o.nats.Connect("ingest")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{Replicas: o.nats.Replicas}); err != nil {
+		return err
+	}
+	reg := ops.NewRegistry()
+	svc, err := ingest.New(ingest.Config{
+		Conn:     nc,
+		Verifier: verifier,
+		Limits: ingest.Limits{
+			MaxBodyBytes:         int64(o.maxBody),
+			MaxBatch:             o.maxBatch,
+			MaxMessageBytes:      o.maxMessage,
+			RatePerTenant:        float64(o.rate),
+			BurstPerTenant:       o.burst,
+			MaxRetainedPerTenant: o.maxRetained,
+		},
+		NATSIntake:       o.natsIntake,
+		NATSRequireToken: o.requireToken,
+		Logger:           log,
+		Registerer:       reg,
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	srv, err := ops.New(o.listen, reg)
+	if err != nil {
+		_ = svc.Shutdown(context.Background())
+		return err
+	}
+	srv.Handle("/v1/", svc.Handler())
+	srv.AddReady(func(context.Context) error { return svc.Ready() })
+	log.Info("ingest started", "listen", srv.Addr(), "nats_intake", o.natsIntake)
+
+	// Serve returns once ctx ends and the HTTP requests in flight are done;
+	// then the NATS intake drains and the watches stop.
+	serr := srv.Serve(ctx, o.drain)
+	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
+	defer cancel()
+	if err := svc.Shutdown(dctx); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	log.Info("ingest drained")
+	return serr
+}
