@@ -219,10 +219,14 @@ func parseSignal(body []byte, isMsgpack bool) (schema.ClientEvent, error) {
 	return ev, nil
 }
 
-// Report applies a validated signal of client under an idempotency key and
-// emits its events. replayed is true when the key was seen before; the
-// answer is then the first one and nothing is emitted.
+// Report applies a signal of client under an idempotency key and emits its
+// events. replayed is true when the key was seen before; the answer is then
+// the first one and nothing is emitted. An invalid event or a kind that is
+// not a signal is a 422 *httpapi.Error.
 func (s *Service) Report(ctx context.Context, client clientstore.Record, key string, ev schema.ClientEvent) (ans Answer, replayed bool, err error) {
+	if err := ev.Validate(); err != nil {
+		return Answer{}, false, httpapi.Errorf(http.StatusUnprocessableEntity, "invalid_event", "%v", err)
+	}
 	if e := refuseKind(ev); e != nil {
 		return Answer{}, false, e
 	}
