@@ -21,6 +21,7 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 )
@@ -52,6 +53,7 @@ type envOpts struct {
 	limits  Limits
 	workers int
 	token   bool // NATS intake requires a token
+	reg     prometheus.Registerer
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -97,7 +99,7 @@ func (e *env) addWorker(o envOpts) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(Config{Conn: nc, Verifier: v, Limits: o.limits, NATSIntake: true, NATSRequireToken: o.token})
+	svc, err := New(Config{Conn: nc, Verifier: v, Limits: o.limits, NATSIntake: true, NATSRequireToken: o.token, Registerer: o.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // An application message of a hosted group is queued on the group's input
@@ -340,5 +342,54 @@ func TestOutcomeNotFound(t *testing.T) {
 	id := sha256.Sum256([]byte("never sent"))
 	if _, ok := w.outcome(t, id[:]); ok {
 		t.Fatal("outcome found for an id never sent")
+	}
+}
+
+// Metrics count inputs by class, status and category and show retained
+// objects, and no label value carries a tenant, group or message id.
+func TestMetricsCarryNoIDs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, envOpts{reg: reg})
+	w := e.workers[0]
+	g := newGroup(t)
+	m := text(t, g, "unknown")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	e.hostGroup(g.ID())
+	eventually(t, "backfill", func() bool { return len(e.inputs()) == 1 })
+	eventually(t, "retained object removed", func() bool { return e.retained() == 0 })
+	m2 := text(t, g, "known")
+	wantResult(t, w.submitOne(t, m2.Transport), m2.ID, schema.StatusQueued, "")
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	forbidden := []string{testTenant, hex.EncodeToString(g.ID()), hex.EncodeToString(m.ID), hex.EncodeToString(m2.ID)}
+	for _, f := range families {
+		for _, metric := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range metric.GetLabel() {
+				for _, bad := range forbidden {
+					if strings.Contains(l.GetValue(), bad) {
+						t.Errorf("metric %s label %s carries an id", f.GetName(), l.GetName())
+					}
+				}
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = metric.GetCounter().GetValue() + metric.GetGauge().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"fabric_ingest_inputs_total,category=,class=application,status=queued,transport=http":                1,
+		"fabric_ingest_inputs_total,category=unknown_group,class=application,status=rejected,transport=http": 1,
+		"fabric_ingest_inputs_total,category=,class=application,status=queued,transport=retained":            1,
+		"fabric_ingest_retained_total,reason=unknown_group":                                                  1,
+		"fabric_ingest_released_total,reason=unknown_group":                                                  1,
+		"fabric_ingest_retained_objects,reason=unknown_group":                                                0,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+		}
 	}
 }

@@ -1,6 +1,10 @@
 package ingest
 
 import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -8,18 +12,17 @@ import (
 // Labels take values from closed sets only: no tenant, group or message id
 // ever becomes a label (DESIGN §4, privacy).
 type metrics struct {
-	inputs    *prometheus.CounterVec   // transport, class, status, category
-	bytes     *prometheus.CounterVec   // transport
-	requests  *prometheus.HistogramVec // transport
-	stage     *prometheus.HistogramVec // stage
-	refusals  *prometheus.CounterVec   // code
-	retained  *prometheus.CounterVec   // reason
-	released  *prometheus.CounterVec   // reason
-	retries   *prometheus.CounterVec   // reason
-	retainedN *prometheus.GaugeVec     // reason
+	inputs   *prometheus.CounterVec   // transport, class, status, category
+	bytes    *prometheus.CounterVec   // transport
+	requests *prometheus.HistogramVec // transport
+	stage    *prometheus.HistogramVec // stage
+	refusals *prometheus.CounterVec   // code
+	retained *prometheus.CounterVec   // reason
+	released *prometheus.CounterVec   // reason
+	retries  *prometheus.CounterVec   // reason
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		inputs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fabric_ingest_inputs_total",
@@ -55,13 +58,43 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fabric_ingest_retained_retries_total",
 			Help: "Retries of retained objects after a key set change or a join, by reason.",
 		}, []string{"reason"}),
-		retainedN: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fabric_ingest_retained_objects",
-			Help: "Objects on FABRIC_RETAINED as last seen by this worker, by reason.",
-		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.inputs, m.bytes, m.requests, m.stage, m.refusals, m.retained, m.released, m.retries, m.retainedN)
+		for _, c := range []prometheus.Collector{m.inputs, m.bytes, m.requests, m.stage, m.refusals, m.retained, m.released, m.retries} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return m
+	return m, nil
+}
+
+// retainedDesc describes the retained-objects gauge: what FABRIC_RETAINED
+// holds, for every tenant, read from the stream when scraped.
+var retainedDesc = prometheus.NewDesc("fabric_ingest_retained_objects",
+	"Objects retained on FABRIC_RETAINED (all tenants), by reason, read at scrape time.",
+	[]string{"reason"}, nil)
+
+// retainedCollector reads the retained-object counts from the stream.
+type retainedCollector struct{ s *Service }
+
+func (c retainedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- retainedDesc }
+
+func (c retainedCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.s.started.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, reason := range []string{reasonDeferred, reasonUnknown} {
+		info, err := c.s.retainedStream.Info(ctx, jetstream.WithSubjectFilter("fabric.retained.*.*."+reason))
+		if err != nil {
+			continue
+		}
+		var n uint64
+		for _, k := range info.State.Subjects {
+			n += k
+		}
+		ch <- prometheus.MustNewConstMetric(retainedDesc, prometheus.GaugeValue, float64(n), reason)
+	}
 }

@@ -67,8 +67,21 @@ func (in *input) settle(st step, status schema.OutcomeStatus, cat schema.Categor
 func (in *input) reject(cat schema.Category) { in.settle(stepReject, schema.StatusRejected, cat) }
 
 // prepare peels and classifies an input and decides its next step. It does
-// no I/O.
+// no I/O. Whatever the bytes, it does not take the worker down: a panic in
+// a decoder is contained and the input fails closed as invalid_encoding.
 func (s *Service) prepare(tenant string, in *input) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("decoder panicked on input; rejected as invalid_encoding")
+			in.id = sha256.Sum256(in.msg.Payload)
+			in.class = schema.ClassMalformed
+			in.reject(schema.CategoryInvalidEncoding)
+		}
+	}()
+	s.peelAndClassify(tenant, in)
+}
+
+func (s *Service) peelAndClassify(tenant string, in *input) {
 	in.groupHex = hex.EncodeToString(in.msg.Group)
 	key, err := subject.GroupKey(tenant, in.groupHex)
 	if err != nil {

@@ -56,17 +56,27 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: jetstream: %w", err)
 	}
-	return &Service{
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: register metrics: %w", err)
+	}
+	s := &Service{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		m:        newMetrics(cfg.Registerer),
+		m:        m,
 		js:       js,
 		dir:      newDirectory(),
 		retry:    newRetrier(),
 		limiter:  newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
 		slots:    make(chan struct{}, cfg.NATSWorkers),
 		inflight: newTracker(),
-	}, nil
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(retainedCollector{s}); err != nil {
+			return nil, fmt.Errorf("ingest: register metrics: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Start binds the service to FABRIC_IN, FABRIC_OUTCOMES, FABRIC_RETAINED and

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,18 +48,37 @@ func (r *retrier) take() []retryKey {
 	return ks
 }
 
-// runRetries offers retained objects again until ctx ends.
+// retryBackoff is how long a retry that failed (NATS unavailable, say)
+// waits before it runs again.
+const retryBackoff = time.Second
+
+// runRetries offers retained objects again until ctx ends. A retry that
+// fails is scheduled again after retryBackoff, so a transient failure does
+// not leave objects waiting for the group's next change.
 func (s *Service) runRetries(ctx context.Context) {
+	backoff := time.NewTimer(retryBackoff)
+	backoff.Stop()
+	defer backoff.Stop()
+	var failed []retryKey
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.retry.wake:
+		case <-backoff.C:
+			for _, k := range failed {
+				s.retry.schedule(k)
+			}
+			failed = nil
+			continue
 		}
 		for _, k := range s.retry.take() {
 			if err := s.retryRetained(ctx, k); err != nil && ctx.Err() == nil {
-				// Left retained; the next change of the group retries it.
 				s.log.Warn("retrying retained objects", "reason", k.reason, "err", err)
+				if len(failed) == 0 {
+					backoff.Reset(retryBackoff)
+				}
+				failed = append(failed, k)
 			}
 		}
 	}
@@ -117,6 +137,9 @@ func (s *Service) applyGroup(tenant, group string, e jetstream.KeyValueEntry, in
 	s.dir.setKnown(e.Key(), known)
 	if known && !initial {
 		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonUnknown})
+		// A sealed object that opened while the group was unknown is
+		// still retained as transport-deferred.
+		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonDeferred})
 	}
 }
 
