@@ -1,7 +1,9 @@
 package ingest
 
 import (
+	"encoding/hex"
 	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/httpapi"
@@ -60,6 +62,46 @@ func FuzzDecodeGroupKeys(f *testing.F) {
 		keys, err := DecodeGroupKeys(b)
 		if err == nil && len(keys) > maxGroupKeys {
 			t.Fatalf("%d keys", len(keys))
+		}
+	})
+}
+
+// FuzzPeelAndClassify runs arbitrary payloads, plain and sealed, through
+// peeling and classification: every input gets a step and a result from
+// the outcome vocabulary, and nothing panics.
+func FuzzPeelAndClassify(f *testing.F) {
+	g := newGroup(f)
+	s := &Service{dir: newDirectory(), log: slog.New(slog.DiscardHandler)}
+	key := testTenant + "." + hex.EncodeToString(g.ID())
+	s.dir.setKnown(key, true)
+	s.dir.setKeys(key, g.EventKeys())
+	m := text(f, g, "seed")
+	f.Add(m.MLS, false)
+	g.SetSealed(true)
+	sealed := text(f, g, "sealed seed")
+	f.Add([]byte(sealed.Transport.Payload), true)
+	f.Add([]byte{0, 1, 0, 3}, false)
+	f.Add(make([]byte, 40), true)
+	f.Fuzz(func(t *testing.T, payload []byte, isSealed bool) {
+		if len(payload) == 0 {
+			return
+		}
+		kind := schema.TransportMLS
+		if isSealed {
+			kind = schema.TransportSealed
+		}
+		in := &input{msg: schema.TransportMessage{V: 1, Group: g.ID(), Kind: kind, Payload: payload}}
+		s.peelAndClassify(testTenant, in)
+		switch in.step {
+		case stepReject, stepRetain, stepEnter:
+		default:
+			t.Fatalf("step %d", in.step)
+		}
+		if !in.res.Status.Valid() || (in.res.Category != "" && !in.res.Category.Valid()) || !in.class.Valid() {
+			t.Fatalf("result %s/%s class %q", in.res.Status, in.res.Category, in.class)
+		}
+		if len(in.res.MessageID) != 32 {
+			t.Fatalf("message id of %d bytes", len(in.res.MessageID))
 		}
 	})
 }
