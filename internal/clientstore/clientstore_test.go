@@ -7,10 +7,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/thomas-vilte/mls-go/ciphersuite"
 	"github.com/thomas-vilte/mls-go/credentials"
 	"github.com/thomas-vilte/mls-go/keypackages"
@@ -675,5 +678,30 @@ func TestMsgpackBodies(t *testing.T) {
 	}
 	if n := len(e.events(tenant, ci.ClientID)); n != 2 {
 		t.Fatalf("%d events", n)
+	}
+}
+
+func TestMetricsCountEventsAndRefusals(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	s, err := New(context.Background(), Config{JS: e.js, Vault: e.vault, Verifier: e.ver, Clock: e.clock, HMACEpochPeriod: testPeriod, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(25)})
+	rec := ConsentRecord{EntityKind: schema.ConsentEntityInbox, Entity: inboxOf(26), State: schema.ConsentAllowed}
+	putConsent(t, srv.URL, ci.ClientID, rec)
+	putConsent(t, srv.URL, ci.ClientID, rec)
+	do(t, http.MethodGet, clientURL(srv.URL, tenant, ci.ClientID), "", nil, nil)
+	for kind, want := range map[schema.EventKind]float64{schema.KindIdentityRegistered: 1, schema.KindConsentChanged: 1} {
+		if got := testutil.ToFloat64(s.metrics.events.WithLabelValues(string(kind))); got != want {
+			t.Errorf("%s: %v", kind, got)
+		}
+	}
+	if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("unauthenticated")); got != 1 {
+		t.Errorf("refusals: %v", got)
 	}
 }

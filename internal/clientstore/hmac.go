@@ -175,6 +175,7 @@ func (s *Store) runEpochTimer(ctx context.Context) {
 		if e <= last {
 			continue // woke before the boundary: wait again
 		}
+		s.metrics.epochs.Inc()
 		s.epochIncreased(ctx, e)
 		last = e
 	}

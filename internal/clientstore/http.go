@@ -29,6 +29,7 @@ func (s *Store) handle(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		status, body, err := s.serve(r, ep)
 		if err != nil {
+			s.metrics.refusals.WithLabelValues(ErrorCode(err)).Inc()
 			httpapi.WriteError(w, r, err)
 			return
 		}

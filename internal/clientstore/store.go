@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
@@ -52,6 +53,8 @@ type Config struct {
 	HMACEpochPeriod time.Duration
 	// Logger receives diagnostics; slog.Default when nil.
 	Logger *slog.Logger
+	// Registerer receives the metrics; none are registered when nil.
+	Registerer prometheus.Registerer
 }
 
 // Store serves the client stores over HTTP and owns the HMAC epoch timer.
@@ -65,6 +68,7 @@ type Store struct {
 	clients jetstream.KeyValue
 	stores  jetstream.KeyValue
 	out     *outbox.Outbox
+	metrics *metrics
 
 	// startEpoch is the HMAC epoch when the store opened (EVENT-026).
 	startEpoch int64
@@ -83,11 +87,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("clientstore: HMACEpochPeriod must be a whole number of seconds")
 	}
 	s := &Store{
-		vault:  cfg.Vault,
-		verify: cfg.Verifier,
-		clock:  cfg.Clock,
-		period: cfg.HMACEpochPeriod,
-		log:    cfg.Logger,
+		vault:   cfg.Vault,
+		verify:  cfg.Verifier,
+		clock:   cfg.Clock,
+		period:  cfg.HMACEpochPeriod,
+		log:     cfg.Logger,
+		metrics: newMetrics(cfg.Registerer),
 	}
 	if s.clock == nil {
 		s.clock = systemClock{}
@@ -105,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if s.stores, err = cfg.JS.KeyValue(ctx, streams.BucketStores); err != nil {
 		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketStores, err)
 	}
-	s.out = outbox.New(s.stores, outbox.EventBus(cfg.JS))
+	s.out = outbox.New(s.stores, s.metrics.counting(outbox.EventBus(cfg.JS)))
 	s.startEpoch = s.epoch(s.clock.Now())
 
 	runCtx, cancel := context.WithCancel(context.Background())

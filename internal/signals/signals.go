@@ -26,6 +26,7 @@ import (
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -61,6 +62,8 @@ type Config struct {
 	Verifier *auth.Verifier
 	// Logger receives diagnostics; slog.Default when nil.
 	Logger *slog.Logger
+	// Registerer receives the metrics; none are registered when nil.
+	Registerer prometheus.Registerer
 }
 
 // Service serves POST /v1/tenants/{tenant}/clients/{client_id}/signals.
@@ -70,6 +73,7 @@ type Service struct {
 	clients jetstream.KeyValue
 	stores  jetstream.KeyValue
 	out     *outbox.Outbox
+	metrics *metrics
 }
 
 // New opens the buckets the service needs.
@@ -77,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.JS == nil || cfg.Verifier == nil {
 		return nil, errors.New("signals: JS and Verifier are required")
 	}
-	s := &Service{verify: cfg.Verifier, log: cfg.Logger}
+	s := &Service{verify: cfg.Verifier, log: cfg.Logger, metrics: newMetrics(cfg.Registerer)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -124,39 +128,50 @@ type idemRecord struct {
 }
 
 func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	ans, replayed, err := s.handle(r)
+	kind, ans, replayed, err := s.handle(r)
 	if err != nil {
+		s.metrics.refusals.WithLabelValues(clientstore.ErrorCode(err)).Inc()
 		httpapi.WriteError(w, r, err)
 		return
 	}
+	result := resultEmitted
+	switch {
+	case replayed:
+		result = resultReplayed
+	case ans.Emitted == 0:
+		result = resultUnchanged
+	}
+	s.metrics.accepted.WithLabelValues(string(kind), result).Inc()
 	if replayed {
 		w.Header().Set(ReplayedHeader, "true")
 	}
 	httpapi.Write(w, r, http.StatusOK, ans)
 }
 
-func (s *Service) handle(r *http.Request) (Answer, bool, error) {
+// handle answers one request; kind is the accepted signal's kind.
+func (s *Service) handle(r *http.Request) (kind schema.EventKind, ans Answer, replayed bool, err error) {
 	ctx := r.Context()
 	t, err := clientstore.Authorize(r, s.verify, auth.ScopeSignals)
 	if err != nil {
-		return Answer{}, false, err
+		return "", Answer{}, false, err
 	}
 	key := r.Header.Get(IdempotencyHeader)
 	if err := checkIdempotencyKey(key); err != nil {
-		return Answer{}, false, err
+		return "", Answer{}, false, err
 	}
 	ev, err := decodeSignal(r)
 	if err != nil {
-		return Answer{}, false, err
+		return "", Answer{}, false, err
 	}
 	client, err := clientstore.Lookup(ctx, s.clients, t.Tenant, t.ClientID)
 	if errors.Is(err, clientstore.ErrNotFound) {
-		return Answer{}, false, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
+		return "", Answer{}, false, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
 	}
 	if err != nil {
-		return Answer{}, false, err
+		return "", Answer{}, false, err
 	}
-	return s.Report(ctx, client, key, ev)
+	ans, replayed, err = s.Report(ctx, client, key, ev)
+	return ev.Kind, ans, replayed, err
 }
 
 // checkIdempotencyKey checks the header: 1 to MaxIdempotencyKey visible

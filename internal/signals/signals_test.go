@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -40,6 +42,7 @@ type env struct {
 	stores *httptest.Server
 	sig    *Service
 	srv    *httptest.Server
+	reg    *prometheus.Registry
 }
 
 func newEnv(t testing.TB) *env {
@@ -51,7 +54,7 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns.Shutdown)
-	e := &env{t: t, ns: ns}
+	e := &env{t: t, ns: ns, reg: prometheus.NewRegistry()}
 	e.open()
 	if err := streams.Ensure(ctx, e.js, streams.Config{}); err != nil {
 		t.Fatal(err)
@@ -87,7 +90,7 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.stores = httptest.NewServer(cs.Handler())
-	if e.sig, err = New(ctx, Config{JS: e.js, Verifier: ver}); err != nil {
+	if e.sig, err = New(ctx, Config{JS: e.js, Verifier: ver, Registerer: e.reg}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.srv = httptest.NewServer(e.sig.Handler())
@@ -616,5 +619,27 @@ func TestMsgpackBody(t *testing.T) {
 	}
 	if n := len(e.signals(tenant, c.ClientID)); n != 1 {
 		t.Fatalf("%d events", n)
+	}
+}
+
+func TestMetricsCountResultsAndRefusals(t *testing.T) {
+	e := newEnv(t)
+	c := e.register(tenant, 15, "")
+	ev := connection(schema.ConnectionClosed, schema.ConnectionConnected)
+	e.postEvent(tenant, c.ClientID, "m1", ev)
+	e.postEvent(tenant, c.ClientID, "m1", ev)
+	e.postEvent(tenant, c.ClientID, "m2", connection(schema.ConnectionFailed, schema.ConnectionConnected))
+	e.post(tenant, c.ClientID, "m3", []byte(`{"kind":"lagged","lagged":{"discarded":1}}`))
+	kind := string(schema.KindConnectionStateChanged)
+	for result, want := range map[string]float64{resultEmitted: 1, resultReplayed: 1, resultUnchanged: 1} {
+		if got := testutil.ToFloat64(e.sig.metrics.accepted.WithLabelValues(kind, result)); got != want {
+			t.Errorf("%s: %v", result, got)
+		}
+	}
+	if got := testutil.ToFloat64(e.sig.metrics.refusals.WithLabelValues("kind_not_signal")); got != 1 {
+		t.Errorf("refusals: %v", got)
+	}
+	if n, err := testutil.GatherAndCount(e.reg, "fabric_signals_accepted_total", "fabric_signals_refusals_total"); err != nil || n != 4 {
+		t.Errorf("registry holds %d series: %v", n, err)
 	}
 }

@@ -1,0 +1,39 @@
+package signals
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/clientstore"
+)
+
+// Results of an accepted signal, the values of the result label.
+const (
+	resultEmitted   = "emitted"   // it emitted its event(s)
+	resultUnchanged = "unchanged" // a state the client already had: nothing emitted
+	resultReplayed  = "replayed"  // a repeated idempotency key
+)
+
+// metrics are the service's Prometheus collectors (prefix fabric_signals_).
+// Labels take values from closed sets: kinds, results, error codes.
+type metrics struct {
+	accepted *prometheus.CounterVec // kind, result
+	refusals *prometheus.CounterVec // code
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_signals_accepted_total",
+			Help: "Signals accepted, by kind and result: emitted, unchanged or replayed.",
+		}, []string{"kind", "result"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_signals_refusals_total",
+			Help: "Signal requests refused or failed, by error code.",
+		}, []string{"code"}),
+	}
+	if reg != nil {
+		m.accepted = clientstore.Register(reg, m.accepted)
+		m.refusals = clientstore.Register(reg, m.refusals)
+	}
+	return m
+}
