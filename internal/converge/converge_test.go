@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
 }
 
-func must[T any](t *testing.T) func(T, error) T {
+func must[T any](t testing.TB) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
 		if err != nil {
@@ -28,7 +28,7 @@ func must[T any](t *testing.T) func(T, error) T {
 	}
 }
 
-func peer(t *testing.T, name string) *testpeer.Peer {
+func peer(t testing.TB, name string) *testpeer.Peer {
 	return must[*testpeer.Peer](t)(testpeer.New(name))
 }
 

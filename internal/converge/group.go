@@ -47,6 +47,10 @@ type txn struct {
 	events  []emission
 	notes   []outcomeNote
 	now     int64 // emission time (unix ms), for expiry decisions
+	// groupChanged is set when hosted membership, components or keys
+	// changed, so the group's fabric-groups and fabric-group-keys entries
+	// are written again.
+	groupChanged bool
 
 	mls MLS
 	dir directory
@@ -146,6 +150,7 @@ func (t *txn) setComponents(s components.Set) {
 
 // recordKey stores the group event key of st's epoch as a candidate.
 func (t *txn) recordKey(st MemberState) {
+	t.groupChanged = true
 	if k, err := st.GroupEventKey(); err == nil {
 		t.g.setKey(st.Epoch(), k)
 	}
@@ -284,6 +289,7 @@ func (t *txn) commit(ctx context.Context, in input) (outcomeNote, bool, error) {
 	if info == nil {
 		return failed(in, errs, future, past)
 	}
+	t.groupChanged = true
 	pc := commitChange(*info)
 	stillMember := map[string]bool{}
 	for _, inbox := range info.MemberInboxIDs {

@@ -33,7 +33,7 @@ const tenant = "acme"
 // provisioned, a client store and the vault converge opens installations
 // with.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	srv   *natsserver.Server
 	nc    *nats.Conn
@@ -42,7 +42,7 @@ type env struct {
 	store *clientstore.Store
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

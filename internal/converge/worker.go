@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -630,28 +631,32 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64
 	if seq != 0 {
 		next.InputSeq = seq
 	}
-	var written []string
+	blobs := map[string][]byte{}
 	sb, err := t.g.encode()
 	if err != nil {
-		return checkpoint{}, nil, written, err
+		return checkpoint{}, nil, nil, err
 	}
-	if next.State, err = w.putBlob(ctx, g.tenant, g.groupHex, "", sb); err != nil {
-		return checkpoint{}, nil, written, err
+	if next.State, err = blobKey(g.tenant, g.groupHex, ""); err != nil {
+		return checkpoint{}, nil, nil, err
 	}
-	written = append(written, next.State)
+	blobs[next.State] = sb
 	for _, m := range t.g.active() {
 		bk, ok := g.ck.Members[m.ClientID]
 		if t.dirty[m.ClientID] || !ok {
 			snap, err := t.members[m.ClientID].Snapshot()
 			if err != nil {
-				return checkpoint{}, nil, written, fmt.Errorf("snapshot member: %w", err)
+				return checkpoint{}, nil, nil, fmt.Errorf("snapshot member: %w", err)
 			}
-			if bk, err = w.putBlob(ctx, g.tenant, g.groupHex, m.ClientID, snap); err != nil {
-				return checkpoint{}, nil, written, err
+			if bk, err = blobKey(g.tenant, g.groupHex, m.ClientID); err != nil {
+				return checkpoint{}, nil, nil, err
 			}
-			written = append(written, bk)
+			blobs[bk] = snap
 		}
 		next.Members[m.ClientID] = bk
+	}
+	written, err := w.putBlobs(ctx, blobs)
+	if err != nil {
+		return checkpoint{}, nil, written, err
 	}
 	next.NextExpiry = t.g.nextExpiry()
 	dmKey := dmConversationKey(t.components())
@@ -690,24 +695,51 @@ func (w *Worker) unnamed(ctx context.Context, tenant, groupHex string, written [
 	return out
 }
 
-// purge removes state blobs no checkpoint names.
+// purge removes state blobs no checkpoint names. It does not wait: a blob
+// that stays is only space, never state.
 func (w *Worker) purge(ctx context.Context, keys []string) {
 	for _, k := range keys {
-		if err := w.conv.Purge(ctx, k); err != nil {
+		m := nats.NewMsg(kvSubject(streams.BucketConverge, k))
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set("Nats-Rollup", "sub")
+		if _, err := w.js.PublishMsgAsync(m); err != nil {
 			w.log.Debug("converge: purge blob", "err", err)
 		}
 	}
 }
 
-func (w *Worker) putBlob(ctx context.Context, tenant, groupHex, client string, b []byte) (string, error) {
-	key, err := blobKey(tenant, groupHex, client)
-	if err != nil {
-		return "", err
+// kvSubject is the stream subject of a KV key.
+func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// putBlobs writes state blobs to fabric-converge in parallel and waits for
+// every acknowledgement. It returns the keys written, also on failure.
+func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]string, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(blobs))
+	written := make([]string, 0, len(blobs))
+	var first error
+	for k, b := range blobs {
+		f, err := w.js.PublishAsync(kvSubject(streams.BucketConverge, k), b)
+		if err != nil {
+			first = fmt.Errorf("write state blob: %w", err)
+			break
+		}
+		written = append(written, k)
+		futures = append(futures, f)
 	}
-	if _, err := w.conv.Put(ctx, key, b); err != nil {
-		return "", fmt.Errorf("write state blob: %w", err)
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if first == nil {
+				first = fmt.Errorf("write state blob: %w", err)
+			}
+		case <-ctx.Done():
+			if first == nil {
+				first = ctx.Err()
+			}
+		}
 	}
-	return key, nil
+	return written, first
 }
 
 // committed does what follows a committed batch: the cache, metrics,
@@ -725,9 +757,12 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 		w.metrics.disposition(n)
 	}
 	w.publishOutcomes(ctx, g.tenant, next.Outcomes)
-	if err := w.publishGroup(ctx, g.tenant, g.groupHex, t, ckSeq); err != nil {
-		w.log.Warn("converge: group record", "err", err)
+	if t.groupChanged {
+		if err := w.publishGroup(ctx, g.tenant, g.groupHex, t, ckSeq); err != nil {
+			w.log.Warn("converge: group record", "err", err)
+		}
 	}
+
 	var stale []string
 	if g.ck.State != "" && g.ck.State != next.State {
 		stale = append(stale, g.ck.State)

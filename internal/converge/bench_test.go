@@ -1,0 +1,119 @@
+package converge
+
+import (
+	"encoding/hex"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// benchGroup makes a group whose n hosted members have joined, with the
+// remote sender alice, and returns the Welcome too.
+func benchGroup(b *testing.B, e *env, n int) (*testpeer.Group, []hosted, testpeer.Message) {
+	b.Helper()
+	alice := peer(b, "alice")
+	hs := make([]hosted, n)
+	kps := make([][]byte, n)
+	for i := range hs {
+		hs[i] = e.register(peer(b, fmt.Sprintf("member-%d", i)).AccountID(), 1)
+		kps[i] = hs[i].kps[0]
+	}
+	g := must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	_, welcome, err := g.Invite(kps...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g, hs, welcome
+}
+
+// waitAccepted waits for an input's accepted outcome.
+func (e *env) waitAccepted(id []byte, timeout time.Duration) {
+	e.t.Helper()
+	subj, err := subject.Outcome(tenant, hex.EncodeToString(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s, err := e.js.Stream(e.ctx, streams.StreamOutcomes)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if m, err := s.GetLastMsgForSubject(e.ctx, subj); err == nil {
+			var o schema.Outcome
+			if o.UnmarshalMsgpack(m.Data) == nil && o.Disposition == schema.DispositionAccepted {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.t.Fatal("input not accepted in time")
+}
+
+// BenchmarkConverge measures application messages per second through
+// converge (FABRIC_IN to committed events, outcome recorded) for a group
+// with 1, 10 and 100 hosted members.
+func BenchmarkConverge(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			e := newEnv(b)
+			g, _, welcome := benchGroup(b, e, n)
+			e.worker("bench", nil)
+			e.publish(welcome)
+			e.waitAccepted(welcome.ID, time.Minute)
+			msgs := make([]testpeer.Message, b.N)
+			for i := range msgs {
+				msgs[i] = must[testpeer.Message](b)(g.SendText("benchmark message"))
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for _, m := range msgs {
+				e.publish(m)
+			}
+			e.waitAccepted(msgs[len(msgs)-1].ID, 10*time.Minute)
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkEngineDecrypt is the engine's raw rate for the same work: every
+// hosted member's state decrypts every message, in memory, nothing stored.
+func BenchmarkEngineDecrypt(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			e := newEnv(b)
+			g, hs, welcome := benchGroup(b, e, n)
+			mls := EngineMLS{Vault: e.vault}
+			states := make([]MemberState, n)
+			for i, h := range hs {
+				st, _, err := mls.Join(e.ctx, Client{Tenant: tenant, ClientID: h.rec.ClientID, Sealed: h.rec.Installation}, welcome.MLS)
+				if err != nil {
+					b.Fatal(err)
+				}
+				states[i] = st
+			}
+			msgs := make([][]byte, b.N)
+			for i := range msgs {
+				msgs[i] = must[testpeer.Message](b)(g.SendText("benchmark message")).MLS
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for _, m := range msgs {
+				for _, st := range states {
+					if _, err := st.Decrypt(e.ctx, m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
+}
+
