@@ -160,9 +160,20 @@ func sortedKeys[V any](m map[string]V) []string {
 // snapshot no longer restores is storage loss: the group comes back
 // Unrecoverable and the inputs that needed that state are deferred with
 // MissingRetainedAnchor (retained-history.md, "Late commits").
-func Unmarshal(p Policy, b []byte) (g *Group, err error) {
+func Unmarshal(p Policy, b []byte) (*Group, error) {
+	return unmarshal(p, b, restoreState)
+}
+
+// unmarshal is Unmarshal with the engine restore as a parameter, so the
+// fuzz target can exercise this package's decoding without handing damaged
+// snapshots to mls-go (they are AEAD-sealed at rest, so only intact ones
+// reach it in production).
+func unmarshal(p Policy, b []byte, restore func([]byte) (*engine.State, error)) (g *Group, err error) {
 	if err := p.validate(); err != nil {
 		return nil, err
+	}
+	if err := checkShape(b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	var in persisted
 	rd := bytes.NewReader(b)
@@ -195,7 +206,7 @@ func Unmarshal(p Policy, b []byte) (g *Group, err error) {
 		}
 		n := &node{id: id, epoch: pn.Epoch, committer: pn.Committer, privileged: pn.Privileged, proposals: map[string]ID{}, witnesses: map[string]bool{}}
 		if pn.State != nil {
-			st, err := restoreState(pn.State)
+			st, err := restore(pn.State)
 			if err != nil {
 				lost = append(lost, n)
 			} else if st.Epoch() != pn.Epoch {

@@ -328,32 +328,51 @@ func TestAppPayloadWindowEdge(t *testing.T) {
 	wantOutcome(t, g, outside, schema.DispositionStale, schema.CategoryStaleEpoch, "")
 }
 
-// TestProposalsByBranch: a proposal consumed by the selected commit is
-// accepted; one consumed only by the losing commit stays deferred.
+// TestProposalsByBranch: a proposal consumed by a selected commit is
+// accepted; one consumed only by a losing commit stays deferred while that
+// branch is eligible and becomes stale when it leaves the horizon; a commit
+// whose referenced proposal has not arrived is deferred.
 func TestProposalsByBranch(t *testing.T) {
 	w := newWorld(t)
 	c := clone(t, w.carol)
 	leave := must[testpeer.Message](t)(c.Leave())
 	a := clone(t, w.alice)
 	w.deliverPeers(leave, a)
-	x1 := commit(t, a) // alice commits carol's leave request: privileged? no, a self-removal
-	y1 := commit(t, w.bob)
-	g := w.fresh()
-	admit(t, g, t0, x1)
-	wantOutcome(t, g, x1, schema.DispositionDeferred, "", "") // needs the proposal
-	admit(t, g, t0, leave, y1)
-	r := settle(t, g)
-	if len(r.Applied) != 1 {
-		t.Fatalf("applied %d commits", len(r.Applied))
-	}
-	winner := r.Applied[0].ID
-	if winner == idOf(x1) {
-		wantOutcome(t, g, leave, schema.DispositionAccepted, "", "")
+	x1 := commit(t, a) // alice commits carol's leave request by reference
+
+	t.Run("selected", func(t *testing.T) {
+		g := w.fresh()
+		admit(t, g, t0, x1)
+		wantOutcome(t, g, x1, schema.DispositionDeferred, "", "") // its proposal is missing
+		admit(t, g, t0, leave)
+		r := settle(t, g)
+		wantIDs(t, "applied", appliedIDs(r), ids(x1))
 		wantIDs(t, "consumed", r.Applied[0].Proposals, ids(leave))
-	} else {
-		wantOutcome(t, g, leave, schema.DispositionDeferred, "", "")
+		if !slices.Equal(r.Applied[0].Result.RemovedInboxes, []string{w.carol.Peer().InboxID()}) {
+			t.Fatal("the applied commit does not remove the leaver")
+		}
+		wantOutcome(t, g, leave, schema.DispositionAccepted, "", "")
+		wantOutcome(t, g, x1, schema.DispositionAccepted, "", "")
+	})
+	t.Run("losing", func(t *testing.T) {
+		b := clone(t, w.bob)
+		y1, y2 := commit(t, b), commit(t, b)
+		g := w.fresh()
+		admit(t, g, t0, leave, x1, y1, y2)
+		settle(t, g)
 		wantOutcome(t, g, x1, schema.DispositionDeferred, "", "")
-	}
+		wantOutcome(t, g, leave, schema.DispositionDeferred, "", "")
+		at := t0.Add(time.Minute)
+		for range 4 {
+			m := commit(t, b)
+			at = at.Add(10 * time.Second)
+			admit(t, g, at, m)
+			settle(t, g)
+		}
+		// Tip is fork + 6: the losing branch forked below the anchor.
+		wantOutcome(t, g, leave, schema.DispositionStale, schema.CategoryStaleEpoch, "")
+		wantOutcome(t, g, x1, schema.DispositionStale, schema.CategoryStaleEpoch, schema.BeyondAnchor)
+	})
 }
 
 // TestQuiescence: only selection-relevant input restarts quiescence, and

@@ -211,3 +211,5 @@ func sortIDs(in []ID) []ID {
 	slices.SortFunc(out, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
 	return out
 }
+
+func idFor(b []byte) ID { return sha256.Sum256(b) }

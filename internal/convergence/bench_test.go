@@ -1,0 +1,84 @@
+package convergence
+
+import (
+	"crypto/rand"
+	"fmt"
+	"testing"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+)
+
+// BenchmarkPassThreeWayForkDepth5 measures one convergence pass from a
+// fresh instance: admitting a 3-way fork of depth 5 (15 commits) in a
+// 50-member group, then cutoff, selection and apply.
+//
+//	go test -run '^$' -bench PassThreeWayFork -benchmem ./internal/convergence/
+func BenchmarkPassThreeWayForkDepth5(b *testing.B) {
+	alice := must[*testpeer.Peer](b)(testpeer.NewWithAccount("alice", account(0x80)))
+	ag := must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	var peers []*testpeer.Peer
+	for i := range 48 {
+		peers = append(peers, must[*testpeer.Peer](b)(testpeer.New(fmt.Sprintf("member-%d", i))))
+	}
+	if _, _, err := ag.Add(peers...); err != nil {
+		b.Fatal(err)
+	}
+	acct := make([]byte, engine.AccountIDLen)
+	if _, err := rand.Read(acct); err != nil {
+		b.Fatal(err)
+	}
+	hosted := must[*engine.Installation](b)(engine.CreateInstallation(acct, 0))
+	kps := must[[][]byte](b)(hosted.NewKeyPackages(1))
+	_, welcome, err := ag.Invite(kps[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	joined, _, err := hosted.Join(welcome.MLS, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var inputs []Input
+	for range 3 {
+		br := clone(b, ag)
+		for range 5 {
+			inputs = append(inputs, input(commit(b, br)))
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		st := must[*engine.State](b)(joined.Clone())
+		g := must[*Group](b)(New(V1, st))
+		b.StartTimer()
+		for _, in := range inputs {
+			if _, err := g.Admit(in, t0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d, _ := g.Deadline()
+		r, err := g.Tick(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(r.Applied) != 5 {
+			b.Fatalf("applied %d commits", len(r.Applied))
+		}
+	}
+}
+
+// BenchmarkCompare measures the pinned branch order on tied scores, the
+// comparison a pass makes per candidate.
+func BenchmarkCompare(b *testing.B) {
+	x := Score{EffectiveDepth: 2, Witness: 3, Committer: "20", Digest: ID{1}}
+	y := x
+	y.Digest = ID{2}
+	b.ReportAllocs()
+	for b.Loop() {
+		if Compare(x, y) >= 0 {
+			b.Fatal("order")
+		}
+	}
+}
