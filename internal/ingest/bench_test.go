@@ -53,7 +53,7 @@ func BenchmarkIngest(b *testing.B) {
 		b.SetBytes(int64(len(msgs[0].Payload)))
 		b.ResetTimer()
 		for _, m := range msgs {
-			if _, err := js.PublishAsync(subj, m.Payload); err != nil {
+			if _, err := js.PublishAsync(subj, m.Payload, jetstream.WithStallWait(stallWait)); err != nil {
 				b.Fatal(err)
 			}
 		}
