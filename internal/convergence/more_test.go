@@ -1,0 +1,141 @@
+package convergence
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// TestUnauthorizedCommitRejected: once replay identifies the parent, a
+// commit its committer may not make there is terminal authorization_failed
+// with no disposition, and it creates no candidate edge (errors.md).
+func TestUnauthorizedCommitRejected(t *testing.T) {
+	w := newWorld(t)
+	b := clone(t, w.bob)
+	bad := must[testpeer.Message](t)(b.SetComponents(components.Set{Admins: []components.AccountID{account(0x20)}, Profile: &components.ProfileState{Name: "mine"}}))
+	g := w.fresh()
+	r := admit(t, g, t0, bad)
+	wantOutcome(t, g, bad, "", schema.CategoryAuthorizationFailed, "")
+	if o, _ := g.Outcome(idOf(bad)); !o.Rejected() {
+		t.Fatal("not a terminal rejection")
+	}
+	if r.ForkDetected || len(g.Branches()) != 0 {
+		t.Fatal("an unauthorized commit made a candidate edge")
+	}
+	if _, open := g.Deadline(); open {
+		t.Fatal("an invalid commit opened a pass")
+	}
+}
+
+// TestWitnessesCountDistinctSenders: many messages of one sender in one
+// epoch are one witness, so they cannot buy quorum (convergence.md,
+// "App-payload witnesses").
+func TestWitnessesCountDistinctSenders(t *testing.T) {
+	w := newWorld(t)
+	bx := clone(t, w.bob)
+	x1, x2 := commit(t, bx), commit(t, bx)
+	y1 := commit(t, w.carol)
+	yw1, yw2, yw3 := text(t, w.carol, "1"), text(t, w.carol, "2"), text(t, w.carol, "3")
+	g, res := race(t, w, []testpeer.Message{x1, x2}, []testpeer.Message{y1, yw1, yw2, yw3})
+	wantIDs(t, "applied", appliedIDs(res), ids(x1, x2))
+	wantOutcome(t, g, y1, schema.DispositionDeferred, "", "")
+	for _, m := range []testpeer.Message{yw1, yw2, yw3} {
+		wantOutcome(t, g, m, schema.DispositionInvalidated, "", "")
+	}
+	for _, s := range g.Branches() {
+		if s.Digest == idOf(y1) && (s.Witness != 1 || s.Quorum || s.EffectiveDepth != 1) {
+			t.Fatalf("losing branch score %+v", s)
+		}
+	}
+}
+
+// TestRecoveringWithholdsDelivery: while Recovering nothing is delivered,
+// even a payload of the canonical tip; it is delivered at apply when its
+// branch stays canonical (group-state.md: Recovering is candidate material
+// only).
+func TestRecoveringWithholdsDelivery(t *testing.T) {
+	w := newWorld(t)
+	m := text(t, w.alice, "at the tip")
+	x := must[[]testpeer.Message](t)(w.bob.Fork(2))
+	g := w.fresh()
+	if r := admit(t, g, t0, x...); !r.ForkDetected {
+		t.Fatal("no fork detected")
+	}
+	r := admit(t, g, t0, m)
+	if len(r.Delivered) != 0 {
+		t.Fatal("delivered while Recovering")
+	}
+	wantOutcome(t, g, m, schema.DispositionDeferred, "", "")
+	r = settle(t, g)
+	// The tip moved on, the message's epoch stays canonical: delivered now.
+	wantIDs(t, "delivered", deliveredIDs(r), ids(m))
+	wantOutcome(t, g, m, schema.DispositionAccepted, "", "")
+}
+
+// TestLostRetainedStateIsUnrecoverable: a retained state that no longer
+// restores is storage loss inside the horizon: the group is Unrecoverable,
+// the inputs needing it are deferred MissingRetainedAnchor, canonical state
+// is not mutated, and new input is only retained (retained-history.md).
+func TestLostRetainedStateIsUnrecoverable(t *testing.T) {
+	w := newWorld(t)
+	x1 := commit(t, w.bob)
+	x2 := commit(t, w.bob)
+	g := w.fresh()
+	admit(t, g, t0, x1)
+	b := must[[]byte](t)(g.Marshal())
+	lostID := idOf(x1)
+	restore := func(s []byte) (*engine.State, error) {
+		st, err := engine.Restore(s)
+		if err == nil && st.Epoch() == g.nodes[lostID].epoch {
+			return nil, errors.New("lost")
+		}
+		return st, err
+	}
+	g2, err := unmarshal(V1, b, restore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Lifecycle() != Unrecoverable {
+		t.Fatalf("lifecycle %s", g2.Lifecycle())
+	}
+	wantOutcome(t, g2, x1, schema.DispositionDeferred, schema.CategoryMissingHistory, schema.MissingRetainedAnchor)
+	admit(t, g2, t0.Add(time.Second), x2)
+	if _, ok := g2.Outcome(idOf(x2)); ok {
+		t.Fatal("an Unrecoverable group processed input")
+	}
+	if _, ok := g2.Cutoff(t0.Add(time.Hour)); ok {
+		t.Fatal("an Unrecoverable group cut off a pass")
+	}
+	if g2.TipEpoch() != w.joined.Epoch() {
+		t.Fatal("canonical state changed")
+	}
+}
+
+// TestCompareOrder pins the branch order on scores that differ in exactly
+// one step each.
+func TestCompareOrder(t *testing.T) {
+	base := Score{EffectiveDepth: 2, Quorum: false, Witness: 1, Privileged: false, Committer: "40", Digest: ID{5}}
+	better := []func(*Score){
+		func(s *Score) { s.EffectiveDepth = 3; s.Witness = 0; s.Committer = "ff" },
+		func(s *Score) { s.Quorum = true; s.Witness = 0 },
+		func(s *Score) { s.Witness = 2; s.Committer = "ff" },
+		func(s *Score) { s.Privileged = true; s.Committer = "ff"; s.Digest = ID{9} },
+		func(s *Score) { s.Committer = "20"; s.Digest = ID{9} },
+		func(s *Score) { s.Digest = ID{1} },
+	}
+	for i, f := range better {
+		s := base
+		f(&s)
+		if Compare(s, base) >= 0 || Compare(base, s) <= 0 {
+			t.Fatalf("step %d does not decide", i+1)
+		}
+	}
+	if Compare(base, base) != 0 {
+		t.Fatal("a branch beats itself")
+	}
+}
