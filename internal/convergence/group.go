@@ -254,6 +254,9 @@ func (g *Group) Admit(in Input, now time.Time) (Result, error) {
 	default:
 		return res, ErrClass
 	}
+	if engine.NewMessageID(in.Data) != in.ID {
+		return res, ErrID
+	}
 	if _, ok := g.inputs[in.ID]; ok {
 		res.Duplicate = true
 		return res, nil

@@ -112,9 +112,7 @@ func (g *Group) Marshal() ([]byte, error) {
 			id := n.proposals[ref]
 			pn.Proposals = append(pn.Proposals, []byte(ref), id[:])
 		}
-		for _, w := range sortedKeys(n.witnesses) {
-			pn.Witnesses = append(pn.Witnesses, w)
-		}
+		pn.Witnesses = sortedKeys(n.witnesses)
 		p.Nodes = append(p.Nodes, pn)
 	}
 	for _, r := range g.sortedRecords() {

@@ -98,6 +98,8 @@ var (
 	// ErrUnrecoverable: the group lost retained state inside the horizon;
 	// it retains input and applies nothing until a verified repair.
 	ErrUnrecoverable = errors.New("convergence: group is unrecoverable")
+	// ErrID: the input's ID is not SHA-256 of its bytes.
+	ErrID = errors.New("convergence: input id is not the digest of its bytes")
 	// ErrClass: the input's class is not commit, proposal or application.
 	ErrClass = errors.New("convergence: input class does not enter convergence")
 )
