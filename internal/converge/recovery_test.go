@@ -214,3 +214,64 @@ func TestDisappearingMessages_META063(t *testing.T) {
 		t.Fatalf("events %v", kinds(evs))
 	}
 }
+
+// TestOutcomeDispositions records every disposition: a message ahead of
+// its commit is deferred, then accepted once the commit arrives (and only
+// then received); a message of a past epoch is stale; a commit by a
+// non-admin changing components is a terminal authorization_failed with no
+// event; a Welcome for no hosted KeyPackage is wrong_recipient.
+func TestOutcomeDispositions(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "hosted").AccountID(), 1)
+	alice, bob, carol := peer(t, "alice"), peer(t, "bob"), peer(t, "carol")
+	e.worker("w1", nil)
+	ga := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	kpBob := must[[]byte](t)(bob.KeyPackage())
+	_, welcome, err := ga.Invite(h.kps[0], kpBob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb := must[*testpeer.Group](t)(bob.Join(welcome.Transport))
+	e.publish(welcome)
+
+	old := must[testpeer.Message](t)(ga.SendText("sent in epoch 1"))
+	commit := must[testpeer.Message](t)(ga.Commit())
+	ahead := must[testpeer.Message](t)(ga.SendText("sent in epoch 2"))
+	e.publish(ahead)
+	if o := e.outcome(ahead.ID); o.Disposition != schema.DispositionDeferred || o.Category != schema.CategoryMissingHistory {
+		t.Fatalf("ahead: %+v, want deferred missing_history", o)
+	}
+	e.publish(commit)
+	e.publish(old)
+	evs := e.waitEvents(h.rec.ClientID, 2)
+	if r := evs[1].Event.MessageReceived; r == nil || !r.MessageID.Equal(ahead.ID) {
+		t.Fatalf("second event %s", describe(evs[1].Event))
+	}
+	if o := e.outcome(ahead.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
+		t.Fatalf("ahead after the commit: %+v", o)
+	}
+	if o := e.outcome(old.ID); o.Disposition != schema.DispositionStale || o.Category != schema.CategoryStaleEpoch {
+		t.Fatalf("old: %+v, want stale stale_epoch", o)
+	}
+
+	// bob is no admin: renaming the group is refused, terminally.
+	process(t, commit, gb)
+	rename := must[testpeer.Message](t)(gb.SetComponents(components.Set{Profile: &components.ProfileState{Name: "bob's"}, Admins: []components.AccountID{alice.AccountID()}}))
+	e.publish(rename)
+	if o := e.outcome(rename.ID); o.Status != schema.StatusRejected || o.Category != schema.CategoryAuthorizationFailed {
+		t.Fatalf("rename: %+v, want rejected authorization_failed", o)
+	}
+
+	gc := must[*testpeer.Group](t)(carol.CreateGroup(components.Set{Admins: []components.AccountID{carol.AccountID()}}))
+	_, stray, err := gc.Invite(must[[]byte](t)(peer(t, "dave").KeyPackage()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(stray)
+	if o := e.outcome(stray.ID); o.Status != schema.StatusRejected || o.Category != schema.CategoryWrongRecipient {
+		t.Fatalf("stray welcome: %+v, want rejected wrong_recipient", o)
+	}
+	if n := len(e.events(h.rec.ClientID)); n != 2 {
+		t.Fatalf("%d events, want 2", n)
+	}
+}
