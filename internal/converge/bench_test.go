@@ -116,4 +116,3 @@ func BenchmarkEngineDecrypt(b *testing.B) {
 		})
 	}
 }
-
