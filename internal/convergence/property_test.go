@@ -19,7 +19,7 @@ var histories = flag.Int("convergence.histories", 200, "random group histories t
 // testpeer state at it.
 type histNode struct {
 	epoch   uint64
-	members []*testpeer.Group // alice, bob, carol
+	members []*testpeer.Group // alice, bob, carol, minus any that left
 }
 
 // history generates a random tree of competing commits (at most
@@ -39,11 +39,33 @@ func history(t testing.TB, w *world, rng *rand.Rand) []testpeer.Message {
 			}
 		}
 		parent := open[rng.IntN(len(open))]
-		who := rng.IntN(len(parent.members))
-		author := clone(t, parent.members[who])
+		members := parent.members
+		// Sometimes a member's leave request (a Remove proposal of its own
+		// leaf) is committed by reference.
+		leaver := -1
+		if len(members) == 3 && rng.IntN(4) == 0 {
+			leaver = 1 + rng.IntN(2) // bob or carol; alice stays admin
+			l := clone(t, members[leaver])
+			p := must[testpeer.Message](t)(l.Leave())
+			out = append(out, p)
+			var next []*testpeer.Group
+			for i, m := range members {
+				if i == leaver {
+					continue
+				}
+				f := clone(t, m)
+				if _, err := f.Process(p.Transport); err != nil {
+					t.Fatal(err)
+				}
+				next = append(next, f)
+			}
+			members = next
+		}
+		who := rng.IntN(len(members))
+		author := clone(t, members[who])
 		c := commit(t, author)
 		child := &histNode{epoch: parent.epoch + 1}
-		for i, m := range parent.members {
+		for i, m := range members {
 			if i == who {
 				child.members = append(child.members, author)
 				continue
@@ -70,7 +92,7 @@ type outcomeOf struct {
 	accepted      []ID
 	delivered     []ID
 	// What the run went through, to show the test reaches forks.
-	forks, superseded, withdrawn int
+	forks, superseded, withdrawn, proposals int
 }
 
 // runPermutation feeds the inputs in a random order with random duplicates
@@ -133,6 +155,9 @@ func runPermutation(t testing.TB, w *world, in []testpeer.Message, rng *rand.Ran
 		}
 		if out.Disposition == schema.DispositionAccepted {
 			o.accepted = append(o.accepted, idOf(m))
+			if out.Class == schema.ClassProposal {
+				o.proposals++
+			}
 		}
 		if (out.Disposition == schema.DispositionAccepted) != delivered[idOf(m)] && out.Class == schema.ClassApplication {
 			t.Fatal("delivered set and accepted app messages disagree")
@@ -156,14 +181,14 @@ func TestPermutationInvariance(t *testing.T) {
 	}
 	w := newWorld(t)
 	const runs = 3
-	var forks, superseded, withdrawn int
+	var forks, superseded, withdrawn, proposals int
 	for h := range *histories {
 		rng := rand.New(rand.NewPCG(uint64(h), 0x5eed))
 		in := history(t, w, rng)
 		var first outcomeOf
 		for run := range runs {
 			got := runPermutation(t, w, in, rng)
-			forks, superseded, withdrawn = forks+got.forks, superseded+got.superseded, withdrawn+got.withdrawn
+			forks, superseded, withdrawn, proposals = forks+got.forks, superseded+got.superseded, withdrawn+got.withdrawn, proposals+got.proposals
 			if run == 0 {
 				first = got
 				if len(got.accepted) == 0 {
@@ -176,9 +201,10 @@ func TestPermutationInvariance(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d histories, %d runs: %d forks detected, %d commits superseded, %d payloads withdrawn", *histories, *histories*runs, forks, superseded, withdrawn)
-	if *histories >= 20 && (forks == 0 || superseded == 0 || withdrawn == 0) {
-		t.Fatal("the generated histories never forked, rolled back or withdrew")
+	t.Logf("%d histories, %d runs: %d forks detected, %d commits superseded, %d payloads withdrawn, %d proposals accepted",
+		*histories, *histories*runs, forks, superseded, withdrawn, proposals)
+	if *histories >= 20 && (forks == 0 || superseded == 0 || withdrawn == 0 || proposals == 0) {
+		t.Fatal("the generated histories never forked, rolled back, withdrew or committed a proposal")
 	}
 }
 
