@@ -372,3 +372,21 @@ func msgpackBody(t testing.TB, v any) []byte {
 var _ = httpapi.ContentTypeMsgpack
 
 func decodeMsgpack(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
+
+// unhostGroup deletes the fabric-groups record as converge does when the
+// last hosted member leaves.
+func (e *env) unhostGroup(groupID []byte) {
+	e.t.Helper()
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, streams.BucketGroups)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	key, _ := subject.GroupKey(testTenant, hex.EncodeToString(groupID))
+	if err := kv.Delete(ctx, key); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, w := range e.workers {
+		eventually(e.t, "group unknown", func() bool { return !w.svc.dir.known(key) })
+	}
+}

@@ -55,7 +55,6 @@ type input struct {
 	groupKey    string // <tenant>.<group>
 	reason      string // for stepRetain
 	step        step
-	prev        *latest // newest outcome record, once read
 	res         Result
 }
 

@@ -34,10 +34,11 @@ type Service struct {
 	seenPrefix     string
 	sub            *nats.Subscription
 
-	started  atomic.Bool
-	draining atomic.Bool
-	inflight *tracker
-	slots    chan struct{} // bounds concurrent NATS intake requests
+	started   atomic.Bool
+	draining  atomic.Bool
+	watchLost atomic.Bool
+	inflight  *tracker
+	slots     chan struct{} // bounds concurrent NATS intake requests
 
 	stop context.CancelFunc
 	bg   sync.WaitGroup // watchers and the retrier
@@ -167,6 +168,8 @@ func (s *Service) Ready() error {
 		return errors.New("ingest: draining")
 	case !s.cfg.Conn.IsConnected():
 		return errors.New("ingest: NATS disconnected")
+	case s.watchLost.Load():
+		return errors.New("ingest: a KV watch ended")
 	}
 	return nil
 }

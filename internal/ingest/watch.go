@@ -87,7 +87,14 @@ func (s *Service) runRetries(ctx context.Context) {
 // watchKV applies every entry of a bucket to the directory, then each
 // change, until ctx ends. It closes ready once the initial values are in.
 func (s *Service) watchKV(ctx context.Context, w jetstream.KeyWatcher, apply func(tenant, group string, e jetstream.KeyValueEntry, initial bool), ready chan<- struct{}) {
-	defer func() { _ = w.Stop() }()
+	defer func() {
+		_ = w.Stop()
+		if ctx.Err() == nil {
+			// The cache would go stale: stop claiming readiness.
+			s.watchLost.Store(true)
+			s.log.Error("KV watch ended; worker not ready")
+		}
+	}()
 	initial := true
 	for {
 		select {

@@ -1,0 +1,150 @@
+package ingest
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/nats-io/nats.go"
+)
+
+// Late welcome backfill: commits and messages of a group that arrive before
+// the welcome that makes the group known are retained, and offered to
+// convergence in their arrival order after the welcome, once a hosted
+// client holds the group.
+func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	bob, err := testpeer.New("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := bob.KeyPackage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, welcome, err := g.Invite(kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := g.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := text(t, g, "after the commit")
+
+	res := w.submit(t, commit.Transport, app.Transport)
+	wantResult(t, res[0], commit.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	wantResult(t, res[1], app.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	wantResult(t, w.submitOne(t, welcome.Transport), welcome.ID, schema.StatusQueued, "")
+
+	e.hostGroup(g.ID()) // converge processed the welcome: bob is hosted
+	eventually(t, "backfill", func() bool { return len(e.inputs()) == 3 })
+	in := e.inputs()
+	for i, want := range []testpeer.Message{welcome, commit, app} {
+		if got := in[i].Header.Get(HeaderMessageID); got != hex.EncodeToString(want.ID) {
+			t.Fatalf("FABRIC_IN[%d] is not the expected input", i)
+		}
+	}
+	w.wantOutcome(t, commit.ID, schema.StatusQueued, "", schema.ClassCommit)
+}
+
+// Input that already entered convergence is a duplicate when delivered
+// again after its group stopped being hosted: its outcome is not replaced
+// by unknown_group.
+func TestEnteredInputStaysDuplicateWhenGroupGoes(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "entered")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	e.converged(m.ID, schema.ClassApplication)
+	e.unhostGroup(g.ID())
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	o, _ := w.outcome(t, m.ID)
+	if o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("outcome replaced: %s/%s", o.Status, o.Category)
+	}
+	if n := e.retained(); n != 0 {
+		t.Fatalf("FABRIC_RETAINED holds %d objects, want 0", n)
+	}
+}
+
+// A worker told to stop answers every request it took, and every input it
+// answered queued is on FABRIC_IN: nothing acknowledged is lost.
+func TestDrainLosesNothingAcknowledged(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	const callers, batches, size = 4, 6, 25
+	bodies := make([][]byte, callers*batches)
+	for i := range bodies {
+		ws := make([]wire, size)
+		for j := range ws {
+			ws[j] = wire{V: 1, Group: g.ID(), Kind: "mls", Payload: text(t, g, "drain").MLS}
+		}
+		bodies[i], _ = json.Marshal(map[string]any{"messages": ws})
+	}
+	var (
+		mu      sync.Mutex
+		queued  []string
+		answers int
+		wg      sync.WaitGroup
+		first   = make(chan struct{})
+		once    sync.Once
+	)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				reply, err := e.nc.Request(IntakePrefix+testTenant, bodies[c*batches+b], 5*time.Second)
+				if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+					continue // not taken: not acknowledged
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var r Response
+				if json.Unmarshal(reply.Data, &r) != nil {
+					continue // an error reply (draining): not acknowledged
+				}
+				mu.Lock()
+				answers++
+				for _, res := range r.Results {
+					if res.Status == schema.StatusQueued {
+						queued = append(queued, hex.EncodeToString(res.MessageID))
+					}
+				}
+				mu.Unlock()
+				once.Do(func() { close(first) })
+			}
+		}()
+	}
+	<-first
+	if err := w.svc.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	stored := map[string]bool{}
+	for _, m := range e.inputs() {
+		stored[m.Header.Get(HeaderMessageID)] = true
+	}
+	for _, id := range queued {
+		if !stored[id] {
+			t.Fatal("an input answered queued is not on FABRIC_IN")
+		}
+	}
+	if answers == 0 || len(queued) == 0 {
+		t.Fatal("no request was answered")
+	}
+}
