@@ -139,3 +139,20 @@ func TestCompareOrder(t *testing.T) {
 		t.Fatal("a branch beats itself")
 	}
 }
+
+// TestSettledInputsForgotten: inputs settled far behind the anchor leave
+// the state, so a long-lived group's persisted state stays bounded.
+func TestSettledInputsForgotten(t *testing.T) {
+	w := newWorld(t)
+	first := text(t, w.carol, "old")
+	g := w.fresh()
+	admit(t, g, t0, first)
+	at := t0
+	advance(t, w, g, &at, 3*int(V1.MaxRewindCommits)+1)
+	if _, ok := g.Outcome(idOf(first)); ok {
+		t.Fatal("an input settled far behind the anchor is still kept")
+	}
+	if n := len(g.inputs); n > 3*int(V1.MaxRewindCommits)+1 {
+		t.Fatalf("%d inputs kept", n)
+	}
+}
