@@ -18,6 +18,7 @@ type metrics struct {
 	latency       prometheus.Histogram
 	gaps          prometheus.Counter
 	repaired      prometheus.Counter
+	replayed      prometheus.Counter
 	unrepaired    prometheus.Counter
 	undecodable   prometheus.Counter
 	protocolErrs  *prometheus.CounterVec
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fabric_fanout_gap_repairs_total",
 			Help: "Events fetched from the stream to repair gaps.",
 		}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_fanout_replayed_events_total",
+			Help: "Events replayed from the stream to resume a subscription after a reconnect.",
+		}),
 		unrepaired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fabric_fanout_gap_unrepaired_total",
 			Help: "Gaps that could not be repaired completely and were reported as discards.",
@@ -85,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"code"}),
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.taps, m.queueDepth, m.received,
-		m.handedOff, m.discarded, m.lagged, m.latency, m.gaps, m.repaired, m.unrepaired, m.undecodable, m.protocolErrs} {
+		m.handedOff, m.discarded, m.lagged, m.latency, m.gaps, m.repaired, m.replayed, m.unrepaired, m.undecodable, m.protocolErrs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

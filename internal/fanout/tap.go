@@ -124,6 +124,7 @@ func (t *tap) replay(s *subscription, afterSeq uint64) {
 			return
 		}
 		t.offer(only, &d, body)
+		g.metrics.replayed.Inc()
 		next = d.Sequence + 1
 	}
 }

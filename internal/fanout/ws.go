@@ -128,6 +128,10 @@ func (c *conn) readLoop(ctx context.Context, ws *websocket.Conn, typ websocket.M
 			continue
 		}
 		f, err := wire.Decode(c.enc, data)
+		if errors.Is(err, wire.ErrInvalidFilter) {
+			c.queueError(f.ID, wire.CodeInvalidFilter, err.Error())
+			continue
+		}
 		if err != nil {
 			c.queueError(0, wire.CodeMalformedFrame, err.Error())
 			continue

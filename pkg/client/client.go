@@ -217,6 +217,9 @@ func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.E
 	if filter.Kinds == nil {
 		filter.Kinds = []schema.EventKind{}
 	}
+	if err := filter.Validate(); err != nil {
+		return nil, fmt.Errorf("client: invalid filter: %w", err)
+	}
 	s := newSubscription(c, clientID, filter)
 	c.mu.Lock()
 	if c.closed {
@@ -335,18 +338,25 @@ func (c *Client) Close() error {
 // run owns the connection: it writes, starts the reader, and reconnects.
 func (c *Client) run(ws *websocket.Conn) {
 	for {
-		readErr := make(chan error, 1)
-		c.wg.Go(func() { readErr <- c.readLoop(ws) })
-		err := c.writeLoop(ws, readErr)
+		readDone := make(chan struct{})
+		var readErr error
+		c.wg.Go(func() {
+			readErr = c.readLoop(ws)
+			close(readDone)
+		})
+		err := c.writeLoop(ws, readDone)
 		select {
 		case <-c.closing:
 			_ = ws.Close(websocket.StatusNormalClosure, "closed")
-			<-readErr
+			<-readDone
 			return
 		default:
 		}
 		_ = ws.CloseNow()
-		<-readErr
+		<-readDone
+		if err == nil {
+			err = readErr
+		}
 		c.disconnected(err)
 		if !c.o.reconnect {
 			return
@@ -360,7 +370,7 @@ func (c *Client) run(ws *websocket.Conn) {
 
 // writeLoop writes queued frames and credit until the connection fails or
 // the client closes.
-func (c *Client) writeLoop(ws *websocket.Conn, readErr <-chan error) error {
+func (c *Client) writeLoop(ws *websocket.Conn, readDone <-chan struct{}) error {
 	for {
 		c.mu.Lock()
 		frames := c.control
@@ -395,8 +405,8 @@ func (c *Client) writeLoop(ws *websocket.Conn, readErr <-chan error) error {
 		case <-c.wake:
 		case <-c.closing:
 			return ErrClosed
-		case err := <-readErr:
-			return err
+		case <-readDone:
+			return nil
 		}
 	}
 }

@@ -126,12 +126,17 @@ type Frame struct {
 // ErrMalformed is wrapped by every Decode error.
 var ErrMalformed = errors.New("malformed frame")
 
+// ErrInvalidFilter is wrapped, beside ErrMalformed, when only the filter of
+// an otherwise well-formed frame is wrong; Decode then still returns the
+// frame's op and id so the error can answer the request.
+var ErrInvalidFilter = errors.New("invalid filter")
+
 type jsonFrame struct {
 	Op       string              `json:"op"`
 	ID       uint64              `json:"id,omitempty"`
 	Sub      uint64              `json:"sub,omitempty"`
 	ClientID string              `json:"client_id,omitempty"`
-	Filter   *schema.EventFilter `json:"filter,omitempty"`
+	Filter   json.RawMessage     `json:"filter,omitempty"`
 	N        int64               `json:"n,omitempty"`
 	Seq      uint64              `json:"seq,omitempty"`
 	AfterSeq uint64              `json:"after_seq,omitempty"`
@@ -147,7 +152,7 @@ type msgpackFrame struct {
 	ID       uint64              `msgpack:"id,omitempty"`
 	Sub      uint64              `msgpack:"sub,omitempty"`
 	ClientID string              `msgpack:"client_id,omitempty"`
-	Filter   *schema.EventFilter `msgpack:"filter,omitempty"`
+	Filter   msgpack.RawMessage  `msgpack:"filter,omitempty"`
 	N        int64               `msgpack:"n,omitempty"`
 	Seq      uint64              `msgpack:"seq,omitempty"`
 	AfterSeq uint64              `msgpack:"after_seq,omitempty"`
@@ -159,8 +164,13 @@ type msgpackFrame struct {
 }
 
 // Decode parses one frame. Members a frame does not define are refused, so a
-// misspelt member is an error, not a silent default. Errors wrap ErrMalformed.
+// misspelt member is an error, not a silent default. Errors wrap
+// ErrMalformed, and also ErrInvalidFilter when only the filter is wrong.
 func Decode(enc Encoding, b []byte) (Frame, error) {
+	var (
+		f      Frame
+		filter []byte
+	)
 	if enc == Msgpack {
 		var m msgpackFrame
 		r := bytes.NewReader(b)
@@ -172,20 +182,37 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 		if r.Len() > 0 {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
-		return Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, Filter: m.Filter, N: m.N,
-			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, Reason: m.Reason, Code: m.Code, Message: m.Message}, nil
+		f = Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, N: m.N,
+			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, Reason: m.Reason, Code: m.Code, Message: m.Message}
+		filter = m.Filter
+	} else {
+		var j jsonFrame
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&j); err != nil {
+			return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		if d.More() {
+			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
+		}
+		f = Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, N: j.N,
+			Seq: j.Seq, AfterSeq: j.AfterSeq, Held: j.Held, Event: j.Event, Reason: j.Reason, Code: j.Code, Message: j.Message}
+		filter = j.Filter
 	}
-	var j jsonFrame
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&j); err != nil {
-		return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if filter != nil {
+		var ef schema.EventFilter
+		var err error
+		if enc == Msgpack {
+			err = ef.UnmarshalMsgpack(filter)
+		} else {
+			err = ef.UnmarshalJSON(filter)
+		}
+		if err != nil {
+			return Frame{Op: f.Op, ID: f.ID}, fmt.Errorf("%w: %w: %v", ErrMalformed, ErrInvalidFilter, err)
+		}
+		f.Filter = &ef
 	}
-	if d.More() {
-		return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
-	}
-	return Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, Filter: j.Filter, N: j.N,
-		Seq: j.Seq, AfterSeq: j.AfterSeq, Held: j.Held, Event: j.Event, Reason: j.Reason, Code: j.Code, Message: j.Message}, nil
+	return f, nil
 }
 
 // Append appends f to dst in encoding enc. Event, when set, must already be
@@ -223,13 +250,23 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	}
 	if f.Filter != nil {
 		w.key("filter")
-		var raw []byte
+		var err error
+		n := len(w.buf)
 		if w.json {
-			raw, _ = json.Marshal(f.Filter)
+			w.buf, err = f.Filter.AppendJSON(w.buf)
 		} else {
-			raw, _ = msgpack.Marshal(f.Filter)
+			w.buf, err = f.Filter.AppendMsgpack(w.buf)
 		}
-		w.buf = append(w.buf, raw...)
+		if err != nil {
+			// An invalid filter is sent as none, which the gateway refuses;
+			// the SDK validates before it gets here.
+			w.buf = w.buf[:n]
+			if w.json {
+				w.buf = append(w.buf, "null"...)
+			} else {
+				w.buf = append(w.buf, 0xc0)
+			}
+		}
 	}
 	if f.N != 0 {
 		w.int("n", f.N)

@@ -1,0 +1,305 @@
+package fanout
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// A real gap: the tap's core subscription is removed while events are
+// stored (their republished copies reach nobody), then restored. The next
+// republished event's Nats-Last-Sequence reveals the gap, and the gateway
+// fetches the missed events from the stream and hands them off first, in
+// order (EVENT-015).
+func TestGapRepairedFromStream(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(tenantA, []string{client1})
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	if n := msgNo(next(t, s)); n != 1 {
+		t.Fatalf("got %d", n)
+	}
+
+	e.g.tapsMu.Lock()
+	tp := e.g.taps["fabric.live."+tenantA+"."+client1]
+	e.g.tapsMu.Unlock()
+	tp.mu.Lock()
+	if err := tp.nsub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	tp.mu.Unlock()
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	e.publish(tenantA, client2, published{ev: received(groupA, 100, nil)}) // another subject in between
+	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
+	tp.mu.Lock()
+	tp.nsub, err = e.nc.Subscribe(tp.live, tp.onMsg)
+	tp.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 5, nil)})
+	for want := 2; want <= 5; want++ {
+		if n := msgNo(next(t, s)); n != want {
+			t.Fatalf("got %d, want %d", n, want)
+		}
+	}
+	if got := testutil.ToFloat64(e.g.metrics.repaired); got != 3 {
+		t.Fatalf("repaired %v events, want 3", got)
+	}
+	if got := testutil.ToFloat64(e.g.metrics.gaps); got != 1 {
+		t.Fatalf("%v gaps, want 1", got)
+	}
+}
+
+// After a transient disconnect the SDK reconnects and resumes: the events
+// stored meanwhile are replayed from the stream, nothing is lost and nothing
+// is handed off twice.
+func TestReconnectResumes(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(tenantA, []string{client1}, client.WithBackoff(500*time.Millisecond, time.Second))
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	if n := msgNo(next(t, s)); n != 1 {
+		t.Fatalf("got %d", n)
+	}
+	// Event 2 is held by the SDK, not yet handed off, when the connection
+	// drops.
+	eventually(t, "event 2 to reach the SDK", func() bool { return e.held(tenantA, client1) == 1 })
+	e.g.connsMu.Lock()
+	for cn := range e.g.conns {
+		cn.abort()
+	}
+	e.g.connsMu.Unlock()
+	eventually(t, "the connection to go", func() bool {
+		e.g.connsMu.Lock()
+		defer e.g.connsMu.Unlock()
+		return len(e.g.conns) == 0
+	})
+	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
+	eventually(t, "the SDK to reconnect", func() bool {
+		e.g.connsMu.Lock()
+		defer e.g.connsMu.Unlock()
+		return len(e.g.conns) == 1
+	})
+	e.publish(tenantA, client1, published{ev: received(groupA, 5, nil)})
+	for want := 2; want <= 5; want++ {
+		if n := msgNo(next(t, s)); n != want {
+			t.Fatalf("got %d, want %d", n, want)
+		}
+	}
+	if got := testutil.ToFloat64(e.g.metrics.replayed); got != 2 {
+		t.Fatalf("replayed %v events, want 2", got)
+	}
+	// The bound still adds up: everything handed off was credited.
+	eventually(t, "credit to settle", func() bool { return e.held(tenantA, client1) == 0 })
+}
+
+// Protocol limits answer with clear error frames and keep the connection.
+func TestProtocolErrors(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxSubscriptions = 1; c.MaxFrameBytes = 512 })
+	r := e.raw(token(t, tenantA, client1))
+	expect := func(code string, id uint64) {
+		t.Helper()
+		f := r.read()
+		if f.Op != wire.OpError || f.Code != code || f.ID != id || f.Message == "" {
+			t.Fatalf("want error %s for %d, got %+v", code, id, f)
+		}
+	}
+	r.sendRaw([]byte(`{"op":"dance"}`))
+	expect(wire.CodeUnknownOp, 0)
+	r.sendRaw([]byte(`{"op":`))
+	expect(wire.CodeMalformedFrame, 0)
+	r.sendRaw([]byte(`{"op":"subscribe","id":7,"client_id":"c1c1","filter":{"kinds":["no.such"]}}`))
+	expect(wire.CodeInvalidFilter, 7)
+	r.sendRaw([]byte(`{"op":"subscribe","id":8,"client_id":"c1c1"}`))
+	expect(wire.CodeInvalidFilter, 8)
+	r.sendRaw([]byte(`{"op":"subscribe","id":9,"client_id":"` + strings.Repeat("ab", 400) + `"}`))
+	expect(wire.CodeFrameTooLarge, 0)
+	if err := r.ws.Write(context.Background(), websocket.MessageBinary, []byte{0x80}); err != nil {
+		t.Fatal(err)
+	}
+	expect(wire.CodeMalformedFrame, 0)
+	sub := r.subscribe(10, client1, schema.EventFilter{Kinds: recvKinds})
+	r.send(wire.Frame{Op: wire.OpSubscribe, ID: 11, ClientID: client1, Filter: &schema.EventFilter{Kinds: recvKinds}})
+	expect(wire.CodeTooManySubscriptions, 11)
+	r.send(wire.Frame{Op: wire.OpCredit, Sub: sub, N: 1})
+	expect(wire.CodeBadCredit, 0)
+	r.send(wire.Frame{Op: wire.OpUnsubscribe, Sub: 99})
+	expect(wire.CodeUnknownSubscription, 0)
+	r.send(wire.Frame{Op: wire.OpUnsubscribe, Sub: sub})
+	if f := r.read(); f.Op != wire.OpEnded || f.Reason != wire.ReasonUnsubscribed {
+		t.Fatalf("want ended, got %+v", f)
+	}
+}
+
+// The handshake refuses a missing token (401), a token without the events
+// scope (403) and a request offering no known subprotocol (400).
+func TestHandshakeRefusals(t *testing.T) {
+	e := newEnv(t)
+	dial := func(tok string, protos ...string) int {
+		h := http.Header{}
+		if tok != "" {
+			h.Set("Authorization", "Bearer "+tok)
+		}
+		ws, resp, err := websocket.Dial(e.ctx, e.wsURL(), &websocket.DialOptions{HTTPHeader: h, Subprotocols: protos})
+		if err == nil {
+			_ = ws.CloseNow()
+			return 101
+		}
+		return resp.StatusCode
+	}
+	if got := dial("", wire.SubprotocolJSON); got != 401 {
+		t.Errorf("no token: %d", got)
+	}
+	if got := dial(token(t, tenantA, client1), "chat"); got != 400 {
+		t.Errorf("unknown subprotocol: %d", got)
+	}
+	if got := dial(token(t, tenantA, client1), wire.SubprotocolMsgpack); got != 101 {
+		t.Errorf("valid: %d", got)
+	}
+}
+
+// Draining ends every subscription with reason shutdown before the
+// connection closes.
+func TestShutdownEndsSubscriptions(t *testing.T) {
+	e := newEnv(t)
+	r := e.raw(token(t, tenantA, client1))
+	sub := r.subscribe(1, client1, schema.EventFilter{Kinds: recvKinds})
+	c := e.connect(tenantA, []string{client1}, client.WithoutReconnect())
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- e.g.Shutdown(ctx) }()
+	if f := r.read(); f.Op != wire.OpEnded || f.Sub != sub || f.Reason != wire.ReasonShutdown {
+		t.Fatalf("want ended shutdown, got %+v", f)
+	}
+	// Reading on answers the gateway's close.
+	if _, _, err := r.ws.Read(ctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("want close going away, got %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(ctx); !errors.Is(err, client.ErrEnded) {
+		t.Fatalf("SDK subscription after shutdown: %v", err)
+	}
+	if code := getStatus(t, e, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz while draining: %d", code)
+	}
+}
+
+// SSE: the subscription is registered before the first byte of the stream,
+// and events arrive as event: <kind> with their JSON.
+func TestSSE(t *testing.T) {
+	e := newEnv(t)
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet,
+		e.srv.URL+"/v1/tenants/"+tenantA+"/clients/"+client1+"/events?kinds=message.received&group_ids="+groupA.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token(t, tenantA, client1))
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	br := bufio.NewReader(resp.Body)
+	line := func() string {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(l, "\n")
+	}
+	if l := line(); l != ": subscribed" {
+		t.Fatalf("first line %q", l)
+	}
+	line()
+	e.publish(tenantA, client1, published{ev: received(groupC, 1, nil)}) // filtered out
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, &text)})
+	var kind, data string
+	for kind == "" || data == "" {
+		l := line()
+		if v, ok := strings.CutPrefix(l, "event: "); ok {
+			kind = v
+		}
+		if v, ok := strings.CutPrefix(l, "data: "); ok {
+			data = v
+		}
+	}
+	if kind != string(schema.KindMessageReceived) {
+		t.Fatalf("event %q", kind)
+	}
+	if ev := decodeJSONEvent(t, []byte(data)); msgNo(ev) != 2 {
+		t.Fatalf("got %+v", ev)
+	}
+	if code := sseStatus(t, e, "/v1/tenants/"+tenantA+"/clients/"+client1+"/events", token(t, tenantA, client1)); code != 400 {
+		t.Fatalf("SSE without kinds: %d", code)
+	}
+}
+
+func TestOpsEndpoints(t *testing.T) {
+	e := newEnv(t)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
+		if got := getStatus(t, e, path); got != want {
+			t.Errorf("%s: %d", path, got)
+		}
+	}
+	resp, err := e.srv.Client().Get(e.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b := new(strings.Builder)
+	if _, err := bufio.NewReader(resp.Body).WriteTo(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fabric_fanout_subscriptions", "fabric_fanout_queue_depth", "fabric_fanout_handoff_latency_seconds"} {
+		if !strings.Contains(b.String(), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+func getStatus(t *testing.T, e *env, path string) int {
+	t.Helper()
+	resp, err := e.srv.Client().Get(e.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
