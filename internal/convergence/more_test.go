@@ -156,3 +156,25 @@ func TestSettledInputsForgotten(t *testing.T) {
 		t.Fatalf("%d inputs kept", n)
 	}
 }
+
+// TestOwnRemovalSelected: a selected commit that removes the hosted member
+// is applied with RemovedSelf and no resulting state; the copy is inactive
+// (member-departure.md, "Realizing removal").
+func TestOwnRemovalSelected(t *testing.T) {
+	w := newWorld(t)
+	self, ok := w.joined.Member(w.joined.OwnLeaf())
+	if !ok {
+		t.Fatal("hosted member has no leaf")
+	}
+	x1 := must[testpeer.Message](t)(w.alice.Remove(self.InboxID))
+	g := w.fresh()
+	admit(t, g, t0, x1)
+	r := settle(t, g)
+	if len(r.Applied) != 1 || !r.Applied[0].Result.RemovedSelf || r.Applied[0].State != nil || g.Tip() != nil {
+		t.Fatal("own removal not applied as the end of this copy")
+	}
+	wantOutcome(t, g, x1, schema.DispositionAccepted, "", "")
+	if len(g.Retained()) != 1 {
+		t.Fatal("retained states after own removal")
+	}
+}
