@@ -131,11 +131,15 @@ func (t *txn) emit(client string, cause []byte, evs ...project.Event) {
 	}
 }
 
-func (t *txn) components() components.Set {
-	if t.g.Components == nil {
+func (t *txn) components() components.Set { return t.g.components() }
+
+// components decodes the canonical components; a group without them, or
+// with ones that no longer decode, has none.
+func (g *groupState) components() components.Set {
+	if g.Components == nil {
 		return components.Set{}
 	}
-	s, err := components.Decode(t.g.Components)
+	s, err := components.Decode(g.Components)
 	if err != nil {
 		return components.Set{}
 	}

@@ -588,10 +588,13 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 		if seq != 0 && seq <= g.ck.InputSeq {
 			// Done before, by this worker before a crash or by another:
 			// its outcomes may not have been published yet.
-			if g.ck.Txn == name {
-				w.publishOutcomes(ctx, tenant, g.ck.Outcomes)
+			if g.ck.Txn != name {
+				return nil
 			}
-			return nil
+			if err := w.publishOutcomes(ctx, tenant, g.ck.Outcomes); err != nil {
+				return err
+			}
+			return w.publishGroup(ctx, tenant, groupHex, g.state, g.ckSeq)
 		}
 		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
 		changed, err := body(ctx, t)
@@ -617,8 +620,9 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			w.purge(ctx, w.unnamed(ctx, tenant, groupHex, written))
 			continue
 		}
-		w.committed(ctx, part, g, t, next, ckSeq, events)
-		return nil
+		// An outcome that did not reach FABRIC_OUTCOMES fails the input;
+		// its retry finds the transaction done and publishes them again.
+		return w.committed(ctx, part, g, t, next, ckSeq, events)
 	}
 	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
 }
@@ -659,7 +663,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64
 		return checkpoint{}, nil, written, err
 	}
 	next.NextExpiry = t.g.nextExpiry()
-	dmKey := dmConversationKey(t.components())
+	dmKey := dmConversationKey(t.g.components())
 	events := make([]eventbus.Event, 0, len(t.events))
 	for _, e := range t.events {
 		var idx [8]byte
@@ -746,7 +750,7 @@ func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]strin
 // outcome records, the group's KV entries, and garbage collection of the
 // blobs the new checkpoint no longer names. None of it affects exactly-once
 // emission; a crash here is repaired by the retry of the input.
-func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
+func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) error {
 	key := g.tenant + "." + g.groupHex
 	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members})
 	part.expiry[key] = next.NextExpiry
@@ -756,11 +760,9 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 	for _, n := range next.Outcomes {
 		w.metrics.disposition(n)
 	}
-	w.publishOutcomes(ctx, g.tenant, next.Outcomes)
-	if t.groupChanged {
-		if err := w.publishGroup(ctx, g.tenant, g.groupHex, t, ckSeq); err != nil {
-			w.log.Warn("converge: group record", "err", err)
-		}
+	err := w.publishOutcomes(ctx, g.tenant, next.Outcomes)
+	if t.groupChanged && err == nil {
+		err = w.publishGroup(ctx, g.tenant, g.groupHex, t.g, ckSeq)
 	}
 
 	var stale []string
@@ -778,14 +780,16 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 			w.log.Debug("converge: prune checkpoints", "err", err)
 		}
 	}
+	return err
 }
 
-func (w *Worker) publishOutcomes(ctx context.Context, tenant string, notes []outcomeNote) {
+func (w *Worker) publishOutcomes(ctx context.Context, tenant string, notes []outcomeNote) error {
 	for _, n := range notes {
 		if err := w.outcomes.publish(ctx, tenant, n); err != nil {
-			w.log.Warn("converge: outcome record", "err", err)
+			return err
 		}
 	}
+	return nil
 }
 
 // GroupRecord is the value of a group's fabric-groups entry
@@ -802,13 +806,13 @@ type GroupRecord struct {
 // newest, its candidate group event keys in fabric-group-keys (the format
 // ingest.EncodeGroupKeys defines). A group with no active hosted member has
 // neither, so ingest answers its input with unknown_group.
-func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, t *txn, ckSeq uint64) error {
+func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *groupState, ckSeq uint64) error {
 	key, err := subject.GroupKey(tenant, groupHex)
 	if err != nil {
 		return err
 	}
-	rec := GroupRecord{DMConversationKey: dmConversationKey(t.components()), CheckpointSeq: ckSeq}
-	for _, m := range t.g.active() {
+	rec := GroupRecord{DMConversationKey: dmConversationKey(g.components()), CheckpointSeq: ckSeq}
+	for _, m := range g.active() {
 		rec.Members = append(rec.Members, m.ClientID)
 	}
 	var rev uint64
@@ -850,10 +854,10 @@ func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, t *t
 	if err != nil {
 		return fmt.Errorf("write group record: %w", err)
 	}
-	keys := make([][32]byte, 0, len(t.g.Keys))
-	for i := len(t.g.Keys) - 1; i >= 0; i-- { // newest first: tried first
+	keys := make([][32]byte, 0, len(g.Keys))
+	for i := len(g.Keys) - 1; i >= 0; i-- { // newest first: tried first
 		var k [32]byte
-		copy(k[:], t.g.Keys[i].Key)
+		copy(k[:], g.Keys[i].Key)
 		keys = append(keys, k)
 	}
 	kb, err := ingest.EncodeGroupKeys(keys)
