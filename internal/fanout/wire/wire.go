@@ -132,35 +132,35 @@ var ErrMalformed = errors.New("malformed frame")
 var ErrInvalidFilter = errors.New("invalid filter")
 
 type jsonFrame struct {
-	Op       string              `json:"op"`
-	ID       uint64              `json:"id,omitempty"`
-	Sub      uint64              `json:"sub,omitempty"`
-	ClientID string              `json:"client_id,omitempty"`
-	Filter   json.RawMessage     `json:"filter,omitempty"`
-	N        int64               `json:"n,omitempty"`
-	Seq      uint64              `json:"seq,omitempty"`
-	AfterSeq uint64              `json:"after_seq,omitempty"`
-	Held     int64               `json:"held,omitempty"`
-	Event    json.RawMessage     `json:"event,omitempty"`
-	Reason   string              `json:"reason,omitempty"`
-	Code     string              `json:"code,omitempty"`
-	Message  string              `json:"message,omitempty"`
+	Op       string          `json:"op"`
+	ID       uint64          `json:"id,omitempty"`
+	Sub      uint64          `json:"sub,omitempty"`
+	ClientID string          `json:"client_id,omitempty"`
+	Filter   json.RawMessage `json:"filter,omitempty"`
+	N        int64           `json:"n,omitempty"`
+	Seq      uint64          `json:"seq,omitempty"`
+	AfterSeq uint64          `json:"after_seq,omitempty"`
+	Held     int64           `json:"held,omitempty"`
+	Event    json.RawMessage `json:"event,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	Code     string          `json:"code,omitempty"`
+	Message  string          `json:"message,omitempty"`
 }
 
 type msgpackFrame struct {
-	Op       string              `msgpack:"op"`
-	ID       uint64              `msgpack:"id,omitempty"`
-	Sub      uint64              `msgpack:"sub,omitempty"`
-	ClientID string              `msgpack:"client_id,omitempty"`
-	Filter   msgpack.RawMessage  `msgpack:"filter,omitempty"`
-	N        int64               `msgpack:"n,omitempty"`
-	Seq      uint64              `msgpack:"seq,omitempty"`
-	AfterSeq uint64              `msgpack:"after_seq,omitempty"`
-	Held     int64               `msgpack:"held,omitempty"`
-	Event    msgpack.RawMessage  `msgpack:"event,omitempty"`
-	Reason   string              `msgpack:"reason,omitempty"`
-	Code     string              `msgpack:"code,omitempty"`
-	Message  string              `msgpack:"message,omitempty"`
+	Op       string             `msgpack:"op"`
+	ID       uint64             `msgpack:"id,omitempty"`
+	Sub      uint64             `msgpack:"sub,omitempty"`
+	ClientID string             `msgpack:"client_id,omitempty"`
+	Filter   msgpack.RawMessage `msgpack:"filter,omitempty"`
+	N        int64              `msgpack:"n,omitempty"`
+	Seq      uint64             `msgpack:"seq,omitempty"`
+	AfterSeq uint64             `msgpack:"after_seq,omitempty"`
+	Held     int64              `msgpack:"held,omitempty"`
+	Event    msgpack.RawMessage `msgpack:"event,omitempty"`
+	Reason   string             `msgpack:"reason,omitempty"`
+	Code     string             `msgpack:"code,omitempty"`
+	Message  string             `msgpack:"message,omitempty"`
 }
 
 // Decode parses one frame. Members a frame does not define are refused, so a
