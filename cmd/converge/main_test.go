@@ -1,0 +1,43 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParsePartitions(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+		bad  bool
+	}{
+		{in: "all"},
+		{in: ""},
+		{in: "3", want: []int{3}},
+		{in: "0-2,63", want: []int{0, 1, 2, 63}},
+		{in: "64", bad: true},
+		{in: "5-2", bad: true},
+		{in: "x", bad: true},
+		{in: "1-y", bad: true},
+		{in: "-1", bad: true},
+	} {
+		got, err := parsePartitions(c.in)
+		if (err != nil) != c.bad || !slices.Equal(got, c.want) {
+			t.Errorf("parsePartitions(%q) = %v, %v", c.in, got, err)
+		}
+	}
+}
+
+// TestConfigErrors: a start without a master key or with bad partitions
+// stops with a message naming the setting.
+func TestConfigErrors(t *testing.T) {
+	t.Setenv("FABRIC_MASTER_KEY", "")
+	if _, _, err := parse([]string{"-partitions", "99"}); err == nil {
+		t.Fatal("accepted a bad configuration")
+	}
+	t.Setenv("FABRIC_MASTER_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
+	o, key, err := parse([]string{"-worker-id", "w1", "-partitions", "0-7"})
+	if err != nil || len(key) != 32 || o.workerID != "w1" {
+		t.Fatalf("parse: %v", err)
+	}
+}
