@@ -167,7 +167,8 @@ func run(args []string, log *slog.Logger) error {
 		_ = svc.Shutdown(context.Background())
 		return err
 	}
-	srv.Handle("/v1/", svc.Handler())
+	srv.Handle(ingest.RouteTransport, svc.Handler())
+	srv.Handle(ingest.RouteOutcome, svc.Handler())
 	srv.AddReady(func(context.Context) error { return svc.Ready() })
 	log.Info("ingest started", "listen", srv.Addr(), "nats_intake", o.natsIntake)
 

@@ -21,10 +21,17 @@ import (
 // /metrics, /healthz and /readyz, which the binary serves.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tenants/{tenant}/transport", s.handleTransport)
-	mux.HandleFunc("GET /v1/tenants/{tenant}/outcomes/{message_id}", s.handleOutcome)
+	mux.HandleFunc(RouteTransport, s.handleTransport)
+	mux.HandleFunc(RouteOutcome, s.handleOutcome)
 	return mux
 }
+
+// The routes Handler serves, as net/http ServeMux patterns, so a binary
+// that hosts several roles can mount Handler on exactly these.
+const (
+	RouteTransport = "POST /v1/tenants/{tenant}/transport"
+	RouteOutcome   = "GET /v1/tenants/{tenant}/outcomes/{message_id}"
+)
 
 // authorize checks the bearer token for scope ingest on the path's tenant.
 func (s *Service) authorize(r *http.Request) (string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,6 +35,9 @@ const (
 	HeaderContentType = "Content-Type"
 	// HeaderAuthorization carries "Bearer <JWT>" when tokens are required.
 	HeaderAuthorization = "Authorization"
+	// HeaderRetryAfter on a 429 reply carries the seconds until the
+	// tenant's rate allows the request, as on HTTP.
+	HeaderRetryAfter = "Retry-After"
 )
 
 // IntakeSubject is the subject a tenant's transport messages are requested
@@ -110,6 +114,11 @@ func isMsgpackHeader(h nats.Header) bool {
 func (s *Service) replyNATS(m *nats.Msg, resp *Response, err error) {
 	status := http.StatusOK
 	var body any = resp
+	out := nats.NewMsg(m.Reply)
+	var rl *rateLimited
+	if errors.As(err, &rl) {
+		out.Header.Set(HeaderRetryAfter, strconv.Itoa(int(math.Ceil(rl.retryAfter.Seconds()))))
+	}
 	if err != nil {
 		he := toHTTPError(err)
 		status = he.Status
@@ -118,7 +127,6 @@ func (s *Service) replyNATS(m *nats.Msg, resp *Response, err error) {
 		}{he}
 		s.m.refusals.WithLabelValues(he.Code).Inc()
 	}
-	out := nats.NewMsg(m.Reply)
 	var encErr error
 	if isMsgpackHeader(m.Header) {
 		out.Header.Set(HeaderContentType, httpapi.ContentTypeMsgpack)
