@@ -178,3 +178,32 @@ func TestOwnRemovalSelected(t *testing.T) {
 		t.Fatal("retained states after own removal")
 	}
 }
+
+// TestWitnessQuiescence: a witness restarts quiescence only while it can
+// still change a bounded witness score; a repeated sender or a sender past
+// the per-epoch cap does not (convergence.md, "Convergence policy").
+func TestWitnessQuiescence(t *testing.T) {
+	w := newWorld(t)
+	x := must[[]testpeer.Message](t)(w.bob.Fork(2))
+	a, c := clone(t, w.alice), clone(t, w.carol)
+	w.deliverPeers(x[1], a, c)
+	b := w.bob
+	if err := b.Adopt(x[1]); err != nil {
+		t.Fatal(err)
+	}
+	g := w.fresh()
+	admit(t, g, t0, x...)
+	step := func(at time.Duration, m testpeer.Message, restarts bool) {
+		t.Helper()
+		before, _ := g.Deadline()
+		admit(t, g, t0.Add(at), m)
+		after, _ := g.Deadline()
+		if restarted := !after.Equal(before); restarted != restarts {
+			t.Fatalf("at %v: restarted %v, want %v", at, restarted, restarts)
+		}
+	}
+	step(100*time.Millisecond, text(t, a, "first sender"), true)
+	step(200*time.Millisecond, text(t, a, "same sender again"), false)
+	step(300*time.Millisecond, text(t, c, "second sender"), true)
+	step(400*time.Millisecond, text(t, b, "third sender, score capped"), false)
+}
