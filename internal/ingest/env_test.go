@@ -279,11 +279,19 @@ func (e *env) retained() uint64 {
 	return info.State.Msgs
 }
 
+// groupRecord mirrors converge.GroupRecord, the fabric-groups value
+// (converge imports this package, so the test cannot import converge).
+type groupRecord struct {
+	Members           []string `msgpack:"members"`
+	DMConversationKey []byte   `msgpack:"dm_conversation_key,omitempty"`
+	CheckpointSeq     uint64   `msgpack:"checkpoint_seq"`
+}
+
 // hostGroup writes the fabric-groups record of a group as converge does
 // when a hosted client joins it.
 func (e *env) hostGroup(groupID []byte) {
 	e.t.Helper()
-	e.putKV(streams.BucketGroups, groupID, []byte(`{"members":["c1"]}`))
+	e.putKV(streams.BucketGroups, groupID, msgpackBody(e.t, groupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
 	key := testTenant + "." + hex.EncodeToString(groupID)
 	for _, w := range e.workers {
 		eventually(e.t, "group known", func() bool { return w.svc.dir.known(key) })

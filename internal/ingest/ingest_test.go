@@ -393,3 +393,17 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 		}
 	}
 }
+
+// A fabric-groups record that names no hosted member leaves the group
+// unknown.
+func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, groupRecord{CheckpointSeq: 2}))
+	key := testTenant + "." + hex.EncodeToString(g.ID())
+	eventually(t, "group unknown", func() bool { return !w.svc.dir.known(key) })
+	m := text(t, g, "nobody home")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+}

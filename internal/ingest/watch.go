@@ -7,6 +7,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // retryKey names the retained objects of one group for one reason.
@@ -140,7 +141,7 @@ func (s *Service) applyGroupKeys(tenant, group string, e jetstream.KeyValueEntry
 // the group's unknown-group objects are offered to convergence (late
 // welcome backfill).
 func (s *Service) applyGroup(tenant, group string, e jetstream.KeyValueEntry, initial bool) {
-	known := e.Operation() == jetstream.KeyValuePut && len(e.Value()) > 0
+	known := e.Operation() == jetstream.KeyValuePut && s.hasMembers(e.Value())
 	s.dir.setKnown(e.Key(), known)
 	if known && !initial {
 		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonUnknown})
@@ -165,4 +166,21 @@ func (s *Service) sweepRetained(ctx context.Context) error {
 		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reason})
 	}
 	return nil
+}
+
+// groupMembers is the part of converge's fabric-groups record ingest reads.
+type groupMembers struct {
+	Members []string `msgpack:"members"`
+}
+
+// hasMembers reports whether a fabric-groups value names a hosted member.
+// A value ingest cannot read counts as hosted: converge is the authority on
+// the group, and input it gets is better than input held back for good.
+func (s *Service) hasMembers(v []byte) bool {
+	var g groupMembers
+	if err := msgpack.Unmarshal(v, &g); err != nil {
+		s.log.Warn("unreadable fabric-groups record; group treated as hosted", "err", err)
+		return len(v) > 0
+	}
+	return len(g.Members) > 0
 }
