@@ -275,3 +275,22 @@ func TestOutcomeDispositions(t *testing.T) {
 		t.Fatalf("%d events, want 2", n)
 	}
 }
+
+// TestExpiryAfterTakeover_META063: the cleanup pass of a group whose owner
+// drained before its message expired runs on the next owner, with no new
+// input to the group.
+func TestExpiryAfterTakeover_META063(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	_, stop := e.worker("w1", nil)
+	_, g := groupWithHosted(t, e, components.Set{Retention: &components.RetentionState{DisappearingSecs: 2}}, h)
+	m := must[testpeer.Message](t)(g.SendText("expires later"))
+	e.publish(m)
+	e.waitEvents(h.rec.ClientID, 2)
+	stop()
+	e.worker("w2", nil)
+	evs := e.waitEvents(h.rec.ClientID, 3)
+	if x := evs[2].Event.MessageExpired; x == nil || !x.MessageID.Equal(m.ID) {
+		t.Fatalf("third event %s", describe(evs[2].Event))
+	}
+}

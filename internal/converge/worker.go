@@ -377,6 +377,61 @@ type partition struct {
 	id     int
 	groups map[string]*loadedGroup // by <tenant>.<group>
 	expiry map[string]int64        // by <tenant>.<group>
+	// expiryDirty is set when expiry changed since it was last saved.
+	expiryDirty bool
+}
+
+// expiryKey is the fabric-converge key of a partition's expiry index: which
+// groups have messages awaiting the cleanup pass, and from when. It is a
+// hint that lets a new owner find them without input; each group's
+// checkpoint stays the authority.
+func expiryKey(p int) string { return "EXPIRY." + strconv.Itoa(p) }
+
+func (w *Worker) loadExpiry(ctx context.Context, part *partition) {
+	e, err := w.conv.Get(ctx, expiryKey(part.id))
+	if err != nil {
+		return
+	}
+	var idx map[string]int64
+	if msgpack.Unmarshal(e.Value(), &idx) != nil {
+		return
+	}
+	for k, at := range idx {
+		if _, _, ok := splitGroupKey(k); ok && at > 0 {
+			part.expiry[k] = at
+		}
+	}
+}
+
+func (w *Worker) saveExpiry(ctx context.Context, part *partition) {
+	if !part.expiryDirty {
+		return
+	}
+	idx := map[string]int64{}
+	for k, at := range part.expiry {
+		if at > 0 {
+			idx[k] = at
+		}
+	}
+	b, err := msgpack.Marshal(idx)
+	if err != nil {
+		return
+	}
+	if _, err := w.conv.Put(ctx, expiryKey(part.id), b); err != nil {
+		w.log.Debug("converge: save expiry index", "err", err)
+		return
+	}
+	part.expiryDirty = false
+}
+
+func (p *partition) setExpiry(key string, at int64) {
+	if p.expiry[key] != at {
+		p.expiry[key] = at
+		p.expiryDirty = true
+	}
+	if at == 0 {
+		delete(p.expiry, key)
+	}
 }
 
 // loadedGroup is a group as of its newest checkpoint.
@@ -404,6 +459,7 @@ func (p *partition) remember(key string, g *loadedGroup) {
 
 func (w *Worker) runPartition(ctx context.Context, p int) {
 	part := &partition{id: p, groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
+	w.loadExpiry(ctx, part)
 	var cons jetstream.Consumer
 	var restart uint64
 	backoff := 100 * time.Millisecond
@@ -450,6 +506,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			lastCleanup = now
 			w.cleanup(ctx, part)
 		}
+		w.saveExpiry(ctx, part)
 	}
 }
 
@@ -505,7 +562,7 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 		}
 		tenant, groupHex, ok := splitGroupKey(key)
 		if !ok {
-			delete(part.expiry, key)
+			part.setExpiry(key, 0)
 			continue
 		}
 		err := w.transact(ctx, part, tenant, groupHex, 0, "exp:"+strconv.FormatInt(now, 10), func(_ context.Context, t *txn) (bool, error) {
@@ -568,7 +625,7 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 		}
 	}
 	part.remember(key, g)
-	part.expiry[key] = ck.NextExpiry
+	part.setExpiry(key, ck.NextExpiry)
 	return g, nil
 }
 
@@ -753,7 +810,7 @@ func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]strin
 func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) error {
 	key := g.tenant + "." + g.groupHex
 	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members})
-	part.expiry[key] = next.NextExpiry
+	part.setExpiry(key, next.NextExpiry)
 	for _, e := range events {
 		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()
 	}
