@@ -16,29 +16,7 @@ import (
 //
 //	go test -run '^$' -bench PassThreeWayFork -benchmem ./internal/convergence/
 func BenchmarkPassThreeWayForkDepth5(b *testing.B) {
-	alice := must[*testpeer.Peer](b)(testpeer.NewWithAccount("alice", account(0x80)))
-	ag := must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
-	var peers []*testpeer.Peer
-	for i := range 48 {
-		peers = append(peers, must[*testpeer.Peer](b)(testpeer.New(fmt.Sprintf("member-%d", i))))
-	}
-	if _, _, err := ag.Add(peers...); err != nil {
-		b.Fatal(err)
-	}
-	acct := make([]byte, engine.AccountIDLen)
-	if _, err := rand.Read(acct); err != nil {
-		b.Fatal(err)
-	}
-	hosted := must[*engine.Installation](b)(engine.CreateInstallation(acct, 0))
-	kps := must[[][]byte](b)(hosted.NewKeyPackages(1))
-	_, welcome, err := ag.Invite(kps[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	joined, _, err := hosted.Join(welcome.MLS, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ag, joined := bigGroup(b)
 	var inputs []Input
 	for range 3 {
 		br := clone(b, ag)
@@ -65,6 +43,61 @@ func BenchmarkPassThreeWayForkDepth5(b *testing.B) {
 		}
 		if len(r.Applied) != 5 {
 			b.Fatalf("applied %d commits", len(r.Applied))
+		}
+	}
+}
+
+// bigGroup is a 50-member group: alice (admin), 48 members and the hosted
+// member, whose joined state it returns.
+func bigGroup(b *testing.B) (*testpeer.Group, *engine.State) {
+	alice := must[*testpeer.Peer](b)(testpeer.NewWithAccount("alice", account(0x80)))
+	ag := must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	var peers []*testpeer.Peer
+	for i := range 48 {
+		peers = append(peers, must[*testpeer.Peer](b)(testpeer.New(fmt.Sprintf("member-%d", i))))
+	}
+	if _, _, err := ag.Add(peers...); err != nil {
+		b.Fatal(err)
+	}
+	acct := make([]byte, engine.AccountIDLen)
+	if _, err := rand.Read(acct); err != nil {
+		b.Fatal(err)
+	}
+	hosted := must[*engine.Installation](b)(engine.CreateInstallation(acct, 0))
+	kps := must[[][]byte](b)(hosted.NewKeyPackages(1))
+	_, welcome, err := ag.Invite(kps[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	joined, _, err := hosted.Join(welcome.MLS, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ag, joined
+}
+
+// BenchmarkAdmitAppMessage measures delivering one app message on the
+// canonical tip of a 50-member group: decrypt, payload check, disposition.
+//
+//	go test -run '^$' -bench AdmitApp -benchmem ./internal/convergence/
+func BenchmarkAdmitAppMessage(b *testing.B) {
+	ag, joined := bigGroup(b)
+	g := must[*Group](b)(New(V1, joined))
+	msgs := make([]Input, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		if len(msgs) == 0 {
+			for range 4096 {
+				msgs = append(msgs, input(text(b, ag, "hello")))
+			}
+		}
+		in := msgs[0] // in send order: the ratchet moves forward
+		msgs = msgs[1:]
+		b.StartTimer()
+		r, err := g.Admit(in, t0)
+		if err != nil || len(r.Delivered) != 1 {
+			b.Fatalf("not delivered: %v", err)
 		}
 	}
 }
