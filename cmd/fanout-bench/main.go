@@ -1,0 +1,406 @@
+// Command fanout-bench measures the fanout gateway on loopback: it starts an
+// embedded nats-server with the fabric's streams and the gateway in a child
+// process (so the gateway's memory is its own), opens -subs WebSocket
+// subscriptions through the SDK, publishes -events events through the event
+// bus, and prints events delivered per second, the p50/p99/max latency from
+// publish to handoff, and the gateway's memory per idle subscription.
+//
+//	go run ./cmd/fanout-bench -subs 1000 -events 20000 -rate 2000
+//	go run ./cmd/fanout-bench -subs 10000 -events 10000 -rate 1000 -duration 60s
+//
+// Subscriptions are spread over -clients client ids (so one event reaches
+// subs/clients subscriptions) and -conns WebSocket connections. The run is
+// bounded by -duration whatever happens.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/fanout"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+const (
+	tenant     = "bench"
+	memPath    = "/bench/memstats"
+	envSecret  = "FANOUT_BENCH_SECRET"
+	maxSamples = 2000 // latency samples kept per subscription
+)
+
+type options struct {
+	subs     int
+	events   int
+	clients  int
+	conns    int
+	duration time.Duration
+	rate     int
+	json     bool
+
+	child   bool
+	natsURL string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.subs, "subs", 1000, "subscriptions")
+	flag.IntVar(&o.events, "events", 10000, "events to publish, spread over the clients")
+	flag.IntVar(&o.clients, "clients", 0, "distinct client ids (default subs/10)")
+	flag.IntVar(&o.conns, "conns", 0, "WebSocket connections (default subs/100, at least 1)")
+	flag.DurationVar(&o.duration, "duration", 60*time.Second, "upper bound on the whole run")
+	flag.IntVar(&o.rate, "rate", 2000, "events published per second; 0 publishes as fast as the stream takes them")
+	flag.BoolVar(&o.json, "json", false, "use the JSON subprotocol instead of msgpack")
+	flag.BoolVar(&o.child, "child-gateway", false, "internal: run only the gateway")
+	flag.StringVar(&o.natsURL, "nats-url", "", "internal: NATS for -child-gateway")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	var err error
+	if o.child {
+		err = runGateway(o)
+	} else {
+		err = run(o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fanout-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// runGateway is the child: the gateway alone, plus an endpoint reporting its
+// memory after a collection. It prints its address and serves until stdin
+// closes.
+func runGateway(o options) error {
+	v, err := auth.NewVerifier([]byte(os.Getenv(envSecret)))
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(o.natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	g, err := fanout.New(fanout.Config{NATS: nc, Verifier: v, MaxSubscriptions: 1 << 16})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", g.Handler())
+	mux.HandleFunc(memPath, func(w http.ResponseWriter, _ *http.Request) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		_ = json.NewEncoder(w).Encode(memReport{HeapInuse: m.HeapInuse, StackInuse: m.StackInuse, Goroutines: runtime.NumGoroutine()})
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr().String())
+	_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes stdin to stop us
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = g.Shutdown(ctx)
+	return srv.Shutdown(ctx)
+}
+
+type memReport struct {
+	HeapInuse  uint64 `json:"heap_inuse"`
+	StackInuse uint64 `json:"stack_inuse"`
+	Goroutines int    `json:"goroutines"`
+}
+
+func (m memReport) total() int64 { return int64(m.HeapInuse + m.StackInuse) }
+
+func run(o options) error {
+	if o.clients <= 0 {
+		o.clients = max(1, o.subs/10)
+	}
+	if o.conns <= 0 {
+		o.conns = max(1, o.subs/100)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.duration)
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "fanout-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: dir, Port: natsserver.RandomPort})
+	if err != nil {
+		return err
+	}
+	defer ns.Shutdown()
+	pub, err := ns.Connect()
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	js, err := jetstream.New(pub)
+	if err != nil {
+		return err
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		return err
+	}
+
+	secret := make([]byte, 48)
+	for i := range secret {
+		secret[i] = byte('a' + i%26)
+	}
+	addr, stop, err := startChild(ctx, ns.ClientURL(), secret)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	base := "http://" + addr
+	idle, err := memstats(ctx, base)
+	if err != nil {
+		return err
+	}
+
+	clientIDs := make([]string, o.clients)
+	for i := range clientIDs {
+		clientIDs[i] = fmt.Sprintf("%08x", i+1)
+	}
+	tok, err := auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: []auth.Scope{auth.ScopeEvents},
+		Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		return err
+	}
+	var copts []client.Option
+	if o.json {
+		copts = append(copts, client.WithJSON())
+	}
+	copts = append(copts, client.WithErrorHandler(func(err error) { slog.Error("client", "err", err) }))
+	conns := make([]*client.Client, o.conns)
+	for i := range conns {
+		c, err := client.Connect(ctx, "ws://"+addr+"/v1/events", tok, copts...)
+		if err != nil {
+			return fmt.Errorf("connect %d: %w", i, err)
+		}
+		conns[i] = c
+		defer c.Close()
+	}
+	t0 := time.Now()
+	subs := make([]*client.Subscription, o.subs)
+	perClient := make([]int, o.clients)
+	for i := range subs {
+		cl := i % o.clients
+		s, err := conns[i%o.conns].Subscribe(ctx, clientIDs[cl],
+			schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}})
+		if err != nil {
+			return fmt.Errorf("subscribe %d: %w", i, err)
+		}
+		subs[i] = s
+		perClient[cl]++
+	}
+	subTime := time.Since(t0)
+	loaded, err := memstats(ctx, base)
+	if err != nil {
+		return err
+	}
+
+	// Each subscription expects the events of its client.
+	expect := make([]int, o.clients)
+	for i := range o.events {
+		expect[i%o.clients]++
+	}
+	var total int64
+	for cl := range o.clients {
+		total += int64(expect[cl] * perClient[cl])
+	}
+	var delivered, lagged atomic.Int64
+	samples := make([][]time.Duration, o.subs)
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		want := expect[i%o.clients]
+		wg.Go(func() {
+			lat := make([]time.Duration, 0, min(want, maxSamples))
+			for got := 0; got < want; {
+				ev, err := s.Next(ctx)
+				if err != nil {
+					break
+				}
+				if ev.Kind == schema.KindLagged {
+					lagged.Add(int64(ev.Lagged.Discarded))
+					got += int(ev.Lagged.Discarded)
+					continue
+				}
+				got++
+				delivered.Add(1)
+				if len(lat) < maxSamples {
+					sent := time.Unix(0, int64(binary.BigEndian.Uint64(ev.MessageReceived.MessageID)))
+					lat = append(lat, time.Since(sent))
+				}
+			}
+			samples[i] = lat
+		})
+	}
+
+	start := time.Now()
+	if err := publish(ctx, js, clientIDs, o.events, o.rate); err != nil {
+		return err
+	}
+	pubTime := time.Since(start)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	var all []time.Duration
+	for _, l := range samples {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(len(all)-1, int(p*float64(len(all))))]
+	}
+	perSub := float64(loaded.total()-idle.total()) / float64(o.subs)
+	enc := "msgpack"
+	if o.json {
+		enc = "json"
+	}
+	fmt.Printf("subscriptions       %d on %d connections, %d clients (%d subscriptions per event), %s\n",
+		o.subs, o.conns, o.clients, o.subs/o.clients, enc)
+	fmt.Printf("subscribe           %v total, %v each\n", subTime.Round(time.Millisecond), (subTime / time.Duration(o.subs)).Round(time.Microsecond))
+	fmt.Printf("events published    %d in %v (%.0f/s, -rate %d)\n", o.events, pubTime.Round(time.Millisecond), float64(o.events)/pubTime.Seconds(), o.rate)
+	fmt.Printf("handoffs            %d of %d expected, %d discarded (lagged), in %v\n", delivered.Load(), total, lagged.Load(), elapsed.Round(time.Millisecond))
+	fmt.Printf("delivered           %.0f events/s\n", float64(delivered.Load())/elapsed.Seconds())
+	fmt.Printf("latency publish→handoff  p50 %v  p99 %v  max %v  (%d samples)\n",
+		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond), len(all))
+	fmt.Printf("gateway memory      %.0f bytes per idle subscription (heap+stacks %d → %d), goroutines %d → %d\n",
+		perSub, idle.total(), loaded.total(), idle.Goroutines, loaded.Goroutines)
+	if ctx.Err() != nil {
+		return errors.New("the run hit -duration before every event was handed off")
+	}
+	return nil
+}
+
+// publish stores n message.received events round-robin over the clients,
+// paced at rate per second (0: unpaced), with the publish time in the
+// message id, and waits for every ack.
+func publish(ctx context.Context, js jetstream.JetStream, clientIDs []string, n, rate int) error {
+	start := time.Now()
+	const window = 2000
+	futures := make([]jetstream.PubAckFuture, 0, window)
+	drain := func() error {
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		futures = futures[:0]
+		return nil
+	}
+	for i := range n {
+		if rate > 0 {
+			if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		id := make([]byte, 16)
+		binary.BigEndian.PutUint64(id, uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint64(id[8:], uint64(i))
+		ev := eventbus.Event{
+			Tenant: tenant, ClientID: clientIDs[i%len(clientIDs)],
+			ID: eventbus.EventID([]byte("bench"), id),
+			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
+				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: id, SenderInboxID: "bench"}},
+		}
+		m, err := ev.Msg()
+		if err != nil {
+			return err
+		}
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+		if len(futures) == window {
+			if err := drain(); err != nil {
+				return err
+			}
+		}
+	}
+	return drain()
+}
+
+// startChild runs this binary as the gateway and returns its address and a
+// stop function that ends it and waits for it.
+func startChild(ctx context.Context, natsURL string, secret []byte) (string, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-child-gateway", "-nats-url", natsURL)
+	cmd.Env = append(os.Environ(), envSecret+"="+string(secret))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, fmt.Errorf("gateway child: %w", err)
+	}
+	return strings.TrimSpace(line), stop, nil
+}
+
+func memstats(ctx context.Context, base string) (memReport, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+memPath, nil)
+	if err != nil {
+		return memReport{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return memReport{}, err
+	}
+	defer resp.Body.Close()
+	var m memReport
+	return m, json.NewDecoder(resp.Body).Decode(&m)
+}
