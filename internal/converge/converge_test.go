@@ -57,7 +57,8 @@ func str(s string) *string { return &s }
 
 // TestThreeHostedMembersEachOwnView runs one group with three hosted members
 // through every convergence event kind and checks each member's own stream:
-// origin and adder (EVENT-005, EVENT-023), received messages with their
+// origin and adder (EVENT-005, EVENT-023), its own installation's message
+// not received by it and received by the others, received messages with their
 // group, content type and sender (EVENT-018, EVENT-024), references to own
 // messages (EVENT-021), a deletion as received then deleted in kind-table
 // order (EVENT-012), metadata names (EVENT-019), the pause, removal of only
@@ -67,7 +68,9 @@ func TestThreeHostedMembersEachOwnView(t *testing.T) {
 	e := newEnv(t)
 	alice := peer(t, "alice")
 	u1, u2, u3 := peer(t, "u1"), peer(t, "u2"), peer(t, "u3")
-	h1, h2, h3 := e.register(u1.AccountID(), 1), e.register(u2.AccountID(), 1), e.register(u3.AccountID(), 1)
+	h1, h3 := e.register(u1.AccountID(), 1), e.register(u3.AccountID(), 1)
+	// h2's installation also lives on an app device that sends.
+	dev2, h2 := newDevice(t, e, u2.AccountID())
 	// Remote installations of the inboxes of h1 and h3.
 	h1b := must[*testpeer.Peer](t)(u1.NewInstallation("u1-phone"))
 	h3b := must[*testpeer.Peer](t)(u3.NewInstallation("u3-phone"))
@@ -86,10 +89,13 @@ func TestThreeHostedMembersEachOwnView(t *testing.T) {
 	}
 	g1b := must[*testpeer.Group](t)(h1b.Join(welcome.Transport))
 	g3b := must[*testpeer.Group](t)(h3b.Join(welcome.Transport))
+	dev2.join(t, welcome)
 	e.publish(welcome)
 
 	m1 := must[testpeer.Message](t)(ga.SendText("hi"))
 	e.publish(m1)
+	own2 := dev2.send(t, "sent by h2's own installation")
+	e.publish(own2)
 	m2 := must[testpeer.Message](t)(g1b.SendText("from u1's phone"))
 	e.publish(m2)
 	m3 := must[testpeer.Message](t)(ga.SendReply(m2.ID, "re"))
@@ -148,13 +154,15 @@ func TestThreeHostedMembersEachOwnView(t *testing.T) {
 	membership := schema.ClientEvent{Kind: schema.KindMembershipChanged, MembershipChanged: &schema.MembershipChanged{
 		GroupID: gid, AddedInboxIDs: []string{}, RemovedInboxIDs: sortedStrings(u2.InboxID(), u3.InboxID())}}
 
+	// Everyone but h2 receives h2's own message, after m1.
+	withOwn := slices.Insert(slices.Clone(common), 2, received(own2.ID, text, u2.InboxID()))
 	want := map[string][]schema.ClientEvent{
 		// h1's installation alone is removed while its inbox stays: no
 		// membership_changed.
-		h1.rec.ClientID: append(slices.Clone(common), removed(schema.RemovalRemoved)),
+		h1.rec.ClientID: append(slices.Clone(withOwn), removed(schema.RemovalRemoved)),
 		h2.rec.ClientID: append(slices.Clone(common), removed(schema.RemovalRemoved), membership),
 		// u3's phone published a leave request of the inbox (EVENT-006).
-		h3.rec.ClientID: append(slices.Clone(common), removed(schema.RemovalLeft), membership),
+		h3.rec.ClientID: append(slices.Clone(withOwn), removed(schema.RemovalLeft), membership),
 	}
 	for client, w := range want {
 		got := e.waitEvents(client, len(w))
@@ -165,7 +173,8 @@ func TestThreeHostedMembersEachOwnView(t *testing.T) {
 			if len(got[i].ConversationKey) != 0 {
 				t.Errorf("event %d of a group carries a conversation key", i)
 			}
-			wantRef := i == 3 && client == h1.rec.ClientID // EVENT-021: m3 replies to u1's m2
+			// EVENT-021: m3 replies to u1's m2.
+			wantRef := w[i].MessageReceived != nil && w[i].MessageReceived.MessageID.Equal(m3.ID) && client == h1.rec.ClientID
 			if got[i].ReferencesOwn != wantRef {
 				t.Errorf("client %.8s event %d: references own %v, want %v", client, i, got[i].ReferencesOwn, wantRef)
 			}
