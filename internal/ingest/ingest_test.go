@@ -407,3 +407,18 @@ func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
 	m := text(t, g, "nobody home")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
 }
+
+// The bound holds inside one batch too.
+func TestRetentionBoundInsideBatch(t *testing.T) {
+	e := newEnv(t, envOpts{limits: Limits{MaxRetainedPerTenant: 2}})
+	w := e.workers[0]
+	g := newGroup(t)
+	a, b, c := text(t, g, "a"), text(t, g, "b"), text(t, g, "c")
+	res := w.submit(t, a.Transport, b.Transport, c.Transport)
+	wantResult(t, res[0], a.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	wantResult(t, res[1], b.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+	wantResult(t, res[2], c.ID, schema.StatusRejected, schema.CategoryResourceRefused)
+	if n := e.retained(); n != 2 {
+		t.Fatalf("FABRIC_RETAINED holds %d objects, want 2", n)
+	}
+}

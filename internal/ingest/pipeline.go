@@ -155,7 +155,7 @@ func (s *Service) peelAndClassify(tenant string, in *input) {
 // recorded, the rest deduplicated and published. An error means some input
 // may not have been handled; none was acknowledged, and a retry is safe.
 func (s *Service) run(ctx context.Context, tenant string, ins []*input) error {
-	var enter []*input
+	var enter, retain []*input
 	var rejects []pendingOutcome
 	for _, in := range ins {
 		switch in.step {
@@ -163,17 +163,23 @@ func (s *Service) run(ctx context.Context, tenant string, ins []*input) error {
 			rejects = append(rejects, pendingOutcome{rec: s.record(in)})
 			in.step = stepDone
 		case stepRetain:
-			if err := s.retainOrEnter(ctx, tenant, in); err != nil {
+			if err := s.checkRetain(ctx, tenant, in); err != nil {
 				return err
 			}
-			if in.step == stepEnter {
+			switch in.step {
+			case stepEnter:
 				enter = append(enter, in)
+			case stepRetain:
+				retain = append(retain, in)
 			}
 		case stepEnter:
 			enter = append(enter, in)
 		}
 	}
 	if err := s.writeOutcomes(ctx, tenant, rejects); err != nil {
+		return err
+	}
+	if err := s.retain(ctx, tenant, retain); err != nil {
 		return err
 	}
 	return s.enter(ctx, tenant, enter)
@@ -189,11 +195,12 @@ func (s *Service) record(in *input) schema.Outcome {
 	}
 }
 
-// retainOrEnter handles an input that cannot go on yet. A retained input
-// that still cannot go on stays where it is (stepKeep). An unknown-group
-// input that already entered convergence once is deduplicated instead, so
-// its outcome is not overwritten.
-func (s *Service) retainOrEnter(ctx context.Context, tenant string, in *input) error {
+// checkRetain looks again at an input that cannot go on yet. An
+// unknown-group input that already entered convergence once is deduplicated
+// instead (stepEnter), so its outcome is not overwritten; a retained input
+// that still cannot go on stays where it is (stepKeep); the others stay at
+// stepRetain.
+func (s *Service) checkRetain(ctx context.Context, tenant string, in *input) error {
 	if in.reason == reasonUnknown {
 		seen, err := s.seenExists(ctx, tenant, in.id)
 		if err != nil {
@@ -206,9 +213,8 @@ func (s *Service) retainOrEnter(ctx context.Context, tenant string, in *input) e
 	}
 	if in.retained {
 		in.step = stepKeep
-		return nil
 	}
-	return s.retain(ctx, tenant, in)
+	return nil
 }
 
 func (s *Service) seenExists(ctx context.Context, tenant string, id [sha256.Size]byte) (bool, error) {

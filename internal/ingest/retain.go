@@ -37,65 +37,91 @@ func (s *Service) retainedCount(ctx context.Context, tenant string) (int, error)
 	return n, nil
 }
 
-// retain keeps an input on FABRIC_RETAINED under the tenant's bound and
-// records its outcome; over the bound the input is refused with
-// resource_refused, which is never a duplicate record: a later delivery of
-// the same bytes is processed afresh (inbound-processing.md, "Transport-
-// deferred input").
-func (s *Service) retain(ctx context.Context, tenant string, in *input) error {
+// retain keeps inputs on FABRIC_RETAINED under the tenant's bound and
+// records their outcomes, in one pipelined round. Over the bound an input is
+// refused with resource_refused, which is never a duplicate record: a later
+// delivery of the same bytes is processed afresh (inbound-processing.md,
+// "Transport-deferred input").
+func (s *Service) retain(ctx context.Context, tenant string, ins []*input) error {
+	if len(ins) == 0 {
+		return nil
+	}
 	n, err := s.retainedCount(ctx, tenant)
 	if err != nil {
 		return err
 	}
-	if n >= s.cfg.Limits.MaxRetainedPerTenant {
-		return s.refuse(ctx, tenant, in)
-	}
-	obj := in.msg
-	if in.reason == reasonUnknown {
-		// Keep the peeled bytes: they no longer need a key.
-		obj = schema.TransportMessage{V: schema.TransportVersion, Group: in.msg.Group, Kind: schema.TransportMLS, Payload: in.mls}
-	}
-	body, err := obj.MarshalMsgpack()
-	if err != nil {
-		return fmt.Errorf("encode retained object: %w", err)
-	}
-	subj, err := subject.Retained(tenant, in.groupHex, in.reason)
-	if err != nil {
-		return fmt.Errorf("retained subject: %w", err)
-	}
-	m := nats.NewMsg(subj)
-	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, "rt."+tenant+"."+in.reason+"."+hex.EncodeToString(in.id[:]))
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
-		if isLimit(err) {
-			return s.refuse(ctx, tenant, in)
+	msgs := make([]*nats.Msg, len(ins))
+	for i, in := range ins {
+		if n >= s.cfg.Limits.MaxRetainedPerTenant {
+			s.refuse(in)
+			continue
 		}
-		return fmt.Errorf("retain: %w", err)
+		if msgs[i], err = retainedMsg(tenant, in); err != nil {
+			return err
+		}
+		n++
 	}
-	s.m.retained.WithLabelValues(in.reason).Inc()
-	if err := s.writeOutcomes(ctx, tenant, []pendingOutcome{{rec: s.record(in)}}); err != nil {
+	res := publishAll(ctx, s.js, msgs)
+	records := make([]pendingOutcome, len(ins))
+	for i, in := range ins {
+		switch err := res[i].err; {
+		case msgs[i] == nil:
+		case err == nil:
+			s.m.retained.WithLabelValues(in.reason).Inc()
+		case isLimit(err):
+			s.refuse(in)
+		default:
+			return fmt.Errorf("retain: %w", err)
+		}
+		records[i] = pendingOutcome{rec: s.record(in)}
+		in.step = stepDone
+	}
+	if err := s.writeOutcomes(ctx, tenant, records); err != nil {
 		return err
 	}
-	in.step = stepDone
 	// The watch may have moved while this ran; if it did, the retry it
 	// scheduled may have found nothing yet, so schedule one more.
-	switch in.reason {
-	case reasonUnknown:
-		if s.dir.known(in.groupKey) {
-			s.retry.schedule(retryKey{tenant: tenant, group: in.groupHex, reason: in.reason})
+	for i, in := range ins {
+		if msgs[i] == nil || in.res.Category == schema.CategoryResourceRefused {
+			continue
 		}
-	case reasonDeferred:
-		if s.dir.keyGen(in.groupKey) != in.keyGen {
-			s.retry.schedule(retryKey{tenant: tenant, group: in.groupHex, reason: in.reason})
+		k := retryKey{tenant: tenant, group: in.groupHex, reason: in.reason}
+		switch {
+		case in.reason == reasonUnknown && s.dir.known(in.groupKey):
+			s.retry.schedule(k)
+		case in.reason == reasonDeferred && s.dir.keyGen(in.groupKey) != in.keyGen:
+			s.retry.schedule(k)
 		}
 	}
 	return nil
 }
 
-func (s *Service) refuse(ctx context.Context, tenant string, in *input) error {
+// retainedMsg is the message that retains an input. An unknown-group input
+// keeps its peeled bytes, which no longer need a key; a transport-deferred
+// one its sealed original.
+func retainedMsg(tenant string, in *input) (*nats.Msg, error) {
+	obj := in.msg
+	if in.reason == reasonUnknown {
+		obj = schema.TransportMessage{V: schema.TransportVersion, Group: in.msg.Group, Kind: schema.TransportMLS, Payload: in.mls}
+	}
+	body, err := obj.MarshalMsgpack()
+	if err != nil {
+		return nil, fmt.Errorf("encode retained object: %w", err)
+	}
+	subj, err := subject.Retained(tenant, in.groupHex, in.reason)
+	if err != nil {
+		return nil, fmt.Errorf("retained subject: %w", err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, "rt."+tenant+"."+in.reason+"."+hex.EncodeToString(in.id[:]))
+	return m, nil
+}
+
+// refuse gives an input resource_refused.
+func (s *Service) refuse(in *input) {
 	in.settle(stepDone, schema.StatusRejected, schema.CategoryResourceRefused)
 	s.m.refusals.WithLabelValues("resource_refused").Inc()
-	return s.writeOutcomes(ctx, tenant, []pendingOutcome{{rec: s.record(in)}})
 }
 
 // retryRetained offers every object retained for a group and reason to the
