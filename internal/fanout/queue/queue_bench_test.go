@@ -2,7 +2,7 @@ package queue
 
 import "testing"
 
-type event struct{ b []byte }
+type event struct{ _ []byte }
 
 // BenchmarkPushPopCredit measures one event through the queue at steady
 // state: accepted, handed off and credited back.
