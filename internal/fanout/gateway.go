@@ -113,6 +113,13 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// Routes the gateway serves, as net/http ServeMux patterns, for mounting
+// Handler on a role's own server.
+const (
+	RouteWebSocket = "GET /v1/events"
+	RouteSSE       = "GET /v1/tenants/{tenant}/clients/{client_id}/events"
+)
+
 // ErrDraining refuses new work once Shutdown has begun.
 var ErrDraining = errors.New("fanout: gateway is draining")
 
@@ -158,8 +165,8 @@ func New(cfg Config) (*Gateway, error) {
 		g.dm = &KVDMKeys{NATS: cfg.NATS, Timeout: cfg.RequestTimeout}
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/events", g.serveWS)
-	mux.HandleFunc("GET /v1/tenants/{tenant}/clients/{client_id}/events", g.serveSSE)
+	mux.HandleFunc(RouteWebSocket, g.serveWS)
+	mux.HandleFunc(RouteSSE, g.serveSSE)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.serveReady)

@@ -1,0 +1,153 @@
+// Command fanout is the gateway role: apps connect to it for live client
+// events over WebSocket (GET /v1/events, subprotocols fabric.v1.json and
+// fabric.v1.msgpack) or Server-Sent Events
+// (GET /v1/tenants/{tenant}/clients/{client_id}/events). It taps the
+// republished event subjects of FABRIC_EVENTS; run as many as the load
+// needs, each one independent.
+//
+// Configuration is by flags, each with a FABRIC_ environment variable:
+//
+//	-nats-url            NATS server URLs (FABRIC_NATS_URL)
+//	-listen              address of the event endpoints, /metrics, /healthz and /readyz
+//	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
+//	-max-subscriptions   subscriptions per WebSocket
+//	-max-frame           largest incoming frame, bytes
+//	-write-timeout       a connection that does not read for this long is closed
+//	-ping-interval       WebSocket keepalive period
+//	-drain-timeout       how long SIGTERM waits for connections to end
+//
+// SIGTERM or SIGINT drains: readiness fails, every subscription ends with
+// reason shutdown, and connections close; the SDK reconnects elsewhere and
+// resumes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/config"
+	"github.com/fabric-mls/fabric/internal/fanout"
+	"github.com/fabric-mls/fabric/internal/ops"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	if err := run(os.Args[1:], log); err != nil {
+		log.Error("fanout stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	nats         config.NATS
+	listen       string
+	secretFile   string
+	maxSubs      int
+	maxFrame     int
+	writeTimeout time.Duration
+	pingInterval time.Duration
+	drain        time.Duration
+}
+
+func parse(args []string) (options, []byte, error) {
+	var o options
+	var errs config.Errs
+	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
+	o.nats.RegisterFlags(fs, &errs)
+	config.Listen(fs, &o.listen, ":8083")
+	config.String(fs, &o.secretFile, "jwt-secret-file", "", "file holding the HS256 token secret (else FABRIC_JWT_SECRET)")
+	config.Int(fs, &errs, &o.maxSubs, "max-subscriptions", fanout.DefaultMaxSubscriptions, "subscriptions per WebSocket connection")
+	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
+	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
+	config.Duration(fs, &errs, &o.pingInterval, "ping-interval", fanout.DefaultPingInterval, "WebSocket keepalive period")
+	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for connections to end")
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	o.nats.Validate(&errs)
+	config.ValidateListen(&errs, o.listen)
+	if o.maxSubs <= 0 {
+		errs.Addf("-max-subscriptions: %d; it must be positive", o.maxSubs)
+	}
+	if o.maxFrame < 1024 {
+		errs.Addf("-max-frame: %d; it must be at least 1024", o.maxFrame)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"-write-timeout", o.writeTimeout}, {"-ping-interval", o.pingInterval}, {"-drain-timeout", o.drain}} {
+		if d.v <= 0 {
+			errs.Addf("%s: %v; it must be positive", d.name, d.v)
+		}
+	}
+	secret := config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen)
+	return o, secret, errs.Err()
+}
+
+func run(args []string, log *slog.Logger) error {
+	o, secret, err := parse(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	verifier, err := auth.NewVerifier(secret)
+	if err != nil {
+		return err
+	}
+	nc, err := o.nats.Connect("fanout")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	reg := ops.NewRegistry()
+	g, err := fanout.New(fanout.Config{
+		NATS:             nc,
+		Verifier:         verifier,
+		Registry:         reg,
+		Logger:           log,
+		MaxSubscriptions: o.maxSubs,
+		MaxFrameBytes:    o.maxFrame,
+		WriteTimeout:     o.writeTimeout,
+		PingInterval:     o.pingInterval,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := ops.New(o.listen, reg)
+	if err != nil {
+		return err
+	}
+	srv.Handle(fanout.RouteWebSocket, g.Handler())
+	srv.Handle(fanout.RouteSSE, g.Handler())
+	srv.AddReady(g.Ready)
+	log.Info("fanout started", "listen", srv.Addr())
+
+	// WebSockets outlive the HTTP server's drain (they are hijacked) and
+	// SSE streams hold it open, so the gateway drains them itself.
+	var wg sync.WaitGroup
+	var derr error
+	wg.Go(func() {
+		<-ctx.Done()
+		dctx, cancel := context.WithTimeout(context.Background(), o.drain)
+		defer cancel()
+		derr = g.Shutdown(dctx)
+	})
+	serr := srv.Serve(ctx, o.drain)
+	wg.Wait()
+	log.Info("fanout drained")
+	return errors.Join(serr, derr)
+}
