@@ -1,18 +1,23 @@
 package convergence
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/thomas-vilte/mls-go/ciphersuite"
 	"github.com/thomas-vilte/mls-go/framing"
 	"github.com/thomas-vilte/mls-go/group"
+
+	"github.com/fabric-mls/fabric/internal/engine"
 )
 
-// This file is a local adapter over mls-go for two facts the engine does not
-// export yet: the ProposalRef of a PublicMessage proposal and the references
-// a Commit consumes (RFC 9420 §5.4, §12.4). Both read bytes only; they never
-// authenticate anything (the engine does that during replay).
+// This file is a local adapter over mls-go for three facts the engine does
+// not export yet: the ProposalRef of a PublicMessage proposal, the
+// references a Commit consumes (RFC 9420 §5.4, §12.4), and whether a
+// retained state's membership key authenticates a PublicMessage, which
+// identifies the candidate parent before any signature or authorization
+// check can be terminal (errors.md, "Dispositions").
 
 var errNotPublic = errors.New("not a PublicMessage")
 
@@ -72,4 +77,60 @@ func recoverParse(err *error) {
 	if r := recover(); r != nil {
 		*err = errors.New("mls parser rejected the input")
 	}
+}
+
+// parentAuth is what identifies a node as a message's parent: the membership
+// key and GroupContext of its epoch (RFC 9420 §6.2).
+type parentAuth struct {
+	suite ciphersuite.CipherSuite
+	key   *ciphersuite.Secret
+	gc    []byte
+}
+
+// authOf reads a state's membership key and GroupContext from its engine
+// snapshot (mls-go MarshalState inside the engine's envelope). It fails when
+// the format is not the expected one; the caller then falls back to
+// treating a signature failure as "not this parent".
+func authOf(st *engine.State) (*parentAuth, error) {
+	b, err := st.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	defer clear(b)
+	var env struct {
+		State json.RawMessage `json:"state"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("snapshot envelope: %w", err)
+	}
+	var sd struct {
+		CipherSuite  uint16 `json:"cipher_suite"`
+		GroupContext []byte `json:"group_context"`
+		EpochSecrets *struct {
+			MembershipKey []byte `json:"membership_key"`
+		} `json:"epoch_secrets"`
+	}
+	if err := json.Unmarshal(env.State, &sd); err != nil {
+		return nil, fmt.Errorf("snapshot state: %w", err)
+	}
+	if sd.EpochSecrets == nil || len(sd.EpochSecrets.MembershipKey) == 0 || len(sd.GroupContext) == 0 || sd.CipherSuite != st.CipherSuite() {
+		return nil, errors.New("snapshot without membership key")
+	}
+	return &parentAuth{suite: ciphersuite.CipherSuite(sd.CipherSuite), key: ciphersuite.NewSecret(sd.EpochSecrets.MembershipKey), gc: sd.GroupContext}, nil
+}
+
+// verify reports whether the membership tag of a member's PublicMessage
+// verifies under this state; applicable is false for other senders, which
+// carry no membership tag.
+func (a *parentAuth) verify(mlsMessage []byte) (match, applicable bool) {
+	defer func() {
+		if recover() != nil {
+			match, applicable = false, false
+		}
+	}()
+	pm, err := public(mlsMessage)
+	if err != nil || pm.Content.Sender.Type != framing.SenderTypeMember {
+		return false, false
+	}
+	return pm.VerifyMembershipTagWithContext(a.suite, a.key, a.gc) == nil, true
 }

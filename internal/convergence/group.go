@@ -116,6 +116,8 @@ type node struct {
 	// witnesses are the distinct sender identities of valid app payloads
 	// that decrypt at this node.
 	witnesses map[string]bool
+	auth      *parentAuth // lazily read; nil until needed or when unreadable
+	authTried bool
 }
 
 // record is one admitted input and its current outcome.
@@ -364,8 +366,12 @@ func (g *Group) tryCommit(r *record, now time.Time, res *Result) bool {
 		return false
 	}
 	for _, n := range g.candidates(r.epoch) {
-		next, hr, consumed, err := g.replay(n, r.in.Data, refs)
-		if notParent(err) {
+		parent, known := g.identify(n, r.in.Data)
+		if known && !parent {
+			continue // another epoch's secrets: not this parent
+		}
+		next, hr, consumed, err := g.replay(n, r.in.Data, refs, known)
+		if !known && notParent(err) {
 			continue
 		}
 		if errors.Is(err, errMissingProposal) {
@@ -395,8 +401,9 @@ func (g *Group) tryCommit(r *record, now time.Time, res *Result) bool {
 var errMissingProposal = errors.New("convergence: a referenced proposal is not retained at the parent")
 
 // replay processes commit bytes against node n with the proposals it
-// references, without touching n.
-func (g *Group) replay(n *node, commit []byte, refs [][]byte) (*engine.State, *engine.HandshakeResult, []ID, error) {
+// references, without touching n. identified says n's membership key
+// already authenticated the commit.
+func (g *Group) replay(n *node, commit []byte, refs [][]byte, identified bool) (*engine.State, *engine.HandshakeResult, []ID, error) {
 	parent := n.state
 	var consumed []ID
 	missing := false
@@ -407,6 +414,9 @@ func (g *Group) replay(n *node, commit []byte, refs [][]byte) (*engine.State, *e
 			break
 		}
 		consumed = append(consumed, pid)
+	}
+	if missing && identified {
+		return nil, nil, nil, errMissingProposal
 	}
 	if !missing {
 		for _, pid := range consumed {
@@ -436,8 +446,12 @@ func (g *Group) tryProposal(r *record, res *Result) bool {
 		return false
 	}
 	for _, n := range g.candidates(r.epoch) {
+		parent, known := g.identify(n, r.in.Data)
+		if known && !parent {
+			continue
+		}
 		_, _, err := n.state.ProcessHandshake(r.in.Data)
-		if notParent(err) {
+		if !known && notParent(err) {
 			continue
 		}
 		if err != nil {
@@ -619,11 +633,27 @@ func (g *Group) stale(r *record, named schema.NamedOutcome, res *Result) {
 	g.set(r, schema.DispositionStale, schema.CategoryStaleEpoch, named, res)
 }
 
-// notParent reports a failure that says the state is not the message's
-// parent. mls-go checks the sender signature, which covers the parent's
+// identify reports whether n's epoch secrets authenticate msg (its
+// membership tag), which makes n the message's candidate parent. known is
+// false when that cannot be told (no membership tag, or the state's key is
+// unreadable); replay then decides.
+func (g *Group) identify(n *node, msg []byte) (parent, known bool) {
+	if !n.authTried {
+		n.authTried = true
+		n.auth, _ = authOf(n.state)
+	}
+	if n.auth == nil {
+		return false, false
+	}
+	return n.auth.verify(msg)
+}
+
+// notParent is the fallback when the membership tag cannot be checked
+// first: mls-go checks the sender signature, which covers the parent's
 // GroupContext, before the membership tag, so a state of another branch
-// fails either check; neither identifies the parent, so neither is terminal
-// (errors.md: the input stays deferred while its parent may still arrive).
+// fails either check; neither then identifies the parent, so neither is
+// terminal (errors.md: the input stays deferred while its parent may still
+// arrive).
 func notParent(err error) bool {
 	return err != nil && engine.CategoryOf(err) == schema.CategoryInvalidSignature
 }

@@ -122,7 +122,7 @@ func (g *Group) rebuildResult(n *node) error {
 	if err != nil {
 		return err
 	}
-	_, hr, _, err := g.replay(n.parent, r.in.Data, refs)
+	_, hr, _, err := g.replay(n.parent, r.in.Data, refs, true)
 	if err != nil {
 		return err
 	}
