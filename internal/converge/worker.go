@@ -460,6 +460,12 @@ func (p *partition) remember(key string, g *loadedGroup) {
 func (w *Worker) runPartition(ctx context.Context, p int) {
 	part := &partition{id: p, groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
 	w.loadExpiry(ctx, part)
+	defer func() {
+		// Hand the index to the next owner even when ctx has ended.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		w.saveExpiry(sctx, part)
+	}()
 	var cons jetstream.Consumer
 	var restart uint64
 	backoff := 100 * time.Millisecond
