@@ -58,6 +58,7 @@ type conn struct {
 	rr       int
 	control  [][]byte // control frames, written before events
 	draining bool     // refuse new subscriptions
+	reason   string   // why it drains
 	closing  bool     // write the control frames, then close
 	stopOnce sync.Once
 }
@@ -114,13 +115,13 @@ func (c *conn) announce(s *subscription, frame []byte) {
 	}
 	s.announced = true
 	c.markReady(s)
-	draining := c.draining
+	draining, reason := c.draining, c.reason
 	c.mu.Unlock()
 	c.g.metrics.subscriptions.Inc()
 	c.signal()
 	if draining {
 		// Drain began while this subscription was being registered.
-		c.end(s, wire.ReasonShutdown)
+		c.end(s, reason)
 	}
 }
 
@@ -231,13 +232,14 @@ func (c *conn) endAll(reason string) {
 	}
 }
 
-// drain ends every subscription with reason shutdown; the writer then writes
-// the ended frames and returns, and the handler closes the connection.
-func (c *conn) drain() {
+// drain ends every subscription with reason; the writer then writes the
+// ended frames and returns, and the handler closes the connection.
+func (c *conn) drain(reason string) {
 	c.mu.Lock()
 	c.draining = true
+	c.reason = reason
 	c.mu.Unlock()
-	c.endAll(wire.ReasonShutdown)
+	c.endAll(reason)
 	c.mu.Lock()
 	c.closing = true
 	c.mu.Unlock()

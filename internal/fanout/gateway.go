@@ -26,6 +26,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
 )
 
 // Defaults of Config.
@@ -239,7 +240,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.connsMu.Unlock()
 	for _, c := range conns {
-		c.drain()
+		c.drain(wire.ReasonShutdown)
 	}
 	done := make(chan struct{})
 	go func() { g.connWG.Wait(); close(done) }()

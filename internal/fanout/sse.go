@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
@@ -87,6 +88,10 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	// The comment tells a client the subscription is registered (EVENT-014).
 	c.announce(s, []byte(": subscribed\n\n"))
+	if !claims.ExpiresAt.IsZero() {
+		expiry := time.AfterFunc(time.Until(claims.ExpiresAt), func() { c.drain(wire.ReasonTokenExpired) })
+		defer expiry.Stop()
+	}
 	_ = c.writeLoop(r.Context())
 	c.endAll("")
 }

@@ -69,6 +69,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, httpapi.BadRequest("offer subprotocol %s or %s", wire.SubprotocolJSON, wire.SubprotocolMsgpack))
 		return
 	}
+	if err := g.Ready(r.Context()); errors.Is(err, ErrDraining) {
+		// Refused before the upgrade, so the SDK backs off and dials another.
+		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
+		return
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}})
 	if err != nil {
 		return // Accept has answered the request
@@ -84,6 +89,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.removeConn(c)
+
+	// A connection lives no longer than its token.
+	if !claims.ExpiresAt.IsZero() {
+		expiry := time.AfterFunc(time.Until(claims.ExpiresAt), func() { c.drain(wire.ReasonTokenExpired) })
+		defer expiry.Stop()
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -98,10 +98,19 @@ type options struct {
 	maxBackoff   time.Duration
 	onError      func(error)
 	writeTimeout time.Duration
+	tokenFunc    func(context.Context) (string, error)
 }
 
 // WithJSON selects the JSON subprotocol (the default is msgpack).
 func WithJSON() Option { return func(o *options) { o.enc = wire.JSON } }
+
+// WithTokenFunc obtains the bearer token for every dial, so a reconnect
+// presents a fresh one; with it, subscriptions the gateway ends because the
+// token expired resume on the next connection. The token given to Connect
+// is then ignored.
+func WithTokenFunc(f func(context.Context) (string, error)) Option {
+	return func(o *options) { o.tokenFunc = f }
+}
 
 // WithHTTPClient sets the HTTP client the WebSocket handshake uses.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpClient = c } }
@@ -182,8 +191,16 @@ func Connect(ctx context.Context, url, token string, opts ...Option) (*Client, e
 }
 
 func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
+	token := c.token
+	if c.o.tokenFunc != nil {
+		t, err := c.o.tokenFunc(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("client: token: %w", err)
+		}
+		token = t
+	}
 	h := http.Header{}
-	h.Set("Authorization", "Bearer "+c.token)
+	h.Set("Authorization", "Bearer "+token)
 	ws, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
 		HTTPClient:   c.o.httpClient,
 		HTTPHeader:   h,
@@ -479,9 +496,11 @@ func (c *Client) handle(f *wire.Frame) {
 		if s == nil {
 			return
 		}
-		if f.Reason == wire.ReasonShutdown && c.o.reconnect {
-			// The gateway is draining and will close the connection; the
-			// subscription resumes on the next one.
+		resumable := f.Reason == wire.ReasonShutdown ||
+			(f.Reason == wire.ReasonTokenExpired && c.o.tokenFunc != nil)
+		if resumable && c.o.reconnect {
+			// The gateway will close the connection; the subscription
+			// resumes on the next one.
 			delete(c.byID, s.id)
 			s.id = 0
 			return

@@ -49,8 +49,9 @@ const (
 	ReasonUnsubscribed = "unsubscribed"
 	// ReasonShutdown ends subscriptions when the gateway drains.
 	ReasonShutdown = "shutdown"
-	// ReasonTapFailed ends subscriptions whose event source failed.
-	ReasonTapFailed = "source_failed"
+	// ReasonTokenExpired ends the subscriptions of a connection whose
+	// bearer token expired; the connection then closes.
+	ReasonTokenExpired = "token_expired"
 )
 
 // Error codes an error frame carries.
