@@ -36,7 +36,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 // more ingest workers on it.
 type env struct {
 	t       testing.TB
-	srv     *natsserver.Server
+	connect func() (*nats.Conn, error) // for the next worker
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	workers []*worker
@@ -77,21 +77,25 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: o.window}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, srv: srv, nc: nc, js: js}
+	e := &env{t: t, connect: func() (*nats.Conn, error) { return srv.Connect() }, nc: nc, js: js}
+	e.addWorkers(o)
+	return e
+}
+
+func (e *env) addWorkers(o envOpts) {
 	if o.workers == 0 {
 		o.workers = 1
 	}
 	for range o.workers {
 		e.addWorker(o)
 	}
-	return e
 }
 
 func (e *env) addWorker(o envOpts) *worker {
 	t := e.t
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc, err := e.srv.Connect()
+	nc, err := e.connect()
 	if err != nil {
 		t.Fatal(err)
 	}

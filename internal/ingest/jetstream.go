@@ -34,6 +34,7 @@ const (
 	errCodeWrongLastSeq   jetstream.ErrorCode = 10071 // expected last subject sequence mismatch
 	errCodeProposalFlight jetstream.ErrorCode = 10164 // another write to the subject in flight (R>1)
 	errCodeStoreFailed    jetstream.ErrorCode = 10077 // store failed, e.g. a limit reached with DiscardNew
+	errCodeMsgIDInProcess jetstream.ErrorCode = 10158 // R>1: a write with the same Nats-Msg-Id is in process
 )
 
 // stallWait bounds how long an async publish waits for room under the
@@ -49,6 +50,33 @@ func isWrongLast(err error) bool {
 		return false
 	}
 	return ae.ErrorCode == errCodeWrongLastSeq || ae.ErrorCode == errCodeProposalFlight
+}
+
+// isInProcess reports whether err says that a write with the same
+// Nats-Msg-Id, by another worker, is being stored right now (replicated
+// streams). Once it is stored, the same publish reports a duplicate.
+func isInProcess(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && ae.ErrorCode == errCodeMsgIDInProcess
+}
+
+// inProcessAttempts bounds the waits for another worker's write of the
+// same message id.
+const inProcessAttempts = 10
+
+// publishSettled publishes m, waiting out another worker's write of the
+// same Nats-Msg-Id if one is in process, so the answer is either stored or
+// duplicate.
+func publishSettled(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
+	for attempt := 1; ; attempt++ {
+		ack, err := js.PublishMsg(ctx, m)
+		if !isInProcess(err) || attempt == inProcessAttempts {
+			return ack, err
+		}
+		if err := sleepCtx(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // isLimit reports whether err is a stream limit refusing a write.
@@ -68,7 +96,8 @@ type pubResult struct {
 
 // publishAll publishes every non-nil message asynchronously, so a batch
 // costs one round trip rather than one per message, and waits for every
-// acknowledgement.
+// acknowledgement. A message whose Nats-Msg-Id another worker is storing
+// right now is published again once that settles.
 func publishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) []pubResult {
 	res := make([]pubResult, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
@@ -92,6 +121,9 @@ func publishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) [
 			res[i].ack = a
 		case err := <-f.Err():
 			res[i].err = err
+			if isInProcess(err) {
+				res[i].ack, res[i].err = publishSettled(ctx, js, msgs[i])
+			}
 		case <-ctx.Done():
 			res[i].err = ctx.Err()
 		}

@@ -27,7 +27,7 @@ type latest struct {
 // readOutcome returns the newest outcome record on subj, or nil when there
 // is none.
 func (s *Service) readOutcome(ctx context.Context, subj string) (*latest, error) {
-	m, err := s.outcomes.GetLastMsgForSubject(ctx, subj)
+	m, err := getMsg(ctx, s.cfg.Conn, streamOutcomes, msgGetRequest{LastFor: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -94,16 +94,24 @@ func (s *Service) writeOutcomes(ctx context.Context, tenant string, ws []pending
 	res := publishAll(ctx, s.js, msgs)
 	for i, r := range res {
 		switch {
-		case msgs[i] == nil || r.err == nil:
-		case isWrongLast(r.err):
+		case msgs[i] == nil:
+		case outcomeConflict(r):
 			if err := s.writeOutcomeCAS(ctx, tenant, ws[i].rec); err != nil {
 				return err
 			}
-		default:
+		case r.err != nil:
 			return fmt.Errorf("write outcome: %w", r.err)
 		}
 	}
 	return nil
+}
+
+// outcomeConflict reports whether an outcome write did not store this
+// record because the subject had moved: the expected sequence did not
+// match, or (replicated streams check Nats-Msg-Id first) a record of the
+// same revision was already stored, which may say something else.
+func outcomeConflict(r pubResult) bool {
+	return isWrongLast(r.err) || (r.err == nil && r.ack != nil && r.ack.Duplicate)
 }
 
 // prepareOutcome fills in revision and time and returns the message, or nil
@@ -131,7 +139,13 @@ func (s *Service) writeOutcomeCAS(ctx context.Context, tenant string, rec schema
 	if err != nil {
 		return fmt.Errorf("outcome subject: %w", err)
 	}
-	for range casAttempts {
+	for attempt := range casAttempts {
+		if attempt > 0 {
+			// Let the concurrent writer's record land.
+			if err := sleepCtx(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+				return err
+			}
+		}
 		prev, err := s.readOutcome(ctx, subj)
 		if err != nil {
 			return err
@@ -141,11 +155,12 @@ func (s *Service) writeOutcomeCAS(ctx context.Context, tenant string, rec schema
 		if err != nil || m == nil {
 			return err
 		}
-		_, err = s.js.PublishMsg(ctx, m)
-		if err == nil || !isWrongLast(err) {
-			if err != nil {
-				return fmt.Errorf("write outcome: %w", err)
-			}
+		ack, err := publishSettled(ctx, s.js, m)
+		switch r := (pubResult{ack: ack, err: err}); {
+		case outcomeConflict(r):
+		case err != nil:
+			return fmt.Errorf("write outcome: %w", err)
+		default:
 			return nil
 		}
 	}

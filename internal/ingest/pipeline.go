@@ -293,13 +293,13 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 
 	var pub []*input
 	for i, in := range ins {
-		seenErr, recErr := res[2*i].err, res[2*i+1].err
+		seenErr, rec := res[2*i].err, res[2*i+1]
 		if seenErr != nil && !isWrongLast(seenErr) {
 			return fmt.Errorf("create seen record: %w", seenErr)
 		}
-		if recErr != nil {
-			if !isWrongLast(recErr) {
-				return fmt.Errorf("write outcome: %w", recErr)
+		if rec.err != nil || outcomeConflict(rec) {
+			if !outcomeConflict(rec) {
+				return fmt.Errorf("write outcome: %w", rec.err)
 			}
 			subj, err := subject.Outcome(tenant, hex.EncodeToString(in.id[:]))
 			if err != nil {

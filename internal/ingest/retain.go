@@ -136,7 +136,7 @@ func (s *Service) retryRetained(ctx context.Context, k retryKey) error {
 	}
 	s.m.retries.WithLabelValues(k.reason).Inc()
 	for seq := uint64(1); ; {
-		m, err := s.retainedStream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		m, err := getMsg(ctx, s.cfg.Conn, streamRetained, msgGetRequest{Seq: seq, NextForSubj: subj})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
