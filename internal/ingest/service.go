@@ -28,7 +28,6 @@ type Service struct {
 	limiter *tenantLimiter
 
 	// Set by Start.
-	outcomes       jetstream.Stream
 	retainedStream jetstream.Stream
 	seen           jetstream.KeyValue
 	seenPrefix     string
@@ -93,7 +92,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if _, err = s.js.Stream(ctx, streamIn); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", streamIn, err)
 	}
-	if s.outcomes, err = s.js.Stream(ctx, streamOutcomes); err != nil {
+	if _, err = s.js.Stream(ctx, streamOutcomes); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", streamOutcomes, err)
 	}
 	if s.retainedStream, err = s.js.Stream(ctx, streamRetained); err != nil {
