@@ -73,6 +73,17 @@ func TestAuthRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-tenant outcome read: status %d", resp.StatusCode)
 	}
+	// Something that is not a message id is a 400.
+	req, _ = http.NewRequest(http.MethodGet, w.http.URL+"/v1/tenants/"+testTenant+"/outcomes/XYZ", nil)
+	req.Header.Set("Authorization", "Bearer "+token(t, testTenant, auth.ScopeIngest))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("bad message id: status %d", resp.StatusCode)
+	}
 }
 
 // Limits give clear 4xx errors naming what is wrong.
@@ -210,6 +221,19 @@ func TestNATSIntake(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantResult(t, r.Results[0], m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+
+	// Limits and malformed bodies answer as HTTP would.
+	hdr.Del(HeaderContentType)
+	reply, err = e.natsRequest(t, testTenant, hdr, []byte(`{"messages":[{"v":1,"group":"00","kind":"mls","payload":"zz"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, statusOf(t, reply), reply.Data, http.StatusBadRequest, "bad_request", "messages[0].payload")
+	reply, err = e.natsRequest(t, "Not-A-Tenant", hdr, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, statusOf(t, reply), reply.Data, http.StatusBadRequest, "bad_request", "tenant")
 }
 
 func statusOf(t *testing.T, m *nats.Msg) int {
