@@ -251,12 +251,23 @@ func (c *conn) abort() {
 	c.stopOnce.Do(func() { close(c.stop) })
 }
 
+// maxControl bounds the control frames waiting to be written: a peer that
+// sends faster than it reads the answers is cut off, not buffered for.
+const maxControl = 1024
+
 // queueError queues an error frame.
 func (c *conn) queueError(id uint64, code, msg string) {
 	c.g.metrics.protocolErrs.WithLabelValues(code).Inc()
 	c.mu.Lock()
-	c.control = append(c.control, c.controlFrame(&wire.Frame{Op: wire.OpError, ID: id, Code: code, Message: msg}))
+	over := len(c.control) >= maxControl
+	if !over {
+		c.control = append(c.control, c.controlFrame(&wire.Frame{Op: wire.OpError, ID: id, Code: code, Message: msg}))
+	}
 	c.mu.Unlock()
+	if over {
+		c.abort()
+		return
+	}
 	c.signal()
 }
 

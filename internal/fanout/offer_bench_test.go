@@ -1,0 +1,75 @@
+package fanout
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/fanout/filter"
+	"github.com/fabric-mls/fabric/internal/fanout/queue"
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// BenchmarkOffer measures handing one event to every subscription of a
+// client: filter, queue, signal the writer. The event is decoded and encoded
+// once whatever the number of subscriptions; half the subscriptions are JSON.
+func BenchmarkOffer(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			m, err := newMetrics(prometheus.NewRegistry())
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := &Gateway{cfg: Config{QueueCapacity: queue.DefaultCapacity}, metrics: m}
+			t := &tap{g: g, subs: make(map[*subscription]struct{})}
+			f, err := filter.Compile(schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var conns []*conn
+			for i := range n {
+				enc := wire.Msgpack
+				if i%2 == 1 {
+					enc = wire.JSON
+				}
+				c := newConn(g, enc, false, auth.Claims{}, nil)
+				s := c.newSubscription(tenantA, client1, f, 0)
+				c.announce(s, nil)
+				t.subs[s] = struct{}{}
+				conns = append(conns, c)
+			}
+			d := eventbus.Delivered{Sequence: 1, Time: time.Now(), Event: received(groupA, 1, &text)}
+			body, err := d.Event.MarshalMsgpack()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				t.offer(t.subs, &d, body)
+				// Drain as the writers would, so the queues never fill.
+				for _, c := range conns {
+					c.mu.Lock()
+					for _, s := range c.subs {
+						s.q.Pop()
+						_ = s.q.Credit(1)
+					}
+					c.ready = c.ready[:0]
+					for _, s := range c.subs {
+						s.inReady = false
+					}
+					c.mu.Unlock()
+					select {
+					case <-c.wake:
+					default:
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/handoff")
+		})
+	}
+}
