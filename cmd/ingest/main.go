@@ -49,7 +49,10 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	slog.SetDefault(log)
-	if err := run(os.Args[1:], log); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	err := run(ctx, os.Args[1:], log)
+	stop()
+	if err != nil {
 		log.Error("ingest stopped", "err", err)
 		os.Exit(1)
 	}
@@ -112,7 +115,8 @@ func parse(args []string) (options, []byte, error) {
 	return o, secret, errs.Err()
 }
 
-func run(args []string, log *slog.Logger) error {
+// run serves until ctx ends (SIGTERM or SIGINT in main), then drains.
+func run(ctx context.Context, args []string, log *slog.Logger) error {
 	o, secret, err := parse(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -120,8 +124,6 @@ func run(args []string, log *slog.Logger) error {
 		}
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 
 	verifier, err := auth.NewVerifier(secret)
 	if err != nil {

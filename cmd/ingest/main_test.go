@@ -1,9 +1,21 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // A bad setting stops the start with a message naming it, and every problem
 // is reported at once.
@@ -29,5 +41,80 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if len(secret) != 32 || o.maxBatch != 50 || !o.natsIntake {
 		t.Fatalf("options = %+v", o)
+	}
+}
+
+// The binary's wiring end to end: it provisions the streams, serves the API
+// on its routes beside /healthz, /readyz and /metrics, and drains and
+// returns when its context ends.
+func TestRunServesAndDrains(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	secret := strings.Repeat("k", 32)
+	t.Setenv("FABRIC_JWT_SECRET", secret)
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"-nats-url", srv.ClientURL(), "-listen", addr}, slog.New(slog.DiscardHandler))
+	}()
+	base := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tok, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "acme", Scopes: []auth.Scope{auth.ScopeIngest}, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/tenants/acme/transport", strings.NewReader(`{"v":1,"group":"0a","kind":"mls","payload":"000102"}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"category":"invalid_encoding"`) {
+		t.Fatalf("intake: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `fabric_ingest_inputs_total{category="invalid_encoding",class="malformed",status="rejected",transport="http"} 1`) {
+		t.Fatal("metrics do not count the input")
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after its context ended")
 	}
 }
