@@ -10,6 +10,7 @@
 //	-partitions        partitions it may own: "all", or a list like "0-15,32"
 //	-lease-ttl         partition lease lifetime
 //	-cleanup-interval  disappearing-messages cleanup period
+//	-snapshot-every    decryptions between member state writes (default 1)
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
 // The master key (64 hex digits) opens the sealed installations and member
@@ -57,6 +58,7 @@ type options struct {
 	partitions      string
 	leaseTTL        time.Duration
 	cleanupInterval time.Duration
+	snapshotEvery   int
 	masterKeyFile   string
 }
 
@@ -71,12 +73,16 @@ func parse(args []string) (options, []byte, error) {
 	config.String(fs, &o.partitions, "partitions", "all", `input partitions this worker may own: "all" or a list like "0-15,32"`)
 	config.Duration(fs, &errs, &o.leaseTTL, "lease-ttl", converge.DefaultLeaseTTL, "partition lease lifetime; a dead worker's partitions move within about 4/3 of it")
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
+	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "decryptions a member state may advance before it is written again (1 keeps no used message key at rest)")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
 	}
 	o.nats.Validate(&errs)
 	config.ValidateListen(&errs, o.listen)
+	if o.snapshotEvery < 1 {
+		errs.Addf("-snapshot-every: %d; use 1 or more", o.snapshotEvery)
+	}
 	if _, err := parsePartitions(o.partitions); err != nil {
 		errs.Addf("-partitions: %v", err)
 	}
@@ -158,6 +164,7 @@ func run(args []string, log *slog.Logger) error {
 		Partitions:      parts,
 		LeaseTTL:        o.leaseTTL,
 		CleanupInterval: o.cleanupInterval,
+		SnapshotEvery:   o.snapshotEvery,
 		Metrics:         converge.NewMetrics(reg),
 		Logger:          log,
 	})

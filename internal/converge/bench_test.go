@@ -58,29 +58,34 @@ func (e *env) waitAccepted(id []byte, timeout time.Duration) {
 
 // BenchmarkConverge measures application messages per second through
 // converge (FABRIC_IN to committed events, outcome recorded) for a group
-// with 1, 10 and 100 hosted members.
+// with 1, 10 and 100 hosted members, writing member states after every
+// decryption (the default) or every 16th.
 func BenchmarkConverge(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
-		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
-			e := newEnv(b)
-			g, _, welcome := benchGroup(b, e, n)
-			e.worker("bench", nil)
-			e.publish(welcome)
-			e.waitAccepted(welcome.ID, time.Minute)
-			msgs := make([]testpeer.Message, b.N)
-			for i := range msgs {
-				msgs[i] = must[testpeer.Message](b)(g.SendText("benchmark message"))
-			}
-			b.ResetTimer()
-			start := time.Now()
-			for _, m := range msgs {
-				e.publish(m)
-			}
-			e.waitAccepted(msgs[len(msgs)-1].ID, 10*time.Minute)
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-			b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "events/s")
-		})
+		for _, every := range []int{1, 16} {
+			b.Run(fmt.Sprintf("members=%d/snapshot-every=%d", n, every), func(b *testing.B) { benchConverge(b, n, every) })
+		}
 	}
+}
+
+func benchConverge(b *testing.B, n, every int) {
+	e := newEnv(b)
+	g, _, welcome := benchGroup(b, e, n)
+	e.worker("bench", func(c *Config) { c.SnapshotEvery = every })
+	e.publish(welcome)
+	e.waitAccepted(welcome.ID, time.Minute)
+	msgs := make([]testpeer.Message, b.N)
+	for i := range msgs {
+		msgs[i] = must[testpeer.Message](b)(g.SendText("benchmark message"))
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for _, m := range msgs {
+		e.publish(m)
+	}
+	e.waitAccepted(msgs[len(msgs)-1].ID, 10*time.Minute)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "events/s")
 }
 
 // BenchmarkEngineDecrypt is the engine's raw rate for the same work: every

@@ -43,7 +43,8 @@ type txn struct {
 	tenant  string
 	g       *groupState
 	members map[string]MemberState // engine states of active members
-	dirty   map[string]bool        // members whose engine state changed
+	dirty   map[string]bool        // members whose engine state changed epoch or proposals
+	ratchet map[string]bool        // members whose only change is a decryption ratchet
 	events  []emission
 	notes   []outcomeNote
 	now     int64 // emission time (unix ms), for expiry decisions
@@ -363,7 +364,7 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 	opened := map[string]bool{}
 	for _, m := range targets {
 		a, err := t.members[m.ClientID].Decrypt(ctx, in.Data)
-		t.dirty[m.ClientID] = true // a failed open may still have moved a ratchet
+		t.ratchet[m.ClientID] = true // a failed open may still have moved a ratchet
 		if err != nil {
 			errs = append(errs, err)
 			continue

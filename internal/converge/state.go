@@ -66,6 +66,9 @@ type hostedMember struct {
 	// Removed is set once a commit removed the member's leaf; it then has
 	// no engine state and takes no more input.
 	Removed bool `msgpack:"removed,omitempty"`
+	// Unsaved counts the decryptions since the member's engine state was
+	// last written (Config.SnapshotEvery).
+	Unsaved int `msgpack:"unsaved,omitempty"`
 }
 
 // storedMessage is one application message in the index.

@@ -61,6 +61,13 @@ type Config struct {
 	// CleanupInterval is how often the disappearing-messages cleanup pass
 	// runs over owned groups. DefaultCleanupInterval when zero.
 	CleanupInterval time.Duration
+	// SnapshotEvery is how many decryptions a member's engine state may
+	// advance before it is written again; handshakes always write it. 1
+	// (the default) writes every ratchet step, so no consumed message key
+	// is ever at rest; a larger value trades that forward secrecy at rest
+	// for throughput in groups with many hosted members, and a restart then
+	// ratchets forward from the older snapshot.
+	SnapshotEvery int
 	// Metrics receives measurements; a fresh unregistered set when nil.
 	Metrics *Metrics
 	// Logger receives diagnostics; slog.Default when nil.
@@ -119,6 +126,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	if cfg.CleanupInterval <= 0 {
 		cfg.CleanupInterval = DefaultCleanupInterval
+	}
+	if cfg.SnapshotEvery <= 0 {
+		cfg.SnapshotEvery = 1
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
@@ -659,7 +669,7 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			}
 			return w.publishGroup(ctx, tenant, groupHex, g.state, g.ckSeq)
 		}
-		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
+		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
 		changed, err := body(ctx, t)
 		if err != nil || !changed {
 			delete(part.groups, key) // the body may have moved ratchets
@@ -699,17 +709,17 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64
 		next.InputSeq = seq
 	}
 	blobs := map[string][]byte{}
-	sb, err := t.g.encode()
-	if err != nil {
-		return checkpoint{}, nil, nil, err
-	}
-	if next.State, err = blobKey(g.tenant, g.groupHex, ""); err != nil {
-		return checkpoint{}, nil, nil, err
-	}
-	blobs[next.State] = sb
 	for _, m := range t.g.active() {
 		bk, ok := g.ck.Members[m.ClientID]
-		if t.dirty[m.ClientID] || !ok {
+		save := t.dirty[m.ClientID] || !ok
+		if !save && t.ratchet[m.ClientID] {
+			// A ratchet advance alone may wait: an older snapshot ratchets
+			// forward to any later message (RFC 9420 section 9.1).
+			m.Unsaved++
+			save = m.Unsaved >= w.cfg.SnapshotEvery
+		}
+		if save {
+			m.Unsaved = 0
 			snap, err := t.members[m.ClientID].Snapshot()
 			if err != nil {
 				return checkpoint{}, nil, nil, fmt.Errorf("snapshot member: %w", err)
@@ -721,6 +731,15 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64
 		}
 		next.Members[m.ClientID] = bk
 	}
+	// The group state goes last: the loop above counts unsaved ratchets.
+	sb, err := t.g.encode()
+	if err != nil {
+		return checkpoint{}, nil, nil, err
+	}
+	if next.State, err = blobKey(g.tenant, g.groupHex, ""); err != nil {
+		return checkpoint{}, nil, nil, err
+	}
+	blobs[next.State] = sb
 	written, err := w.putBlobs(ctx, blobs)
 	if err != nil {
 		return checkpoint{}, nil, written, err
