@@ -447,18 +447,22 @@ func (c *Client) readLoop(ws *websocket.Conn) error {
 			c.o.onError(fmt.Errorf("client: %w", err))
 			continue
 		}
-		c.handle(&f)
+		if err := c.handle(&f); err != nil {
+			c.o.onError(err)
+		}
 	}
 }
 
-func (c *Client) handle(f *wire.Frame) {
+// handle acts on one gateway frame. It returns an error for the error
+// handler, which is called without c.mu held so that it may call the client.
+func (c *Client) handle(f *wire.Frame) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch f.Op {
 	case wire.OpSubscribed:
 		s := c.pending[f.ID]
 		if s == nil {
-			return
+			return nil
 		}
 		delete(c.pending, f.ID)
 		s.req = 0
@@ -471,7 +475,7 @@ func (c *Client) handle(f *wire.Frame) {
 		if s.abandoned {
 			c.endLocked(s, &EndedError{Reason: "subscribe cancelled"}, true)
 			c.signal()
-			return
+			return nil
 		}
 		c.subs[s] = struct{}{}
 		if s.pendingCredit > 0 {
@@ -481,20 +485,19 @@ func (c *Client) handle(f *wire.Frame) {
 	case wire.OpEvent:
 		s := c.byID[f.Sub]
 		if s == nil {
-			return // ended here; the gateway drops it too
+			return nil // ended here; the gateway drops it too
 		}
 		var ev schema.ClientEvent
 		if err := c.decodeEvent(f.Event, &ev); err != nil {
-			c.o.onError(fmt.Errorf("client: event did not decode: %w", err))
 			s.pendingCredit++ // its slot must still be returned
 			c.queueCreditLocked(s)
-			return
+			return fmt.Errorf("client: event did not decode: %w", err)
 		}
-		s.deliver(ev, f.Seq)
+		return s.deliver(ev, f.Seq)
 	case wire.OpEnded:
 		s := c.byID[f.Sub]
 		if s == nil {
-			return
+			return nil
 		}
 		resumable := f.Reason == wire.ReasonShutdown ||
 			(f.Reason == wire.ReasonTokenExpired && c.o.tokenFunc != nil)
@@ -503,7 +506,7 @@ func (c *Client) handle(f *wire.Frame) {
 			// resumes on the next one.
 			delete(c.byID, s.id)
 			s.id = 0
-			return
+			return nil
 		}
 		c.endLocked(s, &EndedError{Reason: f.Reason}, false)
 	case wire.OpError:
@@ -514,13 +517,14 @@ func (c *Client) handle(f *wire.Frame) {
 			if s.resumedFrom != 0 || s.answered {
 				// A resume the gateway refused ends the subscription.
 				c.endLocked(s, &EndedError{Reason: "resume refused", Err: gerr}, false)
-				return
+				return nil
 			}
 			s.resolve(gerr)
-			return
+			return nil
 		}
-		c.o.onError(gerr)
+		return gerr
 	}
+	return nil
 }
 
 func (c *Client) decodeEvent(b []byte, ev *schema.ClientEvent) error {
@@ -541,6 +545,9 @@ func (c *Client) queueCreditLocked(s *Subscription) {
 
 // disconnected forgets the connection's ids; subscriptions wait to resume.
 func (c *Client) disconnected(err error) {
+	if err != nil && !errors.Is(err, ErrClosed) {
+		c.o.onError(fmt.Errorf("client: connection lost: %w", err))
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ws = nil
@@ -563,9 +570,6 @@ func (c *Client) disconnected(err error) {
 		}
 	}
 	c.credit = nil
-	if err != nil && !errors.Is(err, ErrClosed) {
-		c.o.onError(fmt.Errorf("client: connection lost: %w", err))
-	}
 }
 
 // redial dials with backoff until it succeeds or the client closes, then

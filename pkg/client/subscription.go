@@ -96,14 +96,13 @@ func (s *Subscription) Err() error {
 }
 
 // deliver queues a received event. c.mu held.
-func (s *Subscription) deliver(ev schema.ClientEvent, seq uint64) {
+func (s *Subscription) deliver(ev schema.ClientEvent, seq uint64) error {
 	if s.ended {
-		return
+		return nil
 	}
 	if len(s.buf) > 2*wire.InitialCredit {
 		// The gateway never sends past the bound; refuse to grow without one.
-		s.c.o.onError(errors.New("client: gateway exceeded the subscription's credit"))
-		return
+		return errors.New("client: gateway exceeded the subscription's credit")
 	}
 	lagged := ev.Kind == schema.KindLagged
 	s.buf = append(s.buf, item{ev: ev, gen: s.gen, lagged: lagged})
@@ -111,6 +110,7 @@ func (s *Subscription) deliver(ev schema.ClientEvent, seq uint64) {
 		s.lastSeq = seq
 	}
 	s.wakeReaders()
+	return nil
 }
 
 // heldLocked counts the events held here that the gateway counts against
