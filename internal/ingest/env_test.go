@@ -201,11 +201,17 @@ func (w *worker) submitOne(t testing.TB, m schema.TransportMessage) Result {
 // outcome reads an outcome over HTTP; ok is false on 404.
 func (w *worker) outcome(t testing.TB, id []byte) (schema.Outcome, bool) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, w.http.URL+"/v1/tenants/"+testTenant+"/outcomes/"+hex.EncodeToString(id), nil)
+	return w.outcomeOf(t, testTenant, id)
+}
+
+// outcomeOf reads a tenant's outcome over HTTP; ok is false on 404.
+func (w *worker) outcomeOf(t testing.TB, tenant string, id []byte) (schema.Outcome, bool) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, w.http.URL+"/v1/tenants/"+tenant+"/outcomes/"+hex.EncodeToString(id), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token(t, testTenant, auth.ScopeIngest))
+	req.Header.Set("Authorization", "Bearer "+token(t, tenant, auth.ScopeIngest))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
