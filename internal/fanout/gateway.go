@@ -60,6 +60,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Listen is the address Run serves on.
 	Listen string
+	// OriginPatterns are the browser origins (host patterns, as
+	// path.Match) allowed to open a WebSocket besides the gateway's own
+	// host. Requests without an Origin header, from non-browser clients,
+	// are always allowed.
+	OriginPatterns []string
 
 	// Stream is the events stream gaps are repaired from.
 	Stream string

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -269,6 +270,14 @@ func TestSSE(t *testing.T) {
 	if code := sseStatus(t, e, "/v1/tenants/"+tenantA+"/clients/"+client1+"/events", token(t, tenantA, client1)); code != 400 {
 		t.Fatalf("SSE without kinds: %d", code)
 	}
+	// A browser's EventSource passes the token in the query.
+	path := "/v1/tenants/" + tenantA + "/clients/" + client1 + "/events?kinds=message.received&access_token="
+	if code := sseStatus(t, e, path+token(t, tenantA, client1), ""); code != 200 {
+		t.Fatalf("SSE with access_token: %d", code)
+	}
+	if code := sseStatus(t, e, path+"bogus", ""); code != 401 {
+		t.Fatalf("SSE with a bad access_token: %d", code)
+	}
 }
 
 func TestOpsEndpoints(t *testing.T) {
@@ -341,5 +350,39 @@ func TestTokenExpiry(t *testing.T) {
 	}
 	if s.Err() != nil {
 		t.Fatalf("subscription ended: %v", s.Err())
+	}
+}
+
+// Run serves until its context ends, then drains.
+func TestRunServesUntilCancelled(t *testing.T) {
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	v, err := auth.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{NATS: e.nc, Verifier: v, Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	eventually(t, "the listener", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

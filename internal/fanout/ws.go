@@ -74,7 +74,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}})
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
 	if err != nil {
 		return // Accept has answered the request
 	}
