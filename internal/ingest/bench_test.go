@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -30,8 +32,10 @@ const (
 
 // BenchmarkIngest measures ingest over HTTP and over NATS against a plain
 // JetStream async publish of the same bytes to the same stream on the same
-// server, in one run. Each sub-benchmark reports msgs/s; the ingest ones
-// also report their rate as a fraction of the plain publish ("of-plain").
+// server, in one run. Each sub-benchmark reports msgs/s; the others also
+// report their rate as a fraction of the plain publish ("of-plain").
+// jetstream-three-writes is the bound: the three writes an admitted input
+// costs, raw.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 20000x ./internal/ingest/
 func BenchmarkIngest(b *testing.B) {
@@ -63,6 +67,55 @@ func BenchmarkIngest(b *testing.B) {
 			b.Fatal("publishes not acknowledged")
 		}
 		plain = msgsPerSec(b)
+	})
+	// The writes ingest must make for each admitted input, raw: the
+	// fabric-seen create, the first outcome record and the input itself,
+	// pipelined, without any ingest logic. Its rate bounds ingest's.
+	b.Run("jetstream-three-writes", func(b *testing.B) {
+		msgs := benchMessages(b, g, b.N)
+		raw := make([]*nats.Msg, 0, 3*len(msgs))
+		for _, tm := range msgs {
+			id := sha256.Sum256(tm.Payload)
+			idHex := hex.EncodeToString(id[:])
+			key, err := subject.SeenKey(testTenant, idHex)
+			if err != nil {
+				b.Fatal(err)
+			}
+			seen := nats.NewMsg("$KV." + streams.BucketSeen + "." + key)
+			seen.Data = []byte("1764685000000")
+			seen.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+			rec, err := outcomeMsg(testTenant, schema.Outcome{MessageID: id[:], Class: schema.ClassApplication, Status: schema.StatusQueued, Revision: 1, Time: time.Now().UTC()}, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			subj, err := subject.Input(testTenant, hex.EncodeToString(g.ID()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			in := nats.NewMsg(subj)
+			in.Data = tm.Payload
+			in.Header.Set(jetstream.MsgIDHeader, testTenant+"."+idHex)
+			in.Header.Set(HeaderClass, string(schema.ClassApplication))
+			in.Header.Set(HeaderMessageID, idHex)
+			raw = append(raw, seen, rec, in)
+		}
+		js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(4096))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(msgs[0].Payload)))
+		b.ResetTimer()
+		for _, m := range raw {
+			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatal("publishes not acknowledged")
+		}
+		reportOfPlain(b, plain)
 	})
 	w := e.workers[0]
 	tok := benchToken(b)
