@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,7 @@ type options struct {
 
 	child   bool
 	natsURL string
+	profile string
 }
 
 func main() {
@@ -77,6 +79,7 @@ func main() {
 	flag.BoolVar(&o.json, "json", false, "use the JSON subprotocol instead of msgpack")
 	flag.BoolVar(&o.child, "child-gateway", false, "internal: run only the gateway")
 	flag.StringVar(&o.natsURL, "nats-url", "", "internal: NATS for -child-gateway")
+	flag.StringVar(&o.profile, "gateway-cpuprofile", "", "write the gateway's CPU profile to this file")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	var err error
@@ -95,6 +98,17 @@ func main() {
 // memory after a collection. It prints its address and serves until stdin
 // closes.
 func runGateway(o options) error {
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	v, err := auth.NewVerifier([]byte(os.Getenv(envSecret)))
 	if err != nil {
 		return err
@@ -175,7 +189,7 @@ func run(o options) error {
 	for i := range secret {
 		secret[i] = byte('a' + i%26)
 	}
-	addr, stop, err := startChild(ctx, ns.ClientURL(), secret)
+	addr, stop, err := startChild(ctx, ns.ClientURL(), secret, o.profile)
 	if err != nil {
 		return err
 	}
@@ -360,12 +374,12 @@ func publish(ctx context.Context, js jetstream.JetStream, clientIDs []string, n,
 
 // startChild runs this binary as the gateway and returns its address and a
 // stop function that ends it and waits for it.
-func startChild(ctx context.Context, natsURL string, secret []byte) (string, func(), error) {
+func startChild(ctx context.Context, natsURL string, secret []byte, profile string) (string, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-child-gateway", "-nats-url", natsURL)
+	cmd := exec.CommandContext(ctx, exe, "-child-gateway", "-nats-url", natsURL, "-gateway-cpuprofile", profile)
 	cmd.Env = append(os.Environ(), envSecret+"="+string(secret))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

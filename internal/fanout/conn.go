@@ -32,7 +32,11 @@ type subscription struct {
 // connection's writer goroutine only.
 type sink interface {
 	// writeFrame writes one frame, already in the connection's format.
-	writeFrame(ctx context.Context, b []byte) error
+	writeFrame(b []byte) error
+	// setDeadline bounds the writes that follow: past t the connection is
+	// closed and a blocked write fails. The zero time removes the bound.
+	// One deadline per batch costs less than a context per frame.
+	setDeadline(t time.Time)
 	// ping keeps the connection alive and checks the peer still reads.
 	ping(ctx context.Context) error
 }
@@ -322,21 +326,23 @@ func (c *conn) writeLoop(ctx context.Context) error {
 		c.mu.Lock()
 		ctrl, batch, drain = c.take(batch[:0], defaultWriterBatch)
 		c.mu.Unlock()
-		for _, f := range ctrl {
-			if err := c.write(ctx, f); err != nil {
-				return err
-			}
-		}
-		for i := range batch {
-			p := &batch[i]
-			buf = c.eventFrame(buf[:0], p)
-			if err := c.write(ctx, buf); err != nil {
-				return err
-			}
-			c.wrote(p)
-			p.s, p.item = nil, queue.Item[*event]{}
-		}
 		if len(ctrl) > 0 || len(batch) > 0 {
+			c.out.setDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
+			for _, f := range ctrl {
+				if err := c.out.writeFrame(f); err != nil {
+					return err
+				}
+			}
+			for i := range batch {
+				p := &batch[i]
+				buf = c.eventFrame(buf[:0], p)
+				if err := c.out.writeFrame(buf); err != nil {
+					return err
+				}
+				c.wrote(p)
+				p.s, p.item = nil, queue.Item[*event]{}
+			}
+			c.out.setDeadline(time.Time{})
 			continue
 		}
 		if drain {
@@ -357,12 +363,6 @@ func (c *conn) writeLoop(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-func (c *conn) write(ctx context.Context, b []byte) error {
-	wctx, cancel := context.WithTimeout(ctx, c.g.cfg.WriteTimeout)
-	defer cancel()
-	return c.out.writeFrame(wctx, b)
 }
 
 // eventFrame builds the frame of one popped item in the connection's format.

@@ -22,18 +22,21 @@ type sseSink struct {
 	rc *http.ResponseController
 }
 
-func (s *sseSink) writeFrame(ctx context.Context, b []byte) error {
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.rc.SetWriteDeadline(dl)
-	}
+func (s *sseSink) writeFrame(b []byte) error {
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
 	return s.rc.Flush()
 }
 
+func (s *sseSink) setDeadline(t time.Time) { _ = s.rc.SetWriteDeadline(t) }
+
 func (s *sseSink) ping(ctx context.Context) error {
-	return s.writeFrame(ctx, []byte(": ping\n\n"))
+	if dl, ok := ctx.Deadline(); ok {
+		s.setDeadline(dl)
+		defer s.setDeadline(time.Time{})
+	}
+	return s.writeFrame([]byte(": ping\n\n"))
 }
 
 // serveSSE serves GET /v1/tenants/{tenant}/clients/{client_id}/events as

@@ -24,12 +24,30 @@ import (
 const maxCredit = 1 << 20
 
 type wsSink struct {
-	ws  *websocket.Conn
-	typ websocket.MessageType
+	ws    *websocket.Conn
+	typ   websocket.MessageType
+	guard *time.Timer // closes the connection at the write deadline
 }
 
-func (s *wsSink) writeFrame(ctx context.Context, b []byte) error { return s.ws.Write(ctx, s.typ, b) }
-func (s *wsSink) ping(ctx context.Context) error                 { return s.ws.Ping(ctx) }
+// writeFrame writes without a context: the deadline is the guard's, so a
+// write does not set up and tear down a context timer per frame.
+func (s *wsSink) writeFrame(b []byte) error { return s.ws.Write(context.Background(), s.typ, b) }
+
+func (s *wsSink) setDeadline(t time.Time) {
+	if t.IsZero() {
+		if s.guard != nil {
+			s.guard.Stop()
+		}
+		return
+	}
+	if s.guard == nil {
+		s.guard = time.AfterFunc(time.Until(t), func() { _ = s.ws.CloseNow() })
+		return
+	}
+	s.guard.Reset(time.Until(t))
+}
+
+func (s *wsSink) ping(ctx context.Context) error { return s.ws.Ping(ctx) }
 
 // authorize verifies the request's bearer token and the events scope.
 func (g *Gateway) authorize(r *http.Request) (auth.Claims, error) {
@@ -111,8 +129,10 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.readLoop(ctx, ws, typ)
 	cancel()
 	c.endAll("")
-	wg.Wait()
+	// The reader has ended, so the connection is done: closing it unblocks
+	// a write in progress. A drain has already closed it with its handshake.
 	_ = ws.CloseNow()
+	wg.Wait()
 }
 
 // readLoop reads app frames until the connection ends.
