@@ -24,9 +24,9 @@ type DMResolver interface {
 const GroupsBucket = "fabric-groups"
 
 // KVDMKeys reads DM conversation keys from the fabric-groups bucket, key
-// <tenant>.<group hex>. The record is a msgpack map; its member
-// dm_conversation_key (bin) is the key, absent for a group that is not a
-// DM's. Other members are ignored. Reads are direct gets, so the gateway
+// <tenant>.<group hex>. The record is the msgpack map converge writes
+// (converge.GroupRecord); its member dm_conversation_key (bin) is the key,
+// absent for a group that is not a DM's. Other members are ignored. Reads are direct gets, so the gateway
 // needs no JetStream context and creates nothing.
 type KVDMKeys struct {
 	NATS    *nats.Conn
