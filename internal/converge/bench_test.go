@@ -121,3 +121,31 @@ func BenchmarkEngineDecrypt(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConvergeManyGroups measures the aggregate rate over 16 groups of
+// one hosted member each: groups of different partitions are processed in
+// parallel.
+func BenchmarkConvergeManyGroups(b *testing.B) {
+	const groups = 16
+	e := newEnv(b)
+	gs := make([]*testpeer.Group, groups)
+	for i := range gs {
+		g, _, welcome := benchGroup(b, e, 1)
+		e.publish(welcome)
+		gs[i] = g
+	}
+	e.worker("bench", nil)
+	msgs := make([]testpeer.Message, b.N)
+	for i := range msgs {
+		msgs[i] = must[testpeer.Message](b)(gs[i%groups].SendText("benchmark message"))
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for _, m := range msgs {
+		e.publish(m)
+	}
+	for _, m := range msgs[max(0, len(msgs)-groups):] {
+		e.waitAccepted(m.ID, 10*time.Minute)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}

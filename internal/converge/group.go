@@ -46,8 +46,14 @@ type txn struct {
 	dirty   map[string]bool        // members whose engine state changed epoch or proposals
 	ratchet map[string]bool        // members whose only change is a decryption ratchet
 	events  []emission
+	next    map[string]int // next event index by client and cause
 	notes   []outcomeNote
 	now     int64 // emission time (unix ms), for expiry decisions
+	// inputSeq is the stream sequence of the last input applied, 0 for a
+	// transaction of no input (a cleanup pass); name names the
+	// transaction in its checkpoint.
+	inputSeq uint64
+	name     string
 	// groupChanged is set when hosted membership, components or keys
 	// changed, so the group's fabric-groups and fabric-group-keys entries
 	// are written again.
@@ -121,14 +127,13 @@ func (t *txn) emit(client string, cause []byte, evs ...project.Event) {
 		return
 	}
 	project.Order(evs)
-	next := 0
-	for _, e := range t.events {
-		if e.Client == client && bytes.Equal(e.Cause, cause) {
-			next = e.Index + 1
-		}
+	if t.next == nil {
+		t.next = map[string]int{}
 	}
-	for i, ev := range evs {
-		t.events = append(t.events, emission{Client: client, Cause: cause, Index: next + i, Event: ev})
+	k := client + "\x00" + string(cause)
+	for _, ev := range evs {
+		t.events = append(t.events, emission{Client: client, Cause: cause, Index: t.next[k], Event: ev})
+		t.next[k]++
 	}
 }
 

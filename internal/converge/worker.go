@@ -496,22 +496,35 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			sleep(ctx, backoff)
 			continue
 		}
-		for msg := range batch.Messages() {
+		msgs := batch.Messages()
+		for open := true; open; {
+			first, ok := <-msgs
+			if !ok {
+				break
+			}
+			// Take what has already arrived too, so a group's consecutive
+			// inputs share one transaction and one atomic batch.
+			pending := []jetstream.Msg{first}
+		drain:
+			for len(pending) < fetchBatch {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						open = false
+						break drain
+					}
+					pending = append(pending, m)
+				default:
+					break drain
+				}
+			}
 			if restart != 0 {
 				continue // drain the rest of a batch after a failure
 			}
-			if err := w.handle(ctx, part, msg); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				meta, _ := msg.Metadata()
-				w.log.Warn("converge: input failed; retrying in order", "partition", p, "err", err)
-				if meta != nil {
-					restart = meta.Sequence.Stream
-				}
-				continue
+			restart = w.handle(ctx, part, pending)
+			if ctx.Err() != nil {
+				return
 			}
-			_ = msg.Ack()
 		}
 		if restart != 0 {
 			cons = nil
@@ -535,37 +548,141 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// handle processes one input message: exactly once, behind the fence.
-func (w *Worker) handle(ctx context.Context, part *partition, msg jetstream.Msg) error {
-	start := time.Now()
+// groupRun is the inputs of one group among the messages of one fetch, in
+// stream order.
+type groupRun struct {
+	tenant, groupHex string
+	ins              []input
+	msgs             []jetstream.Msg
+}
+
+// handle processes fetched input messages: each group's in stream order,
+// exactly once, behind the fence, and acknowledges them. It returns 0, or
+// the stream sequence to redeliver from after a failure.
+func (w *Worker) handle(ctx context.Context, part *partition, msgs []jetstream.Msg) uint64 {
+	var runs []*groupRun
+	byGroup := map[string]*groupRun{}
+	for _, msg := range msgs {
+		in, tenant, groupHex, err := parseInput(msg)
+		if err != nil {
+			w.log.Warn("converge: malformed input dropped", "err", err)
+			_ = msg.Ack()
+			continue
+		}
+		key := tenant + "." + groupHex
+		r := byGroup[key]
+		if r == nil {
+			r = &groupRun{tenant: tenant, groupHex: groupHex}
+			byGroup[key] = r
+			runs = append(runs, r)
+		}
+		r.ins = append(r.ins, in)
+		r.msgs = append(r.msgs, msg)
+	}
+	var restart uint64
+	for _, r := range runs {
+		done, err := w.handleRun(ctx, part, r.tenant, r.groupHex, r.ins)
+		for _, m := range r.msgs[:done] {
+			_ = m.Ack()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("converge: input failed; retrying in order", "partition", part.id, "err", err)
+			}
+			if seq := r.ins[done].Seq; restart == 0 || seq < restart {
+				restart = seq
+			}
+		}
+	}
+	return restart
+}
+
+// parseInput reads an input message as ingest publishes it.
+func parseInput(msg jetstream.Msg) (input, string, string, error) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return fmt.Errorf("input metadata: %w", err)
+		return input{}, "", "", fmt.Errorf("input metadata: %w", err)
 	}
 	_, tenant, groupHex, err := subject.ParseStoredInput(msg.Subject())
 	if err != nil {
-		w.log.Warn("converge: input on a malformed subject dropped", "err", err)
-		return nil
+		return input{}, "", "", err
 	}
 	id, err := hex.DecodeString(msg.Headers().Get(ingest.HeaderMessageID))
 	if err != nil || len(id) != sha256.Size {
-		w.log.Warn("converge: input without a message id dropped")
-		return nil
+		return input{}, "", "", errors.New("input without a message id")
 	}
-	in := input{
+	return input{
 		Seq:       meta.Sequence.Stream,
 		Class:     schema.InputClass(msg.Headers().Get(ingest.HeaderClass)),
 		MessageID: id,
 		Data:      msg.Data(),
 		Time:      meta.Timestamp.UnixMilli(),
+	}, tenant, groupHex, nil
+}
+
+// maxTxnInputs bounds the inputs of one transaction.
+const maxTxnInputs = 64
+
+// txnName names the transaction that ends with the input at seq.
+func txnName(seq uint64) string { return "in:" + strconv.FormatUint(seq, 10) }
+
+// handleRun applies a group's inputs, in order, in as few transactions as
+// fit one atomic batch each. It returns how many inputs are done.
+func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHex string, ins []input) (int, error) {
+	done := 0
+	for done < len(ins) {
+		start := time.Now()
+		var used int
+		err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, g *loadedGroup) (bool, error) {
+			used = 0
+			applied := false
+			for _, in := range ins[done:] {
+				if in.Seq <= g.ck.InputSeq {
+					// Done before, by this worker before a crash or by
+					// another; the outcomes of the checkpoint's own
+					// transaction may not have been published yet.
+					if g.ck.Txn == txnName(in.Seq) {
+						if err := w.republish(ctx, g); err != nil {
+							return false, err
+						}
+					}
+					used++
+					continue
+				}
+				if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1) {
+					break
+				}
+				if err := t.run(ctx, linear{}, in); err != nil {
+					return false, err
+				}
+				t.inputSeq, t.name = in.Seq, txnName(in.Seq)
+				applied = true
+				used++
+			}
+			return applied, nil
+		})
+		if err != nil {
+			return done, err
+		}
+		for range used {
+			w.metrics.Latency.Observe(time.Since(start).Seconds())
+		}
+		done += used
 	}
-	err = w.transact(ctx, part, tenant, groupHex, in.Seq, "in:"+strconv.FormatUint(in.Seq, 10), func(ctx context.Context, t *txn) (bool, error) {
-		return true, t.run(ctx, linear{}, in)
-	})
-	if err == nil {
-		w.metrics.Latency.Observe(time.Since(start).Seconds())
+	return done, nil
+}
+
+// eventBudget is the most events one more input can add: a commit can give
+// every active member a removal, a membership, a metadata and a pause event.
+func eventBudget(t *txn) int { return 4*len(t.g.active()) + 4 }
+
+// republish publishes the outcome records and group entries of a group's
+// newest transaction again.
+func (w *Worker) republish(ctx context.Context, g *loadedGroup) error {
+	if err := w.publishOutcomes(ctx, g.tenant, g.ck.Outcomes); err != nil {
+		return err
 	}
-	return err
+	return w.publishGroup(ctx, g.tenant, g.groupHex, g.state, g.ckSeq)
 }
 
 // cleanup runs the disappearing-messages pass over the owned groups with a
@@ -581,8 +698,8 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 			part.setExpiry(key, 0)
 			continue
 		}
-		err := w.transact(ctx, part, tenant, groupHex, 0, "exp:"+strconv.FormatInt(now, 10), func(_ context.Context, t *txn) (bool, error) {
-			t.now = now
+		err := w.transact(ctx, part, tenant, groupHex, func(_ context.Context, t *txn, _ *loadedGroup) (bool, error) {
+			t.now, t.name = now, "exp:"+strconv.FormatInt(now, 10)
 			return t.expire(), nil
 		})
 		if err != nil {
@@ -647,35 +764,25 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 
 // transact runs body over a group and commits its result: state blobs
 // first, then the events and the checkpoint in one fenced atomic batch,
-// then the outcome records and the group's KV entries. seq > 0 marks an
-// input transaction, skipped when the group's checkpoint is already at or
-// past it (exactly once: EVENT-001). body reports whether it changed
-// anything; an expiry pass that changed nothing commits nothing.
-func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex string, seq uint64, name string, body func(context.Context, *txn) (bool, error)) error {
+// then the outcome records and the group's KV entries. body sees the group
+// as of its newest checkpoint (an input at or below its input_seq is done:
+// exactly once, EVENT-001) and reports whether it changed anything; nothing
+// changed commits nothing. A lost fence reloads the group and runs body
+// again.
+func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex string, body func(context.Context, *txn, *loadedGroup) (bool, error)) error {
 	key := tenant + "." + groupHex
 	for attempt := 0; attempt < commitAttempts; attempt++ {
 		g, err := w.load(ctx, part, tenant, groupHex)
 		if err != nil {
 			return err
 		}
-		if seq != 0 && seq <= g.ck.InputSeq {
-			// Done before, by this worker before a crash or by another:
-			// its outcomes may not have been published yet.
-			if g.ck.Txn != name {
-				return nil
-			}
-			if err := w.publishOutcomes(ctx, tenant, g.ck.Outcomes); err != nil {
-				return err
-			}
-			return w.publishGroup(ctx, tenant, groupHex, g.state, g.ckSeq)
-		}
 		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
-		changed, err := body(ctx, t)
+		changed, err := body(ctx, t, g)
 		if err != nil || !changed {
 			delete(part.groups, key) // the body may have moved ratchets
 			return err
 		}
-		next, events, written, err := w.prepare(ctx, g, t, seq, name)
+		next, events, written, err := w.prepare(ctx, g, t)
 		if err != nil {
 			delete(part.groups, key)
 			w.purge(ctx, written)
@@ -703,10 +810,10 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 // prepare writes the state blobs of a transaction and builds its checkpoint
 // and events. Nothing it writes is current until the checkpoint commits;
 // it returns the keys it wrote, so a failed commit can remove them.
-func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn, seq uint64, name string) (checkpoint, []eventbus.Event, []string, error) {
-	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: name, Members: map[string]string{}, Outcomes: t.notes, Worker: w.cfg.WorkerID}
-	if seq != 0 {
-		next.InputSeq = seq
+func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []eventbus.Event, []string, error) {
+	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: t.name, Members: map[string]string{}, Outcomes: t.notes, Worker: w.cfg.WorkerID}
+	if t.inputSeq != 0 {
+		next.InputSeq = t.inputSeq
 	}
 	blobs := map[string][]byte{}
 	for _, m := range t.g.active() {
