@@ -38,6 +38,7 @@ const (
 	DefaultPingInterval       = 30 * time.Second
 	DefaultRequestTimeout     = 5 * time.Second
 	DefaultMaxRepair          = 10000
+	DefaultHealInterval       = time.Second
 	hardFrameLimit            = 1 << 20
 	defaultWriterBatch        = 64
 	defaultShutdownDrainDelay = 5 * time.Second
@@ -84,6 +85,11 @@ type Config struct {
 	// MaxRepair bounds the events fetched to repair one gap; beyond it the
 	// rest are reported as discarded.
 	MaxRepair int
+	// HealInterval is how often the gateway checks whether its NATS
+	// connection reconnected; after a reconnect every tap is compared with
+	// the stream and repaired, since republished events sent while it was
+	// away are lost and no later event may come to reveal the gap.
+	HealInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -110,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRepair <= 0 {
 		c.MaxRepair = DefaultMaxRepair
+	}
+	if c.HealInterval <= 0 {
+		c.HealInterval = DefaultHealInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -144,9 +153,14 @@ type Gateway struct {
 	conns    map[*conn]struct{}
 	draining bool
 	connWG   sync.WaitGroup
+
+	done     chan struct{} // closed by Shutdown: background work stops
+	stopOnce sync.Once
+	bg       sync.WaitGroup
 }
 
-// New returns a Gateway. It registers its metrics on cfg.Registry.
+// New returns a Gateway. It registers its metrics on cfg.Registry and
+// starts a background check that Shutdown stops.
 func New(cfg Config) (*Gateway, error) {
 	if cfg.NATS == nil {
 		return nil, errors.New("fanout: Config.NATS is required")
@@ -166,6 +180,7 @@ func New(cfg Config) (*Gateway, error) {
 		metrics: m,
 		taps:    make(map[string]*tap),
 		conns:   make(map[*conn]struct{}),
+		done:    make(chan struct{}),
 	}
 	if g.dm == nil {
 		g.dm = &KVDMKeys{NATS: cfg.NATS, Timeout: cfg.RequestTimeout}
@@ -177,6 +192,7 @@ func New(cfg Config) (*Gateway, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.serveReady)
 	g.mux = mux
+	g.bg.Go(g.healLoop)
 	return g, nil
 }
 
@@ -244,6 +260,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	g.connsMu.Unlock()
+	g.stopOnce.Do(func() { close(g.done) })
+	g.bg.Wait()
 	for _, c := range conns {
 		c.drain(wire.ReasonShutdown)
 	}
@@ -259,6 +277,38 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	<-done
 	return fmt.Errorf("fanout: shutdown: %w", ctx.Err())
+}
+
+// healLoop repairs every tap after the NATS connection reconnects.
+func (g *Gateway) healLoop() {
+	t := time.NewTicker(g.cfg.HealInterval)
+	defer t.Stop()
+	last := g.cfg.NATS.Stats().Reconnects
+	for {
+		select {
+		case <-g.done:
+			return
+		case <-t.C:
+		}
+		if r := g.cfg.NATS.Stats().Reconnects; r != last && g.cfg.NATS.IsConnected() {
+			last = r
+			g.heal()
+		}
+	}
+}
+
+// heal compares each tap with the last event stored for its client and
+// repairs what it missed.
+func (g *Gateway) heal() {
+	g.tapsMu.Lock()
+	taps := make([]*tap, 0, len(g.taps))
+	for _, t := range g.taps {
+		taps = append(taps, t)
+	}
+	g.tapsMu.Unlock()
+	for _, t := range taps {
+		t.heal()
+	}
 }
 
 // addConn registers a connection unless the gateway is draining.

@@ -54,6 +54,12 @@ type env struct {
 
 func newEnv(t *testing.T, tune ...func(*Config)) *env {
 	t.Helper()
+	return newEnvNATS(t, nil, tune...)
+}
+
+// newEnvNATS is newEnv with options for the gateway's NATS connection.
+func newEnvNATS(t *testing.T, gatewayNATS []nats.Option, tune ...func(*Config)) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
@@ -61,7 +67,7 @@ func newEnv(t *testing.T, tune ...func(*Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(ns.Shutdown)
-	pub, err := ns.Connect()
+	pub, err := ns.Connect(nats.ReconnectWait(20 * time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +79,7 @@ func newEnv(t *testing.T, tune ...func(*Config)) *env {
 	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := ns.Connect()
+	nc, err := ns.Connect(gatewayNATS...)
 	if err != nil {
 		t.Fatal(err)
 	}

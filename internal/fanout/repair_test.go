@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -385,4 +387,53 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// When the gateway's NATS connection comes back after the server restarts,
+// events republished while it was away are lost and no later event may come
+// to reveal the gap: the gateway compares every tap with the stream and
+// repairs it.
+func TestHealAfterNATSReconnect(t *testing.T) {
+	var blocked atomic.Bool
+	dialer := &blockingDialer{blocked: &blocked}
+	e := newEnvNATS(t, []nats.Option{nats.SetCustomDialer(dialer), nats.ReconnectWait(20 * time.Millisecond)},
+		func(c *Config) { c.HealInterval = 20 * time.Millisecond })
+	c := e.connect(tenantA, []string{client1})
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	if n := msgNo(next(t, s)); n != 1 {
+		t.Fatalf("got %d", n)
+	}
+	// The gateway cannot reconnect until the event below is stored, so its
+	// republished copy reaches nobody.
+	blocked.Store(true)
+	e.ns.Shutdown()
+	if err := e.ns.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the publisher to reconnect", e.pub.IsConnected)
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	blocked.Store(false)
+	if n := msgNo(next(t, s)); n != 2 {
+		t.Fatalf("got %d, want 2", n)
+	}
+	if got := testutil.ToFloat64(e.g.metrics.repaired); got != 1 {
+		t.Fatalf("repaired %v events, want 1", got)
+	}
+}
+
+// blockingDialer refuses to dial while blocked.
+type blockingDialer struct {
+	blocked *atomic.Bool
+	d       net.Dialer
+}
+
+func (b *blockingDialer) Dial(network, address string) (net.Conn, error) {
+	if b.blocked.Load() {
+		return nil, errors.New("dial blocked by the test")
+	}
+	return b.d.Dial(network, address)
 }

@@ -266,6 +266,25 @@ func (t *tap) fetch(seq uint64) (eventbus.Delivered, []byte, error) {
 	return d, m.Data, nil
 }
 
+// heal repairs the events stored after the tap's last one, if any.
+func (t *tap) heal() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.started || t.stopped {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.g.cfg.RequestTimeout)
+	last, err := t.g.lastSequence(ctx, t.events)
+	cancel()
+	if err != nil {
+		t.g.log.Warn("fanout: heal tap", "err", err)
+		return
+	}
+	if last > t.lastSeq {
+		t.repair(last)
+	}
+}
+
 // unrepaired reports a gap the gateway could not fill to every subscription
 // as a discard, so each of them hands off a lagged before its next event
 // (EVENT-031). How many of the missing events a filter would have selected is
