@@ -146,10 +146,10 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if f.ing, err = ingest.New(ingest.Config{Conn: f.nc, Verifier: verifier, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
 		return nil, err
 	}
-	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: o.Logger}); err != nil {
+	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg}); err != nil {
 		return nil, err
 	}
-	sig, err := signals.New(ctx, signals.Config{JS: js, Verifier: verifier, Logger: o.Logger})
+	sig, err := signals.New(ctx, signals.Config{JS: js, Verifier: verifier, Logger: o.Logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
