@@ -1,0 +1,51 @@
+package converge
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// TestMetrics: processing shows in the metrics, which lint clean and carry
+// no id in a label.
+func TestMetrics(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	e.worker("w1", func(c *Config) { c.Metrics = m })
+	_, g := groupWithHosted(t, e, components.Set{}, h)
+	e.publish(must[testpeer.Message](t)(g.SendText("counted")))
+	e.waitEvents(h.rec.ClientID, 2)
+
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(m.Owned) != subject.Partitions && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(m.Owned); got != subject.Partitions {
+		t.Errorf("owned partitions %v", got)
+	}
+	if got := testutil.ToFloat64(m.Inputs.WithLabelValues(string(schema.DispositionAccepted))); got != 2 {
+		t.Errorf("accepted inputs %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.Events.WithLabelValues(string(schema.KindMessageReceived))); got != 1 {
+		t.Errorf("message.received events %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.Latency); n != 1 {
+		t.Errorf("latency series %d", n)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+}
