@@ -40,7 +40,7 @@ func BenchmarkClassify(b *testing.B) {
 
 // benchGroup returns a hosted member's state in a group of n members made by
 // a remote admin, and the admin's group.
-func benchGroup(b *testing.B, n int) (*State, *testpeer.Group) {
+func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
 	b.Helper()
 	alice, err := testpeer.New("alice")
 	if err != nil {
@@ -158,6 +158,40 @@ func BenchmarkSnapshot100(b *testing.B) {
 			}
 		}
 	})
+	// Without the structural pre-validation (what Clone does): the
+	// difference to "restore" is the check's cost.
+	b.Run("restore-unchecked", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := restore(snap, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A declared leaf count of 2^22 that mls-go allocated in full before it
+	// read a node (≈0.5 s per restore before the check; 2^28 exhausted memory).
+	damaged := withTreeLeaves(b, snap, 1<<22)
+	b.Run("restore-damaged", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Restore(damaged); err == nil {
+				b.Fatal("damaged snapshot restored")
+			}
+		}
+	})
+}
+
+// BenchmarkAuthenticates is the membership-tag check convergence runs per
+// retained candidate state before replaying a commit against it.
+func BenchmarkAuthenticates100(b *testing.B) {
+	st, ag := benchGroup(b, 100)
+	commit, err := ag.Commit()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if ok, err := st.Authenticates(commit.MLS); !ok || err != nil {
+			b.Fatal("genuine commit does not authenticate", err)
+		}
+	}
 }
 
 // BenchmarkProcessCommit100 is a commit against a 100-member parent, the

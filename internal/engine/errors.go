@@ -83,7 +83,8 @@ var (
 )
 
 // ErrParserPanic: mls-go panicked on the input; the engine turned the panic
-// into an invalid_encoding error so malformed input can never crash a role.
+// into an invalid_encoding error (missing_history in Restore) so malformed
+// input can never crash a role.
 var ErrParserPanic = errors.New("mls parser rejected the input")
 
 // recoverDecode is deferred by every entry point that hands received bytes to

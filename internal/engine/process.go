@@ -22,10 +22,6 @@ var (
 	// ErrNoRatchetTree: the Welcome's GroupInfo has no ratchet_tree extension
 	// and no tree was supplied.
 	ErrNoRatchetTree = errors.New("no ratchet tree")
-	// ErrMembershipTag: the PublicMessage's membership tag does not verify
-	// under this state; another candidate parent may authenticate it
-	// (inbound-processing: the input stays deferred).
-	ErrMembershipTag = errors.New("membership tag does not verify under this state")
 	// ErrSignature: the sender's signature does not verify.
 	ErrSignature = errors.New("signature does not verify")
 	// ErrUnauthorized: the committer may not make this change.
@@ -233,20 +229,19 @@ type HandshakeResult struct {
 // and returns the copy: s itself is untouched, so a commit can be tried
 // against any retained parent. A commit is authorized against s's components
 // (privileged changes need an admin); an unauthorized commit fails with
-// category authorization_failed. A commit that removes the hosted member's
+// category authorization_failed. A member's message whose membership tag
+// does not verify under s fails with ErrNotAuthenticated (missing_history:
+// s is not its parent, see [State.Authenticates]); once the tag verifies, a
+// failed sender signature is invalid_signature (ErrSignature), terminal for
+// the message. A commit that removes the hosted member's
 // own leaf returns a nil State and a result with RemovedSelf set: the copy
 // is inactive from then on (Marmot member-departure.md).
 func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *HandshakeResult, err error) {
 	const op = "process handshake"
 	defer recoverDecode(op, &err)
-	c, err := Classify(mlsMessage)
+	c, pm, err := parsePublicHandshake(op, mlsMessage)
 	if err != nil {
 		return nil, nil, err
-	}
-	if c.WireFormat != WirePublicMessage || (c.Class != schema.ClassCommit && c.Class != schema.ClassProposal) {
-		// Marmot pins handshakes to PublicMessage; a PrivateMessage handshake
-		// is a feature the fabric does not support.
-		return nil, nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrNotHandshake)
 	}
 	if err := s.checkGroup(op, c); err != nil {
 		return nil, nil, err
@@ -254,18 +249,13 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 	if err := s.checkEpoch(op, c); err != nil {
 		return nil, nil, err
 	}
-	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
-	if err != nil {
-		return nil, nil, fail(op, schema.CategoryInvalidEncoding, err)
-	}
-	pm, ok := msg.AsPublic()
-	if !ok {
-		return nil, nil, fail(op, schema.CategoryInvalidEncoding, ErrNotHandshake)
+	// The membership tag first: it tells whether this state is the parent at
+	// all. Only then is a failed signature the sender's fault (inbound
+	// processing: terminal once MLS authentication identifies the parent).
+	if pm.Content.Sender.Type == framing.SenderTypeMember && !s.membershipTagVerifies(pm) {
+		return nil, nil, fail(op, schema.CategoryMissingHistory, ErrNotAuthenticated)
 	}
 	if err := s.g.VerifyPublicMessage(pm); err != nil {
-		if errors.Is(err, framing.ErrInvalidMembershipTag) {
-			return nil, nil, fail(op, schema.CategoryInvalidSignature, ErrMembershipTag)
-		}
 		return nil, nil, fail(op, schema.CategoryInvalidSignature, errors.Join(ErrSignature, err))
 	}
 	res = &HandshakeResult{Class: c.Class, MessageID: c.MessageID}
@@ -290,9 +280,7 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 		return nil, nil, classifyMLSGoError(op, err)
 	}
 	if c.Class == schema.ClassProposal {
-		if stored := next.g.StoredProposals(); len(stored) > 0 {
-			res.ProposalRef = slices.Clone(stored[len(stored)-1].Ref)
-		}
+		res.ProposalRef = proposalRefOf(pm, s.g.CipherSuite())
 		return next, res, nil
 	}
 	parentSet, _, err := s.Components()
@@ -372,13 +360,9 @@ func (s *State) ownRemoval(ops []components.Op, shape commitShape, res *Handshak
 // by-reference proposals against the proposals s has stored.
 func (s *State) commitOps(pm *framing.PublicMessage, committer Member) ([]components.Op, commitShape, error) {
 	var shape commitShape
-	data, ok := pm.Content.CommitData()
-	if !ok {
-		return nil, shape, fail("process handshake", schema.CategoryInvalidEncoding, errors.New("commit without body"))
-	}
-	commit, err := group.UnmarshalCommit(data)
+	commit, err := commitOf("process handshake", pm)
 	if err != nil {
-		return nil, shape, fail("process handshake", schema.CategoryInvalidEncoding, err)
+		return nil, shape, err
 	}
 	stored := s.g.StoredProposals()
 	var ops []components.Op

@@ -157,15 +157,37 @@ func (s *State) Snapshot() ([]byte, error) {
 }
 
 // Restore rebuilds a State from Snapshot bytes, checking its consistency
-// (mls-go UnmarshalGroupState, which verifies the tree hash).
-func Restore(snapshot []byte) (*State, error) {
+// (mls-go UnmarshalGroupState, which verifies the tree hash). Before mls-go
+// sees the bytes, their structure is checked: counts such as the ratchet
+// tree's declared leaf count (at most [MaxTreeLeaves]) are bounded and must
+// fit the bytes present, so a damaged snapshot fails fast. Every failure,
+// including a panic inside mls-go, has category missing_history: the
+// retained state is lost.
+func Restore(snapshot []byte) (st *State, err error) {
+	return restore(snapshot, true)
+}
+
+// restore is Restore; check is false only for bytes this process's own
+// Snapshot just produced (Clone), which skip the structural pre-validation.
+func restore(snapshot []byte, check bool) (st *State, err error) {
+	const op = "restore"
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = nil, fail(op, schema.CategoryMissingHistory, ErrParserPanic)
+		}
+	}()
 	var env snapshotEnvelope
 	if err := json.Unmarshal(snapshot, &env); err != nil || env.V != 1 {
-		return nil, fail("restore", schema.CategoryMissingHistory, errors.New("not a state snapshot"))
+		return nil, fail(op, schema.CategoryMissingHistory, ErrBadSnapshot)
+	}
+	if check {
+		if err := checkSnapshot(&env); err != nil {
+			return nil, fail(op, schema.CategoryMissingHistory, err)
+		}
 	}
 	g, err := group.UnmarshalGroupState(env.State)
 	if err != nil {
-		return nil, fail("restore", schema.CategoryMissingHistory, err)
+		return nil, fail(op, schema.CategoryMissingHistory, err)
 	}
 	for _, kv := range env.PSKs {
 		g.LoadPsk(kv[0], kv[1])
@@ -180,7 +202,7 @@ func (s *State) Clone() (*State, error) {
 		return nil, err
 	}
 	defer clear(b)
-	return Restore(b)
+	return restore(b, false)
 }
 
 // String describes the state without ids or secrets.
