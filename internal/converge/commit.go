@@ -1,0 +1,333 @@
+package converge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+)
+
+// transact runs body over a group and commits its result: state blobs
+// first, then the events and the checkpoint in one fenced atomic batch,
+// then the outcome records and the group's KV entries. body sees the group
+// as of its newest checkpoint (an input at or below its input_seq is done:
+// exactly once, EVENT-001) and reports whether it changed anything; nothing
+// changed commits nothing. A lost fence reloads the group and runs body
+// again.
+func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex string, body func(context.Context, *txn, *loadedGroup) (bool, error)) error {
+	key := tenant + "." + groupHex
+	for attempt := 0; attempt < commitAttempts; attempt++ {
+		g, err := w.load(ctx, part, tenant, groupHex)
+		if err != nil {
+			return err
+		}
+		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
+		changed, err := body(ctx, t, g)
+		if err != nil || !changed {
+			delete(part.groups, key) // the body may have moved ratchets
+			return err
+		}
+		next, events, written, err := w.prepare(ctx, g, t)
+		if err != nil {
+			delete(part.groups, key)
+			w.purge(ctx, written)
+			return err
+		}
+		ckSeq, err := commitBatch(ctx, w.js, tenant, groupHex, g.ckSeq, next, events)
+		delete(part.groups, key)
+		if err != nil && !errors.Is(err, ErrFenced) {
+			// The batch may have been stored even so (a lost ack): the
+			// blobs stay, for the checkpoint that may name them.
+			return err
+		}
+		if err != nil {
+			w.metrics.Fenced.Inc()
+			w.purge(ctx, w.unnamed(ctx, tenant, groupHex, written))
+			continue
+		}
+		// An outcome that did not reach FABRIC_OUTCOMES fails the input;
+		// its retry finds the transaction done and publishes them again.
+		return w.committed(ctx, part, g, t, next, ckSeq, events)
+	}
+	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
+}
+
+// prepare writes the state blobs of a transaction and builds its checkpoint
+// and events. Nothing it writes is current until the checkpoint commits;
+// it returns the keys it wrote, so a failed commit can remove them.
+func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []eventbus.Event, []string, error) {
+	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: t.name, Members: map[string]string{}, Outcomes: t.notes, Worker: w.cfg.WorkerID}
+	if t.inputSeq != 0 {
+		next.InputSeq = t.inputSeq
+	}
+	blobs := map[string][]byte{}
+	for _, m := range t.g.active() {
+		bk, ok := g.ck.Members[m.ClientID]
+		save := t.dirty[m.ClientID] || !ok
+		if !save && t.ratchet[m.ClientID] {
+			// A ratchet advance alone may wait: an older snapshot ratchets
+			// forward to any later message (RFC 9420 section 9.1).
+			m.Unsaved++
+			save = m.Unsaved >= w.cfg.SnapshotEvery
+		}
+		if save {
+			m.Unsaved = 0
+			snap, err := t.members[m.ClientID].Snapshot()
+			if err != nil {
+				return checkpoint{}, nil, nil, fmt.Errorf("snapshot member: %w", err)
+			}
+			if bk, err = blobKey(g.tenant, g.groupHex, m.ClientID); err != nil {
+				return checkpoint{}, nil, nil, err
+			}
+			blobs[bk] = snap
+		}
+		next.Members[m.ClientID] = bk
+	}
+	// The group state goes last: the loop above counts unsaved ratchets.
+	sb, err := t.g.encode()
+	if err != nil {
+		return checkpoint{}, nil, nil, err
+	}
+	if next.State, err = blobKey(g.tenant, g.groupHex, ""); err != nil {
+		return checkpoint{}, nil, nil, err
+	}
+	blobs[next.State] = sb
+	written, err := w.putBlobs(ctx, blobs)
+	if err != nil {
+		return checkpoint{}, nil, written, err
+	}
+	next.NextExpiry = t.g.nextExpiry()
+	dmKey := dmConversationKey(t.g.components())
+	events := make([]eventbus.Event, 0, len(t.events))
+	for _, e := range t.events {
+		var idx [8]byte
+		binary.BigEndian.PutUint64(idx[:], uint64(e.Index))
+		ev := eventbus.Event{
+			Tenant:        g.tenant,
+			ClientID:      e.Client,
+			ID:            eventbus.EventID([]byte(g.tenant), []byte(e.Client), e.Cause, idx[:]),
+			Event:         e.Event.ClientEvent,
+			ReferencesOwn: e.Event.ReferencesOwn,
+		}
+		if _, names := ev.Event.GroupID(); names && dmKey != nil {
+			ev.ConversationKey = dmKey
+		}
+		events = append(events, ev)
+	}
+	return next, events, written, nil
+}
+
+// unnamed returns the keys of written that the group's newest checkpoint
+// does not name: after a lost fence they belong to no state.
+func (w *Worker) unnamed(ctx context.Context, tenant, groupHex string, written []string) []string {
+	ck, _, err := readCheckpoint(ctx, w.js, tenant, groupHex)
+	if err != nil {
+		return nil // unsure: keep them
+	}
+	var out []string
+	for _, k := range written {
+		if k != ck.State && !slices.Contains(slices.Collect(maps.Values(ck.Members)), k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// purge removes state blobs no checkpoint names. It does not wait: a blob
+// that stays is only space, never state.
+func (w *Worker) purge(ctx context.Context, keys []string) {
+	for _, k := range keys {
+		m := nats.NewMsg(kvSubject(streams.BucketConverge, k))
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set("Nats-Rollup", "sub")
+		if _, err := w.js.PublishMsgAsync(m); err != nil {
+			w.log.Debug("converge: purge blob", "err", err)
+		}
+	}
+}
+
+// kvSubject is the stream subject of a KV key.
+func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// putBlobs writes state blobs to fabric-converge in parallel and waits for
+// every acknowledgement. It returns the keys written, also on failure.
+func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]string, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(blobs))
+	written := make([]string, 0, len(blobs))
+	var first error
+	for k, b := range blobs {
+		f, err := w.js.PublishAsync(kvSubject(streams.BucketConverge, k), b)
+		if err != nil {
+			first = fmt.Errorf("write state blob: %w", err)
+			break
+		}
+		written = append(written, k)
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if first == nil {
+				first = fmt.Errorf("write state blob: %w", err)
+			}
+		case <-ctx.Done():
+			if first == nil {
+				first = ctx.Err()
+			}
+		}
+	}
+	return written, first
+}
+
+// committed does what follows a committed batch: the cache, metrics,
+// outcome records, the group's KV entries, and garbage collection of the
+// blobs the new checkpoint no longer names. None of it affects exactly-once
+// emission; a crash here is repaired by the retry of the input.
+func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) error {
+	key := g.tenant + "." + g.groupHex
+	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members})
+	part.setExpiry(key, next.NextExpiry)
+	for _, e := range events {
+		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()
+	}
+	for _, n := range next.Outcomes {
+		w.metrics.disposition(n)
+	}
+	err := w.publishOutcomes(ctx, g.tenant, next.Outcomes)
+	if t.groupChanged && err == nil {
+		err = w.publishGroup(ctx, g.tenant, g.groupHex, t.g, ckSeq)
+	}
+
+	var stale []string
+	if g.ck.State != "" && g.ck.State != next.State {
+		stale = append(stale, g.ck.State)
+	}
+	for c, bk := range g.ck.Members {
+		if next.Members[c] != bk {
+			stale = append(stale, bk)
+		}
+	}
+	w.purge(ctx, stale)
+	if ckSeq%pruneEvery == 0 {
+		if err := streams.PruneCheckpoint(ctx, w.js, g.tenant, g.groupHex); err != nil {
+			w.log.Debug("converge: prune checkpoints", "err", err)
+		}
+	}
+	return err
+}
+
+func (w *Worker) publishOutcomes(ctx context.Context, tenant string, notes []outcomeNote) error {
+	for _, n := range notes {
+		if err := w.outcomes.publish(ctx, tenant, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GroupRecord is the value of a group's fabric-groups entry
+// (<tenant>.<group>): its active hosted members and, for a DM, its
+// conversation key. CheckpointSeq orders writes: a record is replaced only
+// by one of a newer checkpoint.
+type GroupRecord struct {
+	Members           []string `msgpack:"members"`
+	DMConversationKey []byte   `msgpack:"dm_conversation_key,omitempty"`
+	CheckpointSeq     uint64   `msgpack:"checkpoint_seq"`
+}
+
+// publishGroup writes the group's fabric-groups record and, when it is the
+// newest, its candidate group event keys in fabric-group-keys (the format
+// ingest.EncodeGroupKeys defines). A group with no active hosted member has
+// neither, so ingest answers its input with unknown_group.
+func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *groupState, ckSeq uint64) error {
+	key, err := subject.GroupKey(tenant, groupHex)
+	if err != nil {
+		return err
+	}
+	rec := GroupRecord{DMConversationKey: dmConversationKey(g.components()), CheckpointSeq: ckSeq}
+	for _, m := range g.active() {
+		rec.Members = append(rec.Members, m.ClientID)
+	}
+	var rev uint64
+	e, err := w.groupsKV.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return fmt.Errorf("read group record: %w", err)
+	default:
+		var old GroupRecord
+		if msgpack.Unmarshal(e.Value(), &old) == nil && old.CheckpointSeq >= ckSeq {
+			return nil
+		}
+		rev = e.Revision()
+	}
+	if len(rec.Members) == 0 {
+		if rev != 0 {
+			if err := w.groupsKV.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !isConflict(err) {
+				return fmt.Errorf("delete group record: %w", err)
+			}
+		}
+		if err := w.keysKV.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("delete group keys: %w", err)
+		}
+		return nil
+	}
+	b, err := msgpack.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode group record: %w", err)
+	}
+	if rev == 0 {
+		_, err = w.groupsKV.Create(ctx, key, b)
+	} else {
+		_, err = w.groupsKV.Update(ctx, key, b, rev)
+	}
+	if isConflict(err) {
+		return nil // a newer writer won
+	}
+	if err != nil {
+		return fmt.Errorf("write group record: %w", err)
+	}
+	keys := make([][32]byte, 0, len(g.Keys))
+	for i := len(g.Keys) - 1; i >= 0; i-- { // newest first: tried first
+		var k [32]byte
+		copy(k[:], g.Keys[i].Key)
+		keys = append(keys, k)
+	}
+	kb, err := ingest.EncodeGroupKeys(keys)
+	if err != nil {
+		return err
+	}
+	if _, err := w.keysKV.Put(ctx, key, kb); err != nil {
+		return fmt.Errorf("write group keys: %w", err)
+	}
+	return nil
+}
+
+// dmConversationKey is a DM's conversation key (DMS-009): every group of
+// the DM between the same two inboxes has the same one, so a filter naming
+// any of them selects all (EVENT-020). SHA-256 of a domain label and the
+// two account ids, lower first; nil for a group.
+func dmConversationKey(comps components.Set) []byte {
+	if comps.Conversation == nil || comps.Conversation.Kind != components.KindDM {
+		return nil
+	}
+	h := sha256.New()
+	h.Write([]byte("fabric/dm-conversation/v1"))
+	h.Write(comps.Conversation.Members[0][:])
+	h.Write(comps.Conversation.Members[1][:])
+	return h.Sum(nil)
+}

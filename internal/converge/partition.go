@@ -1,0 +1,400 @@
+package converge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// partition is the state of one owned partition: its loaded groups and when
+// each group next has messages to expire.
+type partition struct {
+	id     int
+	groups map[string]*loadedGroup // by <tenant>.<group>
+	expiry map[string]int64        // by <tenant>.<group>
+	// expiryDirty is set when expiry changed since it was last saved.
+	expiryDirty bool
+}
+
+// expiryKey is the fabric-converge key of a partition's expiry index: which
+// groups have messages awaiting the cleanup pass, and from when. It is a
+// hint that lets a new owner find them without input; each group's
+// checkpoint stays the authority.
+func expiryKey(p int) string { return "EXPIRY." + strconv.Itoa(p) }
+
+func (w *Worker) loadExpiry(ctx context.Context, part *partition) {
+	e, err := w.conv.Get(ctx, expiryKey(part.id))
+	if err != nil {
+		return
+	}
+	var idx map[string]int64
+	if msgpack.Unmarshal(e.Value(), &idx) != nil {
+		return
+	}
+	for k, at := range idx {
+		if _, _, ok := splitGroupKey(k); ok && at > 0 {
+			part.expiry[k] = at
+		}
+	}
+}
+
+func (w *Worker) saveExpiry(ctx context.Context, part *partition) {
+	if !part.expiryDirty {
+		return
+	}
+	idx := map[string]int64{}
+	for k, at := range part.expiry {
+		if at > 0 {
+			idx[k] = at
+		}
+	}
+	b, err := msgpack.Marshal(idx)
+	if err != nil {
+		return
+	}
+	if _, err := w.conv.Put(ctx, expiryKey(part.id), b); err != nil {
+		w.log.Debug("converge: save expiry index", "err", err)
+		return
+	}
+	part.expiryDirty = false
+}
+
+func (p *partition) setExpiry(key string, at int64) {
+	if p.expiry[key] != at {
+		p.expiry[key] = at
+		p.expiryDirty = true
+	}
+	if at == 0 {
+		delete(p.expiry, key)
+	}
+}
+
+// loadedGroup is a group as of its newest checkpoint.
+type loadedGroup struct {
+	tenant, groupHex string
+	ck               checkpoint
+	ckSeq            uint64
+	state            *groupState
+	members          map[string]MemberState
+}
+
+// maxCachedGroups bounds the groups a partition keeps loaded; beyond it an
+// arbitrary one is dropped and read again from its checkpoint when needed.
+const maxCachedGroups = 512
+
+func (p *partition) remember(key string, g *loadedGroup) {
+	if _, ok := p.groups[key]; !ok && len(p.groups) >= maxCachedGroups {
+		for k := range p.groups {
+			delete(p.groups, k)
+			break
+		}
+	}
+	p.groups[key] = g
+}
+
+func (w *Worker) runPartition(ctx context.Context, p int) {
+	part := &partition{id: p, groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
+	w.loadExpiry(ctx, part)
+	defer func() {
+		// Hand the index to the next owner even when ctx has ended.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		w.saveExpiry(sctx, part)
+	}()
+	var cons jetstream.Consumer
+	var restart uint64
+	backoff := 100 * time.Millisecond
+	lastCleanup := time.Time{}
+	for ctx.Err() == nil {
+		if cons == nil {
+			var err error
+			if cons, err = w.resetConsumer(ctx, p, restart); err != nil {
+				w.log.Warn("converge: consumer", "partition", p, "err", err)
+				sleep(ctx, backoff)
+				continue
+			}
+			restart = 0
+		}
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(w.cfg.CleanupInterval))
+		if err != nil {
+			cons = nil
+			sleep(ctx, backoff)
+			continue
+		}
+		msgs := batch.Messages()
+		for open := true; open; {
+			first, ok := <-msgs
+			if !ok {
+				break
+			}
+			// Take what has already arrived too, so a group's consecutive
+			// inputs share one transaction and one atomic batch.
+			pending := []jetstream.Msg{first}
+		drain:
+			for len(pending) < fetchBatch {
+				select {
+				case m, ok := <-msgs:
+					if !ok {
+						open = false
+						break drain
+					}
+					pending = append(pending, m)
+				default:
+					break drain
+				}
+			}
+			if restart != 0 {
+				continue // drain the rest of a batch after a failure
+			}
+			restart = w.handle(ctx, part, pending)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		if restart != 0 {
+			cons = nil
+			sleep(ctx, backoff)
+			continue
+		}
+		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval {
+			lastCleanup = now
+			w.cleanup(ctx, part)
+		}
+		w.saveExpiry(ctx, part)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// groupRun is the inputs of one group among the messages of one fetch, in
+// stream order.
+type groupRun struct {
+	tenant, groupHex string
+	ins              []input
+	msgs             []jetstream.Msg
+}
+
+// handle processes fetched input messages: each group's in stream order,
+// exactly once, behind the fence, and acknowledges them. It returns 0, or
+// the stream sequence to redeliver from after a failure.
+func (w *Worker) handle(ctx context.Context, part *partition, msgs []jetstream.Msg) uint64 {
+	var runs []*groupRun
+	byGroup := map[string]*groupRun{}
+	for _, msg := range msgs {
+		in, tenant, groupHex, err := parseInput(msg)
+		if err != nil {
+			w.log.Warn("converge: malformed input dropped", "err", err)
+			_ = msg.Ack()
+			continue
+		}
+		key := tenant + "." + groupHex
+		r := byGroup[key]
+		if r == nil {
+			r = &groupRun{tenant: tenant, groupHex: groupHex}
+			byGroup[key] = r
+			runs = append(runs, r)
+		}
+		r.ins = append(r.ins, in)
+		r.msgs = append(r.msgs, msg)
+	}
+	var restart uint64
+	for _, r := range runs {
+		done, err := w.handleRun(ctx, part, r.tenant, r.groupHex, r.ins)
+		for _, m := range r.msgs[:done] {
+			_ = m.Ack()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("converge: input failed; retrying in order", "partition", part.id, "err", err)
+			}
+			if seq := r.ins[done].Seq; restart == 0 || seq < restart {
+				restart = seq
+			}
+		}
+	}
+	return restart
+}
+
+// parseInput reads an input message as ingest publishes it.
+func parseInput(msg jetstream.Msg) (input, string, string, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return input{}, "", "", fmt.Errorf("input metadata: %w", err)
+	}
+	_, tenant, groupHex, err := subject.ParseStoredInput(msg.Subject())
+	if err != nil {
+		return input{}, "", "", err
+	}
+	id, err := hex.DecodeString(msg.Headers().Get(ingest.HeaderMessageID))
+	if err != nil || len(id) != sha256.Size {
+		return input{}, "", "", errors.New("input without a message id")
+	}
+	return input{
+		Seq:       meta.Sequence.Stream,
+		Class:     schema.InputClass(msg.Headers().Get(ingest.HeaderClass)),
+		MessageID: id,
+		Data:      msg.Data(),
+		Time:      meta.Timestamp.UnixMilli(),
+	}, tenant, groupHex, nil
+}
+
+// maxTxnInputs bounds the inputs of one transaction.
+const maxTxnInputs = 64
+
+// txnName names the transaction that ends with the input at seq.
+func txnName(seq uint64) string { return "in:" + strconv.FormatUint(seq, 10) }
+
+// handleRun applies a group's inputs, in order, in as few transactions as
+// fit one atomic batch each. It returns how many inputs are done.
+func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHex string, ins []input) (int, error) {
+	done := 0
+	for done < len(ins) {
+		start := time.Now()
+		var used int
+		err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, g *loadedGroup) (bool, error) {
+			used = 0
+			applied := false
+			for _, in := range ins[done:] {
+				if in.Seq <= g.ck.InputSeq {
+					// Done before, by this worker before a crash or by
+					// another; the outcomes of the checkpoint's own
+					// transaction may not have been published yet.
+					if g.ck.Txn == txnName(in.Seq) {
+						if err := w.republish(ctx, g); err != nil {
+							return false, err
+						}
+					}
+					used++
+					continue
+				}
+				if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1) {
+					break
+				}
+				if err := t.run(ctx, linear{}, in); err != nil {
+					return false, err
+				}
+				t.inputSeq, t.name = in.Seq, txnName(in.Seq)
+				applied = true
+				used++
+			}
+			return applied, nil
+		})
+		if err != nil {
+			return done, err
+		}
+		for range used {
+			w.metrics.Latency.Observe(time.Since(start).Seconds())
+		}
+		done += used
+	}
+	return done, nil
+}
+
+// eventBudget is the most events one more input can add: a commit can give
+// every active member a removal, a membership, a metadata and a pause event.
+func eventBudget(t *txn) int { return 4*len(t.g.active()) + 4 }
+
+// republish publishes the outcome records and group entries of a group's
+// newest transaction again.
+func (w *Worker) republish(ctx context.Context, g *loadedGroup) error {
+	if err := w.publishOutcomes(ctx, g.tenant, g.ck.Outcomes); err != nil {
+		return err
+	}
+	return w.publishGroup(ctx, g.tenant, g.groupHex, g.state, g.ckSeq)
+}
+
+// cleanup runs the disappearing-messages pass over the owned groups with a
+// due expiry (META-063).
+func (w *Worker) cleanup(ctx context.Context, part *partition) {
+	now := w.cfg.Now().UnixMilli()
+	for key, at := range part.expiry {
+		if at == 0 || at > now {
+			continue
+		}
+		tenant, groupHex, ok := splitGroupKey(key)
+		if !ok {
+			part.setExpiry(key, 0)
+			continue
+		}
+		err := w.transact(ctx, part, tenant, groupHex, func(_ context.Context, t *txn, _ *loadedGroup) (bool, error) {
+			t.now, t.name = now, "exp:"+strconv.FormatInt(now, 10)
+			return t.expire(), nil
+		})
+		if err != nil {
+			w.log.Warn("converge: cleanup pass failed", "err", err)
+			continue
+		}
+		w.metrics.Expirations.Inc()
+	}
+}
+
+func splitGroupKey(key string) (tenant, groupHex string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '.' {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// load returns the group as of its newest checkpoint: from the partition's
+// cache, or read again (after a fence loss, or the first time).
+func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex string) (*loadedGroup, error) {
+	key := tenant + "." + groupHex
+	if g, ok := part.groups[key]; ok {
+		return g, nil
+	}
+	ck, seq, err := readCheckpoint(ctx, w.js, tenant, groupHex)
+	if err != nil {
+		return nil, err
+	}
+	g := &loadedGroup{tenant: tenant, groupHex: groupHex, ck: ck, ckSeq: seq, members: map[string]MemberState{}}
+	if seq == 0 {
+		gid, err := hex.DecodeString(groupHex)
+		if err != nil {
+			return nil, fmt.Errorf("group id: %w", err)
+		}
+		g.state = newGroupState(tenant, gid)
+	} else {
+		e, err := w.conv.Get(ctx, ck.State)
+		if err != nil {
+			return nil, fmt.Errorf("load group state: %w", err)
+		}
+		if g.state, err = decodeGroupState(e.Value()); err != nil {
+			return nil, err
+		}
+		for client, bk := range ck.Members {
+			e, err := w.conv.Get(ctx, bk)
+			if err != nil {
+				return nil, fmt.Errorf("load member state: %w", err)
+			}
+			st, err := w.cfg.MLS.Restore(ctx, Client{Tenant: tenant, ClientID: client}, e.Value())
+			if err != nil {
+				return nil, fmt.Errorf("restore member state: %w", err)
+			}
+			g.members[client] = st
+		}
+	}
+	part.remember(key, g)
+	part.setExpiry(key, ck.NextExpiry)
+	return g, nil
+}
