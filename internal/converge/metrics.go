@@ -5,12 +5,19 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are converge's Prometheus metrics (prefix fabric_converge_). No
 // label carries a tenant, group, client or message id.
 type Metrics struct {
-	Inputs      *prometheus.CounterVec
-	Latency     prometheus.Histogram
-	Owned       prometheus.Gauge
-	Lag         prometheus.Gauge
-	Events      *prometheus.CounterVec
-	Fenced      prometheus.Counter
+	// Inputs counts decided inputs by disposition.
+	Inputs *prometheus.CounterVec
+	// Latency is the processing time of an input's transaction.
+	Latency prometheus.Histogram
+	// Owned is the number of partitions the worker owns.
+	Owned prometheus.Gauge
+	// Lag is the consumers' num pending over owned partitions.
+	Lag prometheus.Gauge
+	// Events counts committed events by kind.
+	Events *prometheus.CounterVec
+	// Fenced counts commits the checkpoint fence refused.
+	Fenced prometheus.Counter
+	// Expirations counts cleanup passes that deleted messages.
 	Expirations prometheus.Counter
 }
 
