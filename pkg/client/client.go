@@ -318,9 +318,8 @@ func (c *Client) endLocked(s *Subscription, why *EndedError, unsubscribe bool) {
 			c.control = append(c.control, wire.Append(c.o.enc, nil, &wire.Frame{Op: wire.OpUnsubscribe, Sub: s.id}))
 		}
 	}
-	if s.req != 0 {
-		delete(c.pending, s.req)
-	}
+	// A subscribe still in flight stays pending: its answer is then
+	// unsubscribed (see handle).
 	s.cancel()
 	s.wakeReaders()
 	if !s.callback {
@@ -466,6 +465,12 @@ func (c *Client) handle(f *wire.Frame) error {
 		}
 		delete(c.pending, f.ID)
 		s.req = 0
+		if s.ended {
+			// Ended while its subscribe was in flight.
+			c.control = append(c.control, wire.Append(c.o.enc, nil, &wire.Frame{Op: wire.OpUnsubscribe, Sub: f.Sub}))
+			c.signal()
+			return nil
+		}
 		s.id = f.Sub
 		c.byID[f.Sub] = s
 		if s.lastSeq < f.Seq && s.resumedFrom == 0 {
@@ -568,6 +573,9 @@ func (c *Client) disconnected(err error) {
 		if !c.o.reconnect {
 			c.endLocked(s, &EndedError{Reason: "disconnected", Err: err}, false)
 		}
+	}
+	for _, s := range c.credit {
+		s.creditQueued = false // the queue is dropped with the connection
 	}
 	c.credit = nil
 }
