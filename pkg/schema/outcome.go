@@ -126,13 +126,17 @@ const (
 	// ClassUnsupported: an MLSMessage of a wire format or type the fabric
 	// does not process.
 	ClassUnsupported InputClass = "unsupported"
+	// ClassSealed: a sealed transport object not yet opened, so not yet an
+	// MLSMessage. Its record is kept under the transport id; once opened
+	// the input has the class of its MLS bytes.
+	ClassSealed InputClass = "sealed"
 )
 
 // Valid reports whether c is a known value.
 func (c InputClass) Valid() bool {
 	switch c {
 	case ClassWelcome, ClassCommit, ClassProposal, ClassApplication, ClassGroupInfo,
-		ClassKeyPackage, ClassMalformed, ClassUnsupported:
+		ClassKeyPackage, ClassMalformed, ClassUnsupported, ClassSealed:
 		return true
 	}
 	return false

@@ -114,7 +114,7 @@ func sampleOutcomes() map[string]Outcome {
 		"outcome-queued": {MessageID: sampleMessage, Class: ClassApplication, Status: StatusQueued, Revision: 1, Time: sampleTime},
 		"outcome-rejected": {MessageID: sampleMessage, Class: ClassMalformed, Status: StatusRejected,
 			Category: CategoryInvalidEncoding, Revision: 1, Time: sampleTime},
-		"outcome-transport-deferred": {MessageID: sampleMessage, Class: ClassCommit, Status: StatusDeferred,
+		"outcome-transport-deferred": {MessageID: sampleMessage, Class: ClassSealed, Status: StatusDeferred,
 			Category: CategoryTransportDeferred, Revision: 1, Time: sampleTime},
 		"outcome-accepted": {MessageID: sampleMessage, Class: ClassCommit, Status: StatusQueued,
 			Disposition: DispositionAccepted, Revision: 2, Time: sampleTime},

@@ -574,6 +574,7 @@ func rejectable(c Category) bool {
 //   - deferred: category transport_deferred and no disposition or named
 //     outcome;
 //   - queued without a disposition: no category and no named outcome;
+//   - class sealed (an object not yet opened) is never queued;
 //   - queued with a disposition: accepted carries no category or named
 //     outcome; deferred, stale and invalidated may carry stale_epoch,
 //     missing_history or duplicate; a named outcome fixes both disposition
@@ -603,6 +604,9 @@ func (o Outcome) Validate() error {
 	}
 	if o.NamedOutcome != "" && !o.NamedOutcome.Valid() {
 		return invalid("named_outcome", "unknown value")
+	}
+	if o.Class == ClassSealed && o.Status == StatusQueued {
+		return invalid("class", "a sealed object is not queued before it is opened")
 	}
 	switch o.Status {
 	case StatusRejected, StatusDeferred:

@@ -213,6 +213,8 @@ func TestValidateOutcome(t *testing.T) {
 		with(base, func(o *Outcome) { o.Status, o.Category = StatusRejected, CategoryAuthorizationFailed }),
 		with(base, func(o *Outcome) { o.Status, o.Category = StatusRejected, CategoryResourceRefused }),
 		with(base, func(o *Outcome) { o.Status, o.Category = StatusDeferred, CategoryTransportDeferred }),
+		with(base, func(o *Outcome) { o.Class, o.Status, o.Category = ClassSealed, StatusDeferred, CategoryTransportDeferred }),
+		with(base, func(o *Outcome) { o.Class, o.Status, o.Category = ClassSealed, StatusRejected, CategoryResourceRefused }),
 		with(base, func(o *Outcome) { o.Disposition = DispositionAccepted }),
 		with(base, func(o *Outcome) { o.Disposition = DispositionDeferred }),
 		with(base, func(o *Outcome) { o.Disposition, o.Category = DispositionStale, CategoryStaleEpoch }),
@@ -236,6 +238,7 @@ func TestValidateOutcome(t *testing.T) {
 	}{
 		{"no message id", func(o *Outcome) { o.MessageID = nil }, "message_id"},
 		{"unknown class", func(o *Outcome) { o.Class = "blob" }, "class"},
+		{"sealed queued", func(o *Outcome) { o.Class = ClassSealed }, "class"},
 		{"unknown status", func(o *Outcome) { o.Status = "done" }, "status"},
 		{"revision 0", func(o *Outcome) { o.Revision = 0 }, "revision"},
 		{"no time", func(o *Outcome) { o.Time = time.Time{} }, "time"},
