@@ -116,8 +116,6 @@ type node struct {
 	// witnesses are the distinct sender identities of valid app payloads
 	// that decrypt at this node.
 	witnesses map[string]bool
-	auth      *parentAuth // lazily read; nil until needed or when unreadable
-	authTried bool
 }
 
 // record is one admitted input and its current outcome.
@@ -360,9 +358,9 @@ func (g *Group) tryCommit(r *record, now time.Time, res *Result) bool {
 		g.unplaced(r, res)
 		return false
 	}
-	refs, err := commitRefs(r.in.Data)
+	refs, err := engine.ConsumedProposalRefs(r.in.Data)
 	if err != nil {
-		g.reject(r, schema.CategoryInvalidEncoding, res)
+		g.reject(r, categoryOr(err, schema.CategoryInvalidEncoding), res)
 		return false
 	}
 	for _, n := range g.candidates(r.epoch) {
@@ -450,7 +448,7 @@ func (g *Group) tryProposal(r *record, res *Result) bool {
 		if known && !parent {
 			continue
 		}
-		_, _, err := n.state.ProcessHandshake(r.in.Data)
+		_, hr, err := n.state.ProcessHandshake(r.in.Data)
 		if !known && notParent(err) {
 			continue
 		}
@@ -458,12 +456,11 @@ func (g *Group) tryProposal(r *record, res *Result) bool {
 			g.reject(r, categoryOr(err, schema.CategoryInvalidEncoding), res)
 			return false
 		}
-		ref, err := proposalRef(r.in.Data, n.state.CipherSuite())
-		if err != nil {
+		if hr.Class != schema.ClassProposal {
 			g.reject(r, schema.CategoryInvalidEncoding, res)
 			return false
 		}
-		n.proposals[string(ref)] = r.in.ID
+		n.proposals[string(hr.ProposalRef)] = r.in.ID
 		r.node, r.hasNode = n.id, true
 		g.set(r, schema.DispositionDeferred, "", "", res)
 		return true
@@ -634,28 +631,25 @@ func (g *Group) stale(r *record, named schema.NamedOutcome, res *Result) {
 }
 
 // identify reports whether n's epoch secrets authenticate msg (its
-// membership tag), which makes n the message's candidate parent. known is
-// false when that cannot be told (no membership tag, or the state's key is
-// unreadable); replay then decides.
+// membership tag, engine.State.Authenticates), which makes n the message's
+// candidate parent. known is false when that cannot be told: the sender is
+// not a member and carries no tag, or the bytes do not decode; replay then
+// decides.
 func (g *Group) identify(n *node, msg []byte) (parent, known bool) {
-	if !n.authTried {
-		n.authTried = true
-		n.auth, _ = authOf(n.state)
-	}
-	if n.auth == nil {
+	ok, err := n.state.Authenticates(msg)
+	if err != nil {
 		return false, false
 	}
-	return n.auth.verify(msg)
+	return ok, true
 }
 
-// notParent is the fallback when the membership tag cannot be checked
-// first: mls-go checks the sender signature, which covers the parent's
-// GroupContext, before the membership tag, so a state of another branch
-// fails either check; neither then identifies the parent, so neither is
-// terminal (errors.md: the input stays deferred while its parent may still
-// arrive).
+// notParent is the fallback when no membership tag identified the parent:
+// a sender signature covers the parent's GroupContext, so a state of another
+// branch fails it just as a bad signature would; that identifies no parent,
+// so it is not terminal (errors.md: the input stays deferred while its
+// parent may still arrive).
 func notParent(err error) bool {
-	return err != nil && engine.CategoryOf(err) == schema.CategoryInvalidSignature
+	return errors.Is(err, engine.ErrNotAuthenticated) || engine.CategoryOf(err) == schema.CategoryInvalidSignature
 }
 
 func categoryOr(err error, c schema.Category) schema.Category {

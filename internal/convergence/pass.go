@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -118,7 +119,7 @@ func (g *Group) path(n *node) []*node {
 // restore dropped the in-memory handshake result.
 func (g *Group) rebuildResult(n *node) error {
 	r := g.inputs[n.id]
-	refs, err := commitRefs(r.in.Data)
+	refs, err := engine.ConsumedProposalRefs(r.in.Data)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package convergence
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -155,18 +154,10 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Unmarshal restores a group from Marshal bytes under policy p. Malformed
 // or inconsistent bytes fail with ErrCorrupt. A retained state whose
-// snapshot no longer restores is storage loss: the group comes back
-// Unrecoverable and the inputs that needed that state are deferred with
-// MissingRetainedAnchor (retained-history.md, "Late commits").
-func Unmarshal(p Policy, b []byte) (*Group, error) {
-	return unmarshal(p, b, restoreState)
-}
-
-// unmarshal is Unmarshal with the engine restore as a parameter, so the
-// fuzz target can exercise this package's decoding without handing damaged
-// snapshots to mls-go (they are AEAD-sealed at rest, so only intact ones
-// reach it in production).
-func unmarshal(p Policy, b []byte, restore func([]byte) (*engine.State, error)) (g *Group, err error) {
+// snapshot no longer restores (engine.Restore fails) is storage loss: the
+// group comes back Unrecoverable and the inputs that needed that state are
+// deferred with MissingRetainedAnchor (retained-history.md, "Late commits").
+func Unmarshal(p Policy, b []byte) (g *Group, err error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
@@ -204,7 +195,7 @@ func unmarshal(p Policy, b []byte, restore func([]byte) (*engine.State, error)) 
 		}
 		n := &node{id: id, epoch: pn.Epoch, committer: pn.Committer, privileged: pn.Privileged, proposals: map[string]ID{}, witnesses: map[string]bool{}}
 		if pn.State != nil {
-			st, err := restore(pn.State)
+			st, err := engine.Restore(pn.State)
 			if err != nil {
 				lost = append(lost, n)
 			} else if st.Epoch() != pn.Epoch {
@@ -360,15 +351,4 @@ func toID(b []byte) (ID, bool) {
 	}
 	copy(id[:], b)
 	return id, true
-}
-
-// restoreState restores an engine snapshot, turning a parser panic on
-// damaged bytes into an error.
-func restoreState(b []byte) (st *engine.State, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			st, err = nil, errors.New("convergence: retained state does not restore")
-		}
-	}()
-	return engine.Restore(b)
 }
