@@ -139,9 +139,10 @@ func commitOf(op string, pm *framing.PublicMessage) (*group.Commit, error) {
 
 // parsePublicHandshake classifies and decodes a PublicMessage proposal or
 // commit; Marmot pins handshakes to PublicMessage, so anything else is a
-// feature the fabric does not support.
+// feature the fabric does not support. The classification has no
+// MessageID: hashing a large commit is left to the callers that need it.
 func parsePublicHandshake(op string, mlsMessage []byte) (Classification, *framing.PublicMessage, error) {
-	c, err := Classify(mlsMessage)
+	c, err := classifyHeader(mlsMessage)
 	if err != nil {
 		return c, nil, err
 	}

@@ -258,7 +258,7 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 	if err := s.g.VerifyPublicMessage(pm); err != nil {
 		return nil, nil, fail(op, schema.CategoryInvalidSignature, errors.Join(ErrSignature, err))
 	}
-	res = &HandshakeResult{Class: c.Class, MessageID: c.MessageID}
+	res = &HandshakeResult{Class: c.Class, MessageID: NewMessageID(mlsMessage)}
 	if pm.Content.Sender.Type == framing.SenderTypeMember {
 		res.Sender, _ = s.Member(pm.Content.Sender.LeafIndex)
 	}
