@@ -441,8 +441,17 @@ func (b *blockingDialer) Dial(network, address string) (net.Conn, error) {
 // Reconnects under load: the connection drops three times while events
 // flow. Every event is handed off once, in order, or counted by a lagged;
 // the SDK's credit after each resume never exceeds what the gateway lent
-// (no bad_credit), and the bound settles back to zero.
-func TestReconnectsUnderLoad_EVENT015_EVENT030(t *testing.T) {
+// (no bad_credit), and the bound settles back to zero. Both forms: the
+// iterator, and a callback whose running event counts against the bound;
+// and an app that reads nothing until the end, so the bound overflows
+// across resumes and every event is either handed off or counted lagged.
+func TestReconnectsUnderLoad_EVENT015_EVENT030_EVENT031(t *testing.T) {
+	for _, form := range []string{"iterator", "callback", "stalled"} {
+		t.Run(form, func(t *testing.T) { reconnectsUnderLoad(t, form == "callback", form == "stalled") })
+	}
+}
+
+func reconnectsUnderLoad(t *testing.T, callback, stalled bool) {
 	e := newEnv(t)
 	var protoErrs atomic.Int32
 	c := e.connect(tenantA, []string{client1}, client.WithBackoff(10*time.Millisecond, 50*time.Millisecond),
@@ -452,11 +461,34 @@ func TestReconnectsUnderLoad_EVENT015_EVENT030(t *testing.T) {
 				protoErrs.Add(1)
 			}
 		}))
-	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	const total = 3000
+	events := make(chan schema.ClientEvent, total+16)
+	var s *client.Subscription
+	var err error
+	f := schema.EventFilter{Kinds: recvKinds}
+	if callback {
+		s, err = c.SubscribeFunc(context.Background(), client1, f, func(_ context.Context, ev schema.ClientEvent) error {
+			events <- ev
+			return nil
+		})
+	} else {
+		s, err = c.Subscribe(context.Background(), client1, f)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	const total = 3000
+	nextEvent := func() schema.ClientEvent {
+		if !callback {
+			return next(t, s)
+		}
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event")
+		}
+		return schema.ClientEvent{}
+	}
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
@@ -471,10 +503,13 @@ func TestReconnectsUnderLoad_EVENT015_EVENT030(t *testing.T) {
 			}
 		}
 	}()
+	if stalled {
+		<-pubDone
+	}
 	prev, seen := -1, 0
 	var lagged uint64
 	for seen+int(lagged) < total {
-		ev := next(t, s)
+		ev := nextEvent()
 		if ev.Kind == schema.KindLagged {
 			lagged += ev.Lagged.Discarded
 			continue
@@ -493,6 +528,11 @@ func TestReconnectsUnderLoad_EVENT015_EVENT030(t *testing.T) {
 	if protoErrs.Load() != 0 {
 		t.Fatalf("%d error frames from the gateway", protoErrs.Load())
 	}
+	if seen+int(lagged) != total {
+		t.Fatalf("handed off %d and lagged %d of %d", seen, lagged, total)
+	}
 	eventually(t, "the bound to settle", func() bool { return e.held(tenantA, client1) == 0 })
 	t.Logf("handed off %d, lagged %d, replayed %v", seen, lagged, testutil.ToFloat64(e.g.metrics.replayed))
+	_ = s.Close()
+	<-s.Done()
 }
