@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -535,4 +536,33 @@ func reconnectsUnderLoad(t *testing.T, callback, stalled bool) {
 	t.Logf("handed off %d, lagged %d, replayed %v", seen, lagged, testutil.ToFloat64(e.g.metrics.replayed))
 	_ = s.Close()
 	<-s.Done()
+}
+
+// A stored event that does not decode cannot be handed off; it is reported
+// once as a lagged before the next event (EVENT-031), not skipped silently
+// and not reported again on every later event.
+func TestUndecodableEventReportedOnce_EVENT031(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(tenantA, []string{client1})
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := nats.NewMsg("fabric.ev." + tenantA + "." + client1)
+	bad.Header.Set(jetstream.MsgIDHeader, strings.Repeat("ab", 32))
+	bad.Data = []byte{0xc1} // never valid msgpack
+	if _, err := e.js.PublishMsg(e.ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	ev := next(t, s)
+	if ev.Kind != schema.KindLagged || ev.Lagged.Discarded != 1 {
+		t.Fatalf("want lagged{1}, got %+v", ev)
+	}
+	for want := 1; want <= 2; want++ {
+		if n := msgNo(next(t, s)); n != want {
+			t.Fatalf("got %d, want %d", n, want)
+		}
+	}
 }

@@ -103,29 +103,16 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 // up to the tap's last handed-off sequence, from the stream, in order.
 // Called with t.mu held, so live events wait behind the replay.
 func (t *tap) replay(s *subscription, afterSeq uint64) {
-	g := t.g
 	only := map[*subscription]struct{}{s: {}}
-	next := afterSeq + 1
-	for fetched := 0; next <= t.lastSeq; fetched++ {
-		if fetched >= g.cfg.MaxRepair {
-			s.c.discard(s, 1)
-			return
-		}
-		d, body, err := t.fetch(next)
-		if errors.Is(err, errNotFound) {
-			return
-		}
-		if err != nil {
-			g.log.Warn("fanout: replay for a resumed subscription", "err", err)
-			s.c.discard(s, 1)
-			return
-		}
-		if d.Sequence > t.lastSeq {
-			return
-		}
-		t.offer(only, &d, body)
-		g.metrics.replayed.Inc()
-		next = d.Sequence + 1
+	_, end := t.scan(afterSeq+1, t.lastSeq,
+		func(d *eventbus.Delivered, body []byte) {
+			t.offer(only, d, body)
+			t.g.metrics.replayed.Inc()
+		},
+		func() { s.c.discard(s, 1) })
+	if end != scanDone {
+		// What could not be replayed is reported, not silently lost.
+		s.c.discard(s, 1)
 	}
 }
 
@@ -225,45 +212,74 @@ func (t *tap) onMsg(m *nats.Msg) {
 func (t *tap) repair(upTo uint64) {
 	g := t.g
 	g.metrics.gaps.Inc()
-	for fetched := 0; t.lastSeq < upTo; fetched++ {
-		if fetched >= g.cfg.MaxRepair {
-			t.unrepaired("repair bound reached")
-			return
-		}
-		d, body, err := t.fetch(t.lastSeq + 1)
-		if errors.Is(err, errNotFound) {
-			return // deleted from the stream before it could be repaired
-		}
-		if err != nil {
-			g.log.Warn("fanout: repair gap", "err", err)
-			t.unrepaired("fetch failed")
-			return
-		}
-		if d.Sequence > upTo {
-			return
-		}
-		t.dispatch(&d, body)
-		t.lastSeq = d.Sequence
-		g.metrics.repaired.Inc()
+	last, end := t.scan(t.lastSeq+1, upTo,
+		func(d *eventbus.Delivered, body []byte) {
+			t.dispatch(d, body)
+			t.lastSeq = d.Sequence
+			g.metrics.repaired.Inc()
+		},
+		func() { t.unrepaired("stored event does not decode") })
+	t.lastSeq = max(t.lastSeq, last)
+	if end != scanDone {
+		t.unrepaired("repair incomplete")
 	}
 }
 
-// fetch reads the client's first stored event at or after seq.
-func (t *tap) fetch(seq uint64) (eventbus.Delivered, []byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), t.g.cfg.RequestTimeout)
-	defer cancel()
-	m, err := t.g.directGet(ctx, t.events, seq)
-	if err != nil {
-		return eventbus.Delivered{}, nil, err
+// fetchBatch is how many events one direct get asks for.
+const fetchBatch = 256
+
+// scanEnd says how a scan ended.
+type scanEnd int
+
+const (
+	scanDone   scanEnd = iota // every stored event in range was passed
+	scanBound                 // MaxRepair events were passed first
+	scanFailed                // the stream could not be read
+)
+
+// scan reads the events stored on the client's subject from sequence from up
+// to and including upTo, in batches of direct gets, in order: each gets every
+// event that decodes, bad is called for one that does not. It returns the
+// last sequence it passed and how it ended.
+func (t *tap) scan(from, upTo uint64, each func(*eventbus.Delivered, []byte), bad func()) (uint64, scanEnd) {
+	g := t.g
+	last := from - 1
+	for passed := 0; last < upTo; {
+		if passed >= g.cfg.MaxRepair {
+			return last, scanBound
+		}
+		n := min(fetchBatch, g.cfg.MaxRepair-passed)
+		msgs, err := g.fetchBatch(t.events, last+1, n)
+		if errors.Is(err, errNotFound) {
+			return last, scanDone // deleted from the stream meanwhile
+		}
+		if err != nil {
+			g.log.Warn("fanout: read the events stream", "err", err)
+			return last, scanFailed
+		}
+		for _, m := range msgs {
+			seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+			if err != nil || seq <= last {
+				return last, scanFailed
+			}
+			if seq > upTo {
+				return last, scanDone
+			}
+			last = seq
+			passed++
+			d, err := eventbus.Decode(m)
+			if err != nil {
+				g.metrics.undecodable.Inc()
+				bad()
+				continue
+			}
+			each(&d, m.Data)
+		}
+		if len(msgs) < n {
+			return last, scanDone
+		}
 	}
-	d, err := eventbus.Decode(m)
-	if err != nil {
-		return eventbus.Delivered{}, nil, err
-	}
-	if d.Sequence < seq {
-		return eventbus.Delivered{}, nil, errors.New("direct get answered an earlier sequence")
-	}
-	return d, m.Data, nil
+	return last, scanDone
 }
 
 // heal repairs the events stored after the tap's last one, if any.
@@ -285,9 +301,9 @@ func (t *tap) heal() {
 	}
 }
 
-// unrepaired reports a gap the gateway could not fill to every subscription
-// as a discard, so each of them hands off a lagged before its next event
-// (EVENT-031). How many of the missing events a filter would have selected is
+// unrepaired reports an event the gateway could not obtain to every
+// subscription as a discard, so each of them hands off a lagged before its
+// next event (EVENT-031). Whether a filter would have selected it is
 // unknown; one is counted.
 func (t *tap) unrepaired(why string) {
 	t.g.metrics.unrepaired.Inc()
@@ -330,14 +346,51 @@ func (t *tap) offer(subs map[*subscription]struct{}, d *eventbus.Delivered, body
 
 var errNotFound = errors.New("no such message")
 
-// directGet fetches the first message at or after seq on subj from the
-// events stream (ADR-31 next_by_subj).
-func (g *Gateway) directGet(ctx context.Context, subj string, seq uint64) (*nats.Msg, error) {
+// fetchBatch fetches up to n messages stored on subj at or after seq from
+// the events stream with one batched direct get (ADR-31 next_by_subj,
+// batch), which the server ends with a 204 EOB. errNotFound when there is
+// none.
+func (g *Gateway) fetchBatch(subj string, seq uint64, n int) ([]*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
+	defer cancel()
+	nc := g.cfg.NATS
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("direct get: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	req, _ := json.Marshal(struct {
 		Seq        uint64 `json:"seq"`
 		NextBySubj string `json:"next_by_subj"`
-	}{seq, subj})
-	return g.direct(ctx, "$JS.API.DIRECT.GET."+g.cfg.Stream, req)
+		Batch      int    `json:"batch"`
+	}{seq, subj, n})
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+g.cfg.Stream, inbox, req); err != nil {
+		return nil, fmt.Errorf("direct get: %w", err)
+	}
+	var msgs []*nats.Msg
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("direct get: %w", err)
+		}
+		switch st := m.Header.Get(headerStatus); st {
+		case "":
+			msgs = append(msgs, m)
+			if len(msgs) > n {
+				return nil, errors.New("direct get: more messages than asked for")
+			}
+		case "204": // end of batch
+			return msgs, nil
+		case "404":
+			if len(msgs) == 0 {
+				return nil, errNotFound
+			}
+			return msgs, nil
+		default:
+			return nil, fmt.Errorf("direct get: status %s", st)
+		}
+	}
 }
 
 // lastSequence returns the stream sequence of the last message stored on
