@@ -313,10 +313,65 @@ func run(o options) error {
 		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), pct(1).Round(time.Microsecond), len(all))
 	fmt.Printf("gateway memory      %.0f bytes per idle subscription (heap+stacks %d → %d), goroutines %d → %d\n",
 		perSub, idle.total(), loaded.total(), idle.Goroutines, loaded.Goroutines)
+	if p50, p99, err := gatewayLatency(ctx, base); err == nil {
+		fmt.Printf("gateway stored→written  p50 ≤ %v  p99 ≤ %v  (fabric_fanout_handoff_latency_seconds buckets)\n", p50, p99)
+	}
 	if ctx.Err() != nil {
 		return errors.New("the run hit -duration before every event was handed off")
 	}
 	return nil
+}
+
+// gatewayLatency reads the gateway's handoff latency histogram and returns
+// the upper bounds of the buckets holding its 50th and 99th percentiles.
+func gatewayLatency(ctx context.Context, base string) (p50, p99 time.Duration, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	type bucket struct {
+		le    float64
+		count float64
+	}
+	var buckets []bucket
+	sc := bufio.NewScanner(resp.Body)
+	const prefix = `fabric_fanout_handoff_latency_seconds_bucket{le="`
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		le, count, ok := strings.Cut(rest, `"} `)
+		if !ok || le == "+Inf" {
+			continue
+		}
+		var b bucket
+		if _, err := fmt.Sscan(le, &b.le); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscan(count, &b.count); err != nil {
+			continue
+		}
+		buckets = append(buckets, b)
+	}
+	if len(buckets) == 0 || buckets[len(buckets)-1].count == 0 {
+		return 0, 0, errors.New("no latency observed")
+	}
+	total := buckets[len(buckets)-1].count
+	at := func(q float64) time.Duration {
+		for _, b := range buckets {
+			if b.count >= q*total {
+				return time.Duration(b.le * float64(time.Second))
+			}
+		}
+		return time.Duration(buckets[len(buckets)-1].le * float64(time.Second))
+	}
+	return at(0.50), at(0.99), sc.Err()
 }
 
 // publish stores n message.received events round-robin over the clients,
