@@ -1,13 +1,3 @@
-// Package fanout is the gateway apps connect to for live client events
-// (DESIGN §7): WebSocket and Server-Sent Events, subscriptions with an
-// EventFilter, a bounded queue per subscription, and taps on the event
-// stream's republished subjects with gap repair.
-//
-// One core NATS subscription (a tap) on fabric.live.<tenant>.<client> serves
-// every subscription of that client on this gateway: it is created with the
-// first and removed with the last, and nothing else changes upstream
-// (EVENT-013). Each event is decoded and encoded once per encoding; the bytes
-// are shared by every subscription it is handed to.
 package fanout
 
 import (

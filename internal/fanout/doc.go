@@ -1,0 +1,59 @@
+// Package fanout is the gateway apps connect to for live client events
+// (DESIGN §7): WebSocket and Server-Sent Events, subscriptions with an
+// EventFilter, a bounded queue per subscription, and taps on the event
+// stream's republished subjects with gap repair.
+//
+// # Where events come from
+//
+// One core NATS subscription (a tap) on fabric.live.<tenant>.<client> serves
+// every subscription of that client on this gateway: it is created with the
+// first and removed with the last, and nothing else changes upstream
+// (EVENT-013): no stream, no consumer. Each event is decoded once, filtered
+// per subscription (EVENT-020 to 022), and encoded once per encoding; the
+// bytes are shared by every subscription it is handed to.
+//
+// The tap tracks the last stream sequence it handed off. A republished
+// event whose Nats-Last-Sequence is above it reveals a gap (republishing is
+// at most once); the missing events are read from FABRIC_EVENTS with batched
+// direct gets and handed off first, in order (EVENT-015). After the gateway's
+// NATS connection reconnects every tap is compared with the stream the same
+// way. An event that cannot be obtained or decoded is reported as a discard,
+// so the app gets a lagged event instead of a silent hole.
+//
+// # Subscriptions
+//
+// A subscription is registered with its tap before the subscribed frame (or
+// the SSE ": subscribed" comment) is written, and is offered only events
+// that reach the tap after that (EVENT-014). Its queue holds at most 1024
+// events counted end to end: queued here, sent and not yet credited back by
+// the SDK (EVENT-030). Past the bound new events are discarded and counted;
+// one lagged event carrying the count precedes any later event (EVENT-031).
+// Each connection has its own writer goroutine, taking one event per ready
+// subscription in turn, so no subscription or connection waits for another
+// (EVENT-033); a connection that does not read for the write timeout is
+// closed.
+//
+// The WebSocket protocol is package wire's. A subscribe frame may carry
+// after_seq and held to resume a subscription after a reconnect: the events
+// stored after after_seq are replayed from the stream before live ones, and
+// held counts the events the SDK still holds against the bound.
+//
+// # Limits and errors
+//
+// Error frames carry a code: malformed_frame, frame_too_large, unknown_op,
+// invalid_filter, forbidden (EVENT-056: a client the token does not name),
+// too_many_subscriptions, unknown_subscription, bad_credit, unavailable. A
+// connection ends its subscriptions with an ended frame whose reason is
+// unsubscribed, shutdown (drain) or token_expired (a connection lives no
+// longer than its token).
+//
+// # Metrics
+//
+// fabric_fanout_connections{transport}, _subscriptions, _taps,
+// _queue_depth, _events_received_total, _events_sent_total,
+// _discarded_events_total, _lagged_events_total,
+// _handoff_latency_seconds (stream timestamp to frame written), _gaps_total,
+// _gap_repairs_total, _replayed_events_total, _gap_unrepaired_total,
+// _undecodable_events_total, _protocol_errors_total{code}. No label carries a
+// tenant, client or group.
+package fanout
