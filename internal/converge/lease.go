@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +26,8 @@ import (
 type leaseRecord struct {
 	Worker  string `msgpack:"worker"`
 	Expires int64  `msgpack:"expires_unix_ms"`
+	// Partitions, on a heartbeat, are the partitions the worker may own.
+	Partitions []int `msgpack:"partitions,omitempty"`
 }
 
 // leaseKey is the KV key of partition p's lease.
@@ -41,12 +44,13 @@ type leases struct {
 	ttl    time.Duration
 	now    func() time.Time
 
-	held map[int]uint64 // partition → revision of our lease record
-	beat uint64         // revision of our heartbeat; 0 before the first
+	held  map[int]uint64 // partition → revision of our lease record
+	beat  uint64         // revision of our heartbeat; 0 before the first
+	parts []int          // the partitions this worker may own
 }
 
-func newLeases(kv jetstream.KeyValue, worker string, ttl time.Duration) *leases {
-	return &leases{kv: kv, worker: worker, ttl: ttl, now: time.Now, held: map[int]uint64{}}
+func newLeases(kv jetstream.KeyValue, worker string, ttl time.Duration, parts []int) *leases {
+	return &leases{kv: kv, worker: worker, ttl: ttl, now: time.Now, held: map[int]uint64{}, parts: parts}
 }
 
 func (l *leases) record() []byte {
@@ -62,9 +66,13 @@ func decodeLease(b []byte) (leaseRecord, error) {
 	return r, nil
 }
 
-// heartbeat writes the worker's liveness record.
+// heartbeat writes the worker's liveness record, with its partitions.
 func (l *leases) heartbeat(ctx context.Context) error {
-	rev, err := l.kv.Put(ctx, workerKey(l.worker), l.record())
+	b, err := msgpack.Marshal(leaseRecord{Worker: l.worker, Expires: l.now().Add(l.ttl).UnixMilli(), Partitions: l.parts})
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	rev, err := l.kv.Put(ctx, workerKey(l.worker), b)
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
@@ -72,15 +80,17 @@ func (l *leases) heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// liveWorkers counts workers whose heartbeat has not expired, this one
-// included.
-func (l *leases) liveWorkers(ctx context.Context) (int, error) {
+// liveWorkers counts the workers whose heartbeat has not expired and that
+// may own one of this worker's partitions, this one included, and returns
+// which of its partitions another live worker may own too.
+func (l *leases) liveWorkers(ctx context.Context) (int, map[int]bool, error) {
+	contested := map[int]bool{}
 	lister, err := l.kv.ListKeysFiltered(ctx, "WORKER.*")
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return 1, nil
+			return 1, contested, nil
 		}
-		return 0, fmt.Errorf("list workers: %w", err)
+		return 0, nil, fmt.Errorf("list workers: %w", err)
 	}
 	defer lister.Stop()
 	n := 0
@@ -91,18 +101,51 @@ func (l *leases) liveWorkers(ctx context.Context) (int, error) {
 			continue
 		}
 		r, err := decodeLease(e.Value())
-		if err != nil || r.Expires < l.now().UnixMilli() {
+		if err != nil || r.Expires < l.now().UnixMilli() || !l.overlaps(r.Partitions) {
 			continue
 		}
 		if r.Worker == l.worker {
 			self = true
+		} else {
+			for _, p := range l.parts {
+				if len(r.Partitions) == 0 || slices.Contains(r.Partitions, p) {
+					contested[p] = true
+				}
+			}
 		}
 		n++
 	}
 	if !self {
 		n++
 	}
-	return n, nil
+	return n, contested, nil
+}
+
+// overlaps reports whether a worker with partitions ps competes with this
+// one; a record without partitions may own any.
+func (l *leases) overlaps(ps []int) bool {
+	if len(ps) == 0 {
+		return true
+	}
+	for _, p := range ps {
+		if slices.Contains(l.parts, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// free reports whether partition p's lease is absent or expired.
+func (l *leases) free(ctx context.Context, p int) (bool, error) {
+	e, err := l.kv.Get(ctx, leaseKey(p))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read lease: %w", err)
+	}
+	r, err := decodeLease(e.Value())
+	return err != nil || r.Expires < l.now().UnixMilli(), nil
 }
 
 // tryAcquire takes partition p if its lease is absent or expired. It

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -302,5 +303,37 @@ func TestExpiryAfterTakeover_META063(t *testing.T) {
 	evs := e.waitEvents(h.rec.ClientID, 3)
 	if x := evs[2].Event.MessageExpired; x == nil || !x.MessageID.Equal(m.ID) {
 		t.Fatalf("third event %s", describe(evs[2].Event))
+	}
+}
+
+// TestEveryPartitionOwned: workers with different partition sets (one may
+// own all, the other half) still leave no partition to nobody, and no
+// partition has two owners.
+func TestEveryPartitionOwned(t *testing.T) {
+	e := newEnv(t)
+	var half []int
+	for p := range subject.Partitions / 2 {
+		half = append(half, p)
+	}
+	wa, _ := e.worker("all", nil)
+	wb, _ := e.worker("half", func(c *Config) { c.Partitions = half })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		a, b := wa.Owned(), wb.Owned()
+		overlap := false
+		for _, p := range b {
+			if slices.Contains(a, p) {
+				overlap = true
+			}
+		}
+		// The half worker holds its fair share of its set (16), the other
+		// worker the rest: 32 by share and the 16 orphans it adopted.
+		if !overlap && len(b) >= len(half)/2 && len(a)+len(b) == subject.Partitions {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("owned %d + %d partitions, overlap %v", len(a), len(b), overlap)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

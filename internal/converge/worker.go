@@ -84,6 +84,10 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[int]*partitionRun
 	ready   bool
+
+	// Used by the balance loop only.
+	freeRounds map[int]int  // partition → balance rounds seen free in a row
+	adopted    map[int]bool // partitions taken beyond the fair share
 }
 
 // partitionRun is an owned partition's consuming goroutine.
@@ -128,7 +132,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	w := &Worker{cfg: cfg, js: cfg.JS, log: cfg.Logger, metrics: cfg.Metrics, running: map[int]*partitionRun{}}
+	w := &Worker{cfg: cfg, js: cfg.JS, log: cfg.Logger, metrics: cfg.Metrics, running: map[int]*partitionRun{},
+		freeRounds: map[int]int{}, adopted: map[int]bool{}}
 	var err error
 	if w.inStream, err = cfg.JS.Stream(ctx, streams.StreamInput); err != nil {
 		return nil, fmt.Errorf("converge: stream %s: %w", streams.StreamInput, err)
@@ -145,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("converge: bucket %s: %w", name, err)
 		}
 	}
-	w.leases = newLeases(w.conv, cfg.WorkerID, cfg.LeaseTTL)
+	w.leases = newLeases(w.conv, cfg.WorkerID, cfg.LeaseTTL, cfg.Partitions)
 	w.leases.now = cfg.Now
 	return w, nil
 }
@@ -234,15 +239,31 @@ func (w *Worker) balance(ctx context.Context) error {
 		if !ok {
 			w.log.Warn("converge: partition lease lost", "partition", p)
 			w.stop(p)
+			delete(w.adopted, p)
 		}
 	}
-	n, err := w.leases.liveWorkers(ctx)
+	n, contested, err := w.leases.liveWorkers(ctx)
 	if err != nil {
 		return err
 	}
 	share := (len(w.cfg.Partitions) + n - 1) / n
-	owned := w.Owned()
+	var owned []int
+	for _, p := range w.Owned() {
+		if !w.adopted[p] {
+			owned = append(owned, p)
+		}
+	}
 	if len(owned) > share {
+		// Give up first what another worker can take.
+		slices.SortStableFunc(owned, func(a, b int) int {
+			switch {
+			case contested[a] == contested[b]:
+				return 0
+			case contested[a]:
+				return 1
+			}
+			return -1
+		})
 		extra := owned[share:]
 		w.stop(extra...)
 		for _, p := range extra {
@@ -269,11 +290,48 @@ func (w *Worker) balance(ctx context.Context) error {
 			w.start(ctx, p)
 		}
 	}
+	if err := w.adoptOrphans(ctx); err != nil {
+		return err
+	}
 	w.metrics.Owned.Set(float64(len(w.Owned())))
 	w.updateLag(ctx)
 	w.mu.Lock()
 	w.ready = true
 	w.mu.Unlock()
+	return nil
+}
+
+// adoptOrphans takes, beyond the fair share, every partition whose lease
+// has been free for two balance rounds in a row: workers with different
+// partition sets can leave one to nobody, and an input must never wait for
+// ever. An adopted partition is not given up to rebalancing.
+func (w *Worker) adoptOrphans(ctx context.Context) error {
+	for _, p := range w.cfg.Partitions {
+		if w.owns(p) {
+			delete(w.freeRounds, p)
+			continue
+		}
+		free, err := w.leases.free(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !free {
+			delete(w.freeRounds, p)
+			continue
+		}
+		if w.freeRounds[p]++; w.freeRounds[p] < 2 {
+			continue
+		}
+		ok, err := w.leases.tryAcquire(ctx, p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			w.adopted[p] = true
+			w.start(ctx, p)
+		}
+		delete(w.freeRounds, p)
+	}
 	return nil
 }
 
