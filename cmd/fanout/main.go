@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -32,10 +33,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 func main() {
@@ -113,6 +117,13 @@ func run(args []string, log *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{Replicas: o.nats.Replicas}); err != nil {
+		return err
+	}
 	reg := ops.NewRegistry()
 	g, err := fanout.New(fanout.Config{
 		NATS:             nc,
