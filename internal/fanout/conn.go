@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -19,7 +20,7 @@ type subscription struct {
 	tenant   string
 	client   string
 	filter   *filter.Filter
-	tap      *tap   // set by attach
+	tap      atomic.Pointer[tap] // set by attach; read by detach from any goroutine
 	startSeq uint64 // the tap's last sequence when s was registered
 
 	q         *queue.Queue[*event]
@@ -114,6 +115,12 @@ func (c *conn) count() int {
 // may be written (they always follow it).
 func (c *conn) announce(s *subscription, frame []byte) {
 	c.mu.Lock()
+	if s.ended {
+		// Ended by a drain while it was being attached: undo the attach.
+		c.mu.Unlock()
+		c.g.detach(s)
+		return
+	}
 	if frame != nil {
 		c.control = append(c.control, frame)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -565,4 +566,42 @@ func TestUndecodableEventReportedOnce_EVENT031(t *testing.T) {
 			t.Fatalf("got %d, want %d", n, want)
 		}
 	}
+}
+
+// Subscribing, unsubscribing and a drain racing each other leave nothing
+// behind: every tap is removed and the gauges return to zero.
+func TestConcurrentSubscribeUnsubscribeDrain(t *testing.T) {
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		c := e.connect(tenantA, []string{client1, client2}, client.WithoutReconnect())
+		wg.Go(func() {
+			for j := 0; j < 30; j++ {
+				id := client1
+				if (i+j)%2 == 0 {
+					id = client2
+				}
+				s, err := c.Subscribe(context.Background(), id, schema.EventFilter{Kinds: recvKinds})
+				if err != nil {
+					return // refused once the drain began
+				}
+				if j%3 != 0 {
+					_ = s.Close()
+				}
+			}
+		})
+	}
+	time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	eventually(t, "every tap to go", func() bool {
+		e.g.tapsMu.Lock()
+		defer e.g.tapsMu.Unlock()
+		return len(e.g.taps) == 0 && testutil.ToFloat64(e.g.metrics.taps) == 0 &&
+			testutil.ToFloat64(e.g.metrics.subscriptions) == 0
+	})
 }

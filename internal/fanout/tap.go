@@ -93,7 +93,7 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 		t.replay(s, afterSeq)
 	}
 	t.subs[s] = struct{}{}
-	s.tap = t
+	s.tap.Store(t)
 	s.startSeq = t.lastSeq
 	t.mu.Unlock()
 	return nil
@@ -117,16 +117,20 @@ func (t *tap) replay(s *subscription, afterSeq uint64) {
 }
 
 // detach removes s from its tap; the last subscription removes the tap.
-// After detach returns no event is offered to s.
+// After detach returns no event is offered to s. It is idempotent, since a
+// drain and an unsubscribe may end the same subscription at once.
 func (g *Gateway) detach(s *subscription) {
-	t := s.tap
+	t := s.tap.Load()
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
+	_, member := t.subs[s]
 	delete(t.subs, s)
 	t.mu.Unlock()
-	g.release(t)
+	if member {
+		g.release(t)
+	}
 }
 
 func (g *Gateway) release(t *tap) {
