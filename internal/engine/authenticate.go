@@ -33,9 +33,10 @@ var (
 // candidate parent before any signature or authorization check, which are
 // terminal only once it does (inbound processing). A message of another
 // group or epoch does not authenticate (false, nil). It checks nothing else
-// and changes nothing. Errors: ErrNoMembershipTag for a non-member sender;
-// otherwise an [*Error] (invalid_encoding, or unsupported_required_feature
-// for what is not a PublicMessage handshake).
+// and changes nothing. Errors are [*Error] values: ErrNoMembershipTag
+// (missing_history) for a non-member sender, whose parent only replay can
+// tell; invalid_encoding; unsupported_required_feature for what is not a
+// PublicMessage handshake.
 func (s *State) Authenticates(mlsMessage []byte) (ok bool, err error) {
 	const op = "authenticate"
 	defer recoverDecode(op, &err)
@@ -47,7 +48,9 @@ func (s *State) Authenticates(mlsMessage []byte) (ok bool, err error) {
 		return false, nil
 	}
 	if pm.Content.Sender.Type != framing.SenderTypeMember {
-		return false, ErrNoMembershipTag
+		// No verdict either way; like a parent that is not here yet, it
+		// must not be terminal for the caller.
+		return false, fail(op, schema.CategoryMissingHistory, ErrNoMembershipTag)
 	}
 	return s.membershipTagVerifies(pm), nil
 }

@@ -5,6 +5,12 @@
 // messages, retained-state snapshots, the exporter and the group event key,
 // and authorization of commits under the components extension.
 //
+// Convergence tries messages against several retained states: [State.Authenticates]
+// tells which state is a message's parent (its membership tag) before any
+// check can be terminal, and [State.ProposalRef] and [ConsumedProposalRefs]
+// name the proposals a commit needs applied first. [Restore] bounds a
+// snapshot's structure before mls-go decodes it.
+//
 // A [State] is one hosted member's view of one group at one epoch. Processing
 // a handshake message never mutates the state it is given: it returns a new
 // State, so convergence can try a commit against any retained parent.

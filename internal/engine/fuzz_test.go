@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzProcessInput feeds arbitrary bytes to every engine entry point that
-// decodes received MLS bytes: none may panic, and every error has a category.
+// decodes received MLS bytes (parent identification and proposal refs
+// included): none may panic, and every error has a category.
 func FuzzProcessInput(f *testing.F) {
 	alice, err := testpeer.New("alice")
 	if err != nil {
@@ -48,6 +49,15 @@ func FuzzProcessInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if _, _, err := st.ProcessHandshake(b); err != nil && CategoryOf(err) == "" {
 			t.Fatalf("handshake error without category: %v", err)
+		}
+		if _, err := st.Authenticates(b); err != nil && CategoryOf(err) == "" {
+			t.Fatalf("authenticate error without category: %v", err)
+		}
+		if _, err := st.ProposalRef(b); err != nil && CategoryOf(err) == "" {
+			t.Fatalf("proposal ref error without category: %v", err)
+		}
+		if _, err := ConsumedProposalRefs(b); err != nil && CategoryOf(err) == "" {
+			t.Fatalf("consumed proposal refs error without category: %v", err)
 		}
 		if _, _, err := hosted.Join(b, nil); err != nil && CategoryOf(err) == "" {
 			t.Fatalf("join error without category: %v", err)
