@@ -231,6 +231,26 @@ func (c *Client) signal() {
 // and returns once the gateway has registered it: it sees every matching
 // event that reaches the gateway after that, and none before (EVENT-014).
 func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.EventFilter) (*Subscription, error) {
+	return c.subscribe(ctx, clientID, filter, false)
+}
+
+// SubscribeFunc creates a subscription read by a callback: fn runs for each
+// event, one at a time (EVENT-050), on a goroutine the subscription owns. An
+// error or panic of fn is reported to the error handler and does not end
+// anything (EVENT-051). fn's context ends when the subscription does.
+// Unsubscribing or closing from inside fn does not wait for fn (EVENT-052);
+// Done is closed once the subscription has ended and fn has returned.
+func (c *Client) SubscribeFunc(ctx context.Context, clientID string, filter schema.EventFilter,
+	fn func(context.Context, schema.ClientEvent) error) (*Subscription, error) {
+	s, err := c.subscribe(ctx, clientID, filter, true)
+	if err != nil {
+		return nil, err
+	}
+	go s.runCallbacks(fn)
+	return s, nil
+}
+
+func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.EventFilter, callback bool) (*Subscription, error) {
 	if filter.Kinds == nil {
 		filter.Kinds = []schema.EventKind{}
 	}
@@ -238,6 +258,7 @@ func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.E
 		return nil, fmt.Errorf("client: invalid filter: %w", err)
 	}
 	s := newSubscription(c, clientID, filter)
+	s.callback = callback
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -268,25 +289,6 @@ func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.E
 		c.signal()
 		return nil, ctx.Err()
 	}
-}
-
-// SubscribeFunc creates a subscription read by a callback: fn runs for each
-// event, one at a time (EVENT-050), on a goroutine the subscription owns. An
-// error or panic of fn is reported to the error handler and does not end
-// anything (EVENT-051). fn's context ends when the subscription does.
-// Unsubscribing or closing from inside fn does not wait for fn (EVENT-052);
-// Done is closed once the subscription has ended and fn has returned.
-func (c *Client) SubscribeFunc(ctx context.Context, clientID string, filter schema.EventFilter,
-	fn func(context.Context, schema.ClientEvent) error) (*Subscription, error) {
-	s, err := c.Subscribe(ctx, clientID, filter)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	s.callback = true
-	c.mu.Unlock()
-	go s.runCallbacks(fn)
-	return s, nil
 }
 
 // requestLocked queues a subscribe frame for s. c.mu held.
