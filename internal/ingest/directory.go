@@ -17,7 +17,16 @@ import (
 type directory struct {
 	mu     sync.RWMutex
 	keys   map[string]keySet
-	groups map[string]struct{}
+	groups map[string]groupState
+}
+
+// groupState is whether a group is hosted, as of the fabric-groups revision
+// (stream sequence) that said so. The watch and the direct reads of a
+// directory miss both write it; the newer revision wins, so a read that
+// raced a later delete cannot bring the group back.
+type groupState struct {
+	known bool
+	rev   uint64
 }
 
 // keySet is a group's candidate keys with a generation that grows on every
@@ -28,7 +37,7 @@ type keySet struct {
 }
 
 func newDirectory() *directory {
-	return &directory{keys: map[string]keySet{}, groups: map[string]struct{}{}}
+	return &directory{keys: map[string]keySet{}, groups: map[string]groupState{}}
 }
 
 // candidateKeys returns the group's keys and their generation.
@@ -62,18 +71,18 @@ func (d *directory) setKeys(key string, keys [][binding.KeySize]byte) {
 func (d *directory) known(key string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	_, ok := d.groups[key]
-	return ok
+	return d.groups[key].known
 }
 
-func (d *directory) setKnown(key string, known bool) {
+// setKnown records whether a group is hosted as of fabric-groups revision
+// rev, unless the directory already holds a newer revision.
+func (d *directory) setKnown(key string, known bool, rev uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if known {
-		d.groups[key] = struct{}{}
+	if cur, ok := d.groups[key]; ok && cur.rev > rev {
 		return
 	}
-	delete(d.groups, key)
+	d.groups[key] = groupState{known: known, rev: rev}
 }
 
 // EncodeGroupKeys encodes a group's candidate group event keys as the value

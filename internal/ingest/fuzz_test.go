@@ -73,7 +73,7 @@ func FuzzPeelAndClassify(f *testing.F) {
 	g := newGroup(f)
 	s := &Service{dir: newDirectory(), log: slog.New(slog.DiscardHandler)}
 	key := testTenant + "." + hex.EncodeToString(g.ID())
-	s.dir.setKnown(key, true)
+	s.dir.setKnown(key, true, 1)
 	s.dir.setKeys(key, g.EventKeys())
 	m := text(f, g, "seed")
 	f.Add(m.MLS, false)

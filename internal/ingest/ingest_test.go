@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -102,58 +104,112 @@ func TestDuplicateInsideWindow(t *testing.T) {
 	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
 }
 
-// Past the JetStream window the fabric-seen record still catches a
-// duplicate, once convergence has decided about the input.
+// Past the JetStream window the outcome record still catches a duplicate:
+// a queued record is written only once the input is stored, so it proves
+// the input entered, whether or not convergence has decided yet.
 func TestDuplicateBeyondWindow(t *testing.T) {
 	const window = 200 * time.Millisecond
 	e := newEnv(t, envOpts{window: window})
 	w := e.workers[0]
 	g := newGroup(t)
 	e.hostGroup(g.ID())
-	m := text(t, g, "later")
-	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
-	e.converged(m.ID, schema.ClassApplication)
+	waiting := text(t, g, "not decided yet")
+	decided := text(t, g, "later")
+	res := w.submit(t, waiting.Transport, decided.Transport)
+	wantResult(t, res[0], waiting.ID, schema.StatusQueued, "")
+	wantResult(t, res[1], decided.ID, schema.StatusQueued, "")
+	e.converged(decided.ID, schema.ClassApplication)
 	time.Sleep(3 * window) // let the Nats-Msg-Id window pass
-	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
-	if n := len(e.inputs()); n != 1 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
+	res = w.submit(t, waiting.Transport, decided.Transport)
+	wantResult(t, res[0], waiting.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	wantResult(t, res[1], decided.ID, schema.StatusRejected, schema.CategoryDuplicate)
+	if n := len(e.inputs()); n != 2 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 2", n)
 	}
-	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+	w.wantOutcome(t, waiting.ID, schema.StatusQueued, "", schema.ClassApplication)
+	if o, _ := w.outcome(t, decided.ID); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("converge's record replaced: %s/%s", o.Status, o.Category)
+	}
 }
 
-// converged appends an accepted record the way converge does.
+// converged appends an accepted record the way converge does: one revision
+// above the newest record, named oc.<tenant>.<id>.<revision>, without a
+// compare-and-set.
 func (e *env) converged(id []byte, class schema.InputClass) {
 	e.t.Helper()
-	rec := schema.Outcome{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted}
-	if err := e.workers[0].svc.writeOutcomeCAS(context.Background(), testTenant, rec); err != nil {
+	idHex := hex.EncodeToString(id)
+	subj, err := subject.Outcome(testTenant, idHex)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	prev, err := e.workers[0].svc.readOutcome(context.Background(), subj)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rec := schema.Outcome{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted, Revision: 1, Time: time.Now().UTC()}
+	if prev != nil {
+		rec.Revision = prev.rec.Revision + 1
+	}
+	body, err := rec.MarshalMsgpack()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, "oc."+testTenant+"."+idHex+"."+strconv.FormatUint(rec.Revision, 10))
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-// A dedup record whose publish never happened (a worker died between the
-// two) does not lose the input: the next delivery publishes it.
-func TestSeenWithoutPublishIsNotLost(t *testing.T) {
+// An input stored by an attempt that died before its outcome record (the
+// record follows the publish's acknowledgement) is not published again, and
+// gets its queued record from the next delivery inside the window.
+func TestStoredWithoutRecordGetsItsRecord(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
 	e.hostGroup(g.ID())
-	m := text(t, g, "ambiguous")
-	ctx := context.Background()
-	kv, err := e.js.KeyValue(ctx, streams.BucketSeen)
+	m := text(t, g, "died before the record")
+	in := &input{msg: m.Transport}
+	w.svc.prepare(testTenant, in)
+	pub, err := inputMsg(testTenant, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := subject.SeenKey(testTenant, hex.EncodeToString(m.ID))
-	if _, err := kv.Create(ctx, key, []byte("0")); err != nil {
+	if _, err := e.js.PublishMsg(t.Context(), pub); err != nil {
 		t.Fatal(err)
 	}
-	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	if _, ok := w.outcome(t, m.ID); ok {
+		t.Fatal("a record before the retry")
+	}
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
 	if n := len(e.inputs()); n != 1 {
 		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
 	}
 	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
-	// And a retry of that retry is a duplicate inside the window.
-	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
+}
+
+// A record written between ingest's read and its write (converge deciding
+// fast, another worker) is not overwritten by the queued record.
+func TestQueuedRecordNeverOverwritesADecision(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "decided first")
+	e.converged(m.ID, schema.ClassApplication)
+	in := &input{msg: m.Transport}
+	w.svc.prepare(testTenant, in)
+	// enter as if its read had found nothing: the create-if-absent meets
+	// converge's record.
+	rec := pendingOutcome{rec: schema.Outcome{MessageID: m.ID, Class: schema.ClassApplication, Status: schema.StatusQueued}}
+	if err := w.svc.writeOutcomes(t.Context(), testTenant, []pendingOutcome{rec}); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := w.outcome(t, m.ID); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("decision overwritten: %s/%s", o.Status, o.Category)
+	}
 }
 
 // Bytes that are not an MLSMessage fail closed with invalid_encoding, and
@@ -251,6 +307,61 @@ func TestUnknownGroupBackfilledAfterJoin(t *testing.T) {
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
 }
 
+// A group converge has just recorded is hosted even before this worker's
+// watch delivers the record: a directory miss is confirmed with a read of
+// fabric-groups, so an app message posted right after conversation.joined
+// is queued, not unknown_group.
+func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	key := testTenant + "." + hex.EncodeToString(g.ID())
+
+	// As it happens: the record is written and input follows at once.
+	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, groupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
+	m := text(t, g, "right after the join")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+
+	// Deterministically: the watch has the record, but this worker's
+	// cache is made to miss it, as a lagging watch would.
+	eventually(t, "group known", func() bool { return w.svc.dir.known(key) })
+	w.svc.dir.mu.Lock()
+	delete(w.svc.dir.groups, key)
+	w.svc.dir.mu.Unlock()
+	m2 := text(t, g, "cache missed")
+	wantResult(t, w.submitOne(t, m2.Transport), m2.ID, schema.StatusQueued, "")
+	if !w.svc.dir.known(key) {
+		t.Fatal("the read did not update the directory")
+	}
+	if n := e.retained(); n != 0 {
+		t.Fatalf("FABRIC_RETAINED holds %d objects, want 0", n)
+	}
+	if n := len(e.inputs()); n != 2 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 2", n)
+	}
+
+	// A group without a record is still unknown_group after the read.
+	other := newGroup(t)
+	m3 := text(t, other, "nobody here")
+	wantResult(t, w.submitOne(t, m3.Transport), m3.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+}
+
+// A read that raced a later change of the record cannot undo it: the newer
+// fabric-groups revision wins.
+func TestDirectoryKeepsNewestGroupRevision(t *testing.T) {
+	d := newDirectory()
+	const key = "t.aa"
+	d.setKnown(key, false, 5) // the watch saw the delete at revision 5
+	d.setKnown(key, true, 3)  // a read that found revision 3 lands late
+	if d.known(key) {
+		t.Fatal("an older revision brought the group back")
+	}
+	d.setKnown(key, true, 6)
+	if !d.known(key) {
+		t.Fatal("a newer revision was ignored")
+	}
+}
+
 // A welcome goes to the group its hint names, known or not: it is what
 // makes a group known.
 func TestWelcomeGoesToHintedGroup(t *testing.T) {
@@ -298,7 +409,9 @@ func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
 	m := text(t, g, "sealed")
 	transportID := sha256.Sum256(m.Transport.Payload)
 	wantResult(t, w.submitOne(t, m.Transport), transportID[:], schema.StatusDeferred, schema.CategoryTransportDeferred)
-	w.wantOutcome(t, transportID[:], schema.StatusDeferred, schema.CategoryTransportDeferred, "")
+	// A sealed object no key opens has its own class: it is not yet an
+	// MLSMessage, so neither malformed nor unsupported.
+	w.wantOutcome(t, transportID[:], schema.StatusDeferred, schema.CategoryTransportDeferred, schema.ClassSealed)
 	if n := e.retained(); n != 1 {
 		t.Fatalf("FABRIC_RETAINED holds %d objects, want 1", n)
 	}

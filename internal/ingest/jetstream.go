@@ -16,9 +16,10 @@ const (
 	streamIn       = streams.StreamInput
 	streamOutcomes = streams.StreamOutcomes
 	streamRetained = streams.StreamRetained
-	bucketSeen     = streams.BucketSeen
 	bucketKeys     = streams.BucketGroupKeys
 	bucketGroups   = streams.BucketGroups
+	// streamGroups is the stream under the fabric-groups bucket.
+	streamGroups = "KV_" + bucketGroups
 )
 
 // Headers ingest sets on fabric.in.<tenant>.<group> (docs/ingest.md).
@@ -94,38 +95,57 @@ type pubResult struct {
 	err error
 }
 
+// pending is one asynchronous publish whose acknowledgement is awaited
+// later.
+type pending struct {
+	msg *nats.Msg
+	fut jetstream.PubAckFuture
+	err error // the publish failed before it was sent
+}
+
+// publishAsync sends m without waiting for its acknowledgement. The
+// client's pending limit (WithPublishAsyncMaxPending) bounds the publishes
+// in flight per worker; beyond it a publish waits up to stallWait for room.
+func publishAsync(js jetstream.JetStream, m *nats.Msg) pending {
+	f, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait))
+	return pending{msg: m, fut: f, err: err}
+}
+
+// await waits for p's acknowledgement. A message whose Nats-Msg-Id another
+// worker is storing right now (replicated streams) is published again once
+// that settles, so the answer is stored or duplicate.
+func (p pending) await(ctx context.Context, js jetstream.JetStream) pubResult {
+	if p.err != nil {
+		return pubResult{err: p.err}
+	}
+	select {
+	case a := <-p.fut.Ok():
+		return pubResult{ack: a}
+	case err := <-p.fut.Err():
+		if isInProcess(err) {
+			ack, err := publishSettled(ctx, js, p.msg)
+			return pubResult{ack: ack, err: err}
+		}
+		return pubResult{err: err}
+	case <-ctx.Done():
+		return pubResult{err: ctx.Err()}
+	}
+}
+
 // publishAll publishes every non-nil message asynchronously, so a batch
 // costs one round trip rather than one per message, and waits for every
-// acknowledgement. A message whose Nats-Msg-Id another worker is storing
-// right now is published again once that settles.
+// acknowledgement.
 func publishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) []pubResult {
-	res := make([]pubResult, len(msgs))
-	futs := make([]jetstream.PubAckFuture, len(msgs))
+	ps := make([]pending, len(msgs))
 	for i, m := range msgs {
-		if m == nil {
-			continue
+		if m != nil {
+			ps[i] = publishAsync(js, m)
 		}
-		f, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait))
-		if err != nil {
-			res[i].err = err
-			continue
-		}
-		futs[i] = f
 	}
-	for i, f := range futs {
-		if f == nil {
-			continue
-		}
-		select {
-		case a := <-f.Ok():
-			res[i].ack = a
-		case err := <-f.Err():
-			res[i].err = err
-			if isInProcess(err) {
-				res[i].ack, res[i].err = publishSettled(ctx, js, msgs[i])
-			}
-		case <-ctx.Done():
-			res[i].err = ctx.Err()
+	res := make([]pubResult, len(msgs))
+	for i, p := range ps {
+		if p.msg != nil {
+			res[i] = p.await(ctx, js)
 		}
 	}
 	return res

@@ -3,7 +3,9 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,4 +69,67 @@ func getMsg(ctx context.Context, nc *nats.Conn, stream string, req msgGetRequest
 		return nil, jetstream.ErrInvalidJetStreamResponse
 	}
 	return &storedMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data}, nil
+}
+
+// maxMultiLast is the most subjects one batched direct get asks for: the
+// server answers at most 1024 messages per request.
+const maxMultiLast = 1000
+
+// lastMsgs reads the last message of each subject through a batched direct
+// get (DIRECT.GET with multi_last): one request for up to maxMultiLast
+// subjects, answered by any replica. Subjects without a message are absent
+// from the result. A request that ends without its end-of-batch marker is an
+// error, never an empty answer: callers decide on what is not there.
+func lastMsgs(ctx context.Context, nc *nats.Conn, stream string, subjects []string) (map[string]*storedMsg, error) {
+	out := make(map[string]*storedMsg, len(subjects))
+	for len(subjects) > 0 {
+		n := min(len(subjects), maxMultiLast)
+		if err := lastMsgsChunk(ctx, nc, stream, subjects[:n], out); err != nil {
+			return nil, err
+		}
+		subjects = subjects[n:]
+	}
+	return out, nil
+}
+
+func lastMsgsChunk(ctx context.Context, nc *nats.Conn, stream string, subjects []string, out map[string]*storedMsg) error {
+	body, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+	}{subjects})
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("batch get: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, body); err != nil {
+		return fmt.Errorf("batch get: %w", err)
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return fmt.Errorf("batch get: %w", err)
+		}
+		if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
+			switch status {
+			case "204", "404": // end of batch; no message at all
+				return nil
+			}
+			return fmt.Errorf("batch get: status %s %s", status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		subj := m.Header.Get(jetstream.SubjectHeader)
+		if err != nil || subj == "" {
+			return errors.New("batch get: a message without subject or sequence")
+		}
+		out[subj] = &storedMsg{Subject: subj, Sequence: seq, Data: m.Data}
+	}
 }

@@ -46,10 +46,14 @@ func sameOutcome(a, b schema.Outcome) bool {
 	return a.Status == b.Status && a.Category == b.Category && a.Disposition == b.Disposition && a.Class == b.Class
 }
 
-// outcomeMsg builds the record message. Its Nats-Msg-Id follows converge's
-// scheme (oc.<tenant>.<id>.<revision>), so a retried write of the same
-// revision is stored once; Nats-Expected-Last-Subject-Sequence makes every
-// write a compare-and-set on the input's subject, so revisions never fork.
+// outcomeMsg builds the record message. Every write is a compare-and-set
+// on the input's subject (Nats-Expected-Last-Subject-Sequence: the record
+// it follows, 0 for the first), so revisions never fork and a retried write
+// is stored at most once. It carries no Nats-Msg-Id: converge names its own
+// records oc.<tenant>.<id>.<revision>, and an ingest record under the same
+// id would make the server drop converge's decision as a duplicate when
+// both write the same revision (converge reads, ingest writes, converge
+// writes).
 func outcomeMsg(tenant string, rec schema.Outcome, expect uint64) (*nats.Msg, error) {
 	idHex := hex.EncodeToString(rec.MessageID)
 	subj, err := subject.Outcome(tenant, idHex)
@@ -62,9 +66,41 @@ func outcomeMsg(tenant string, rec schema.Outcome, expect uint64) (*nats.Msg, er
 	}
 	m := nats.NewMsg(subj)
 	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, "oc."+tenant+"."+idHex+"."+strconv.FormatUint(rec.Revision, 10))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 	return m, nil
+}
+
+// readOutcomes returns the newest outcome record of each input by its
+// message id, in one batched direct get; an input without a record has
+// none in the map. A replica may answer, and may lag the leader by what
+// was just written: a record it misses is caught by the JetStream window
+// (the input's Nats-Msg-Id) or by the compare-and-set of the record write.
+func (s *Service) readOutcomes(ctx context.Context, tenant string, ins []*input) (map[[32]byte]*latest, error) {
+	subjects := make([]string, len(ins))
+	for i, in := range ins {
+		subj, err := subject.Outcome(tenant, hex.EncodeToString(in.id[:]))
+		if err != nil {
+			return nil, fmt.Errorf("outcome subject: %w", err)
+		}
+		subjects[i] = subj
+	}
+	msgs, err := lastMsgs(ctx, s.cfg.Conn, streamOutcomes, subjects)
+	if err != nil {
+		return nil, fmt.Errorf("read outcomes: %w", err)
+	}
+	out := make(map[[32]byte]*latest, len(msgs))
+	for i, in := range ins {
+		m := msgs[subjects[i]]
+		if m == nil {
+			continue
+		}
+		var rec schema.Outcome
+		if err := rec.UnmarshalMsgpack(m.Data); err != nil {
+			return nil, fmt.Errorf("decode outcome: %w", err)
+		}
+		out[in.id] = &latest{rec: rec, seq: m.Sequence}
+	}
+	return out, nil
 }
 
 // pendingOutcome is one record to write: rec at its next revision on top of
@@ -74,29 +110,43 @@ type pendingOutcome struct {
 	prev *latest
 }
 
-// writeOutcomes writes every record, pipelined. A write that meets a record
-// it did not expect re-reads the subject and writes on top of the newest
-// record, unless that record already says the same.
-func (s *Service) writeOutcomes(ctx context.Context, tenant string, ws []pendingOutcome) error {
-	if len(ws) == 0 {
-		return nil
-	}
-	start := time.Now()
-	defer func() { s.m.stage.WithLabelValues("outcome").Observe(time.Since(start).Seconds()) }()
-	msgs := make([]*nats.Msg, len(ws))
+// outcomeWrites are records sent by startOutcomes and not yet awaited.
+type outcomeWrites struct {
+	ws    []pendingOutcome
+	ps    []pending
+	start time.Time
+}
+
+// startOutcomes sends every record without waiting.
+func (s *Service) startOutcomes(tenant string, ws []pendingOutcome) (*outcomeWrites, error) {
+	ow := &outcomeWrites{ws: ws, ps: make([]pending, len(ws)), start: time.Now()}
 	for i := range ws {
 		m, err := s.prepareOutcome(tenant, &ws[i])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		msgs[i] = m
+		if m != nil {
+			ow.ps[i] = publishAsync(s.js, m)
+		}
 	}
-	res := publishAll(ctx, s.js, msgs)
-	for i, r := range res {
-		switch {
-		case msgs[i] == nil:
+	return ow, nil
+}
+
+// finishOutcomes waits for the records startOutcomes sent. A write that
+// met a record it did not expect re-reads the subject and writes on top of
+// the newest record, unless that record already says the same.
+func (s *Service) finishOutcomes(ctx context.Context, tenant string, ow *outcomeWrites) error {
+	if len(ow.ws) == 0 {
+		return nil
+	}
+	defer func() { s.m.stage.WithLabelValues("outcome").Observe(time.Since(ow.start).Seconds()) }()
+	for i, p := range ow.ps {
+		if p.msg == nil {
+			continue
+		}
+		switch r := p.await(ctx, s.js); {
 		case outcomeConflict(r):
-			if err := s.writeOutcomeCAS(ctx, tenant, ws[i].rec); err != nil {
+			if err := s.writeOutcomeCAS(ctx, tenant, ow.ws[i].rec); err != nil {
 				return err
 			}
 		case r.err != nil:
@@ -106,12 +156,20 @@ func (s *Service) writeOutcomes(ctx context.Context, tenant string, ws []pending
 	return nil
 }
 
+// writeOutcomes writes every record, pipelined, and waits for them.
+func (s *Service) writeOutcomes(ctx context.Context, tenant string, ws []pendingOutcome) error {
+	ow, err := s.startOutcomes(tenant, ws)
+	if err != nil {
+		return err
+	}
+	return s.finishOutcomes(ctx, tenant, ow)
+}
+
 // outcomeConflict reports whether an outcome write did not store this
 // record because the subject had moved: the expected sequence did not
-// match, or (replicated streams check Nats-Msg-Id first) a record of the
-// same revision was already stored, which may say something else.
+// match, or (replicated streams) another write to it was in flight.
 func outcomeConflict(r pubResult) bool {
-	return isWrongLast(r.err) || (r.err == nil && r.ack != nil && r.ack.Duplicate)
+	return isWrongLast(r.err)
 }
 
 // prepareOutcome fills in revision and time and returns the message, or nil
@@ -120,8 +178,8 @@ func (s *Service) prepareOutcome(tenant string, w *pendingOutcome) (*nats.Msg, e
 	var expect uint64
 	w.rec.Revision = 1
 	if w.prev != nil {
-		// Ingest never writes on top of a decision of convergence.
-		if entered(w.prev) || sameOutcome(w.prev.rec, w.rec) {
+		// Ingest never writes on top of an admitted input's record.
+		if admitted(w.prev) || sameOutcome(w.prev.rec, w.rec) {
 			return nil, nil
 		}
 		w.rec.Revision = w.prev.rec.Revision + 1

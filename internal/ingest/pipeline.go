@@ -7,7 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/binding"
@@ -37,8 +38,8 @@ const (
 )
 
 // classUnpeeled is the class recorded for a sealed object no key has opened
-// yet: the schema has no class for bytes that are not yet an MLSMessage.
-const classUnpeeled = schema.ClassUnsupported
+// yet: it is not yet an MLSMessage.
+const classUnpeeled = schema.ClassSealed
 
 // input is one transport message on its way through the pipeline.
 type input struct {
@@ -151,19 +152,46 @@ func (s *Service) peelAndClassify(tenant string, in *input) {
 	in.settle(stepEnter, schema.StatusQueued, "")
 }
 
+// prepareAll prepares a request's inputs; a large batch is split over the
+// CPUs. It does no I/O.
+func (s *Service) prepareAll(tenant string, ins []*input) {
+	const perWorker = 64 // below this a goroutine costs more than it saves
+	n := min(runtime.GOMAXPROCS(0), (len(ins)+perWorker-1)/perWorker)
+	if n <= 1 {
+		for _, in := range ins {
+			s.prepare(tenant, in)
+		}
+		return
+	}
+	chunk := (len(ins) + n - 1) / n
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(ins); lo += chunk {
+		part := ins[lo:min(lo+chunk, len(ins))]
+		wg.Go(func() {
+			for _, in := range part {
+				s.prepare(tenant, in)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // run takes prepared inputs to their outcome: rejections and retentions are
-// recorded, the rest deduplicated and published. An error means some input
-// may not have been handled; none was acknowledged, and a retry is safe.
+// recorded, the rest deduplicated and published. The writes of one request
+// are pipelined: the rejection records are sent first and awaited last. An
+// error means some input may not have been handled; none was acknowledged,
+// and a retry is safe.
 func (s *Service) run(ctx context.Context, tenant string, ins []*input) error {
 	var enter, retain []*input
 	var rejects []pendingOutcome
+	hosted := map[string]bool{} // directory misses confirmed in this run
 	for _, in := range ins {
 		switch in.step {
 		case stepReject:
 			rejects = append(rejects, pendingOutcome{rec: s.record(in)})
 			in.step = stepDone
 		case stepRetain:
-			if err := s.checkRetain(ctx, tenant, in); err != nil {
+			if err := s.checkRetain(ctx, tenant, in, hosted); err != nil {
 				return err
 			}
 			switch in.step {
@@ -176,13 +204,17 @@ func (s *Service) run(ctx context.Context, tenant string, ins []*input) error {
 			enter = append(enter, in)
 		}
 	}
-	if err := s.writeOutcomes(ctx, tenant, rejects); err != nil {
+	rw, err := s.startOutcomes(tenant, rejects)
+	if err != nil {
 		return err
 	}
 	if err := s.retain(ctx, tenant, retain); err != nil {
 		return err
 	}
-	return s.enter(ctx, tenant, enter)
+	if err := s.enter(ctx, tenant, enter); err != nil {
+		return err
+	}
+	return s.finishOutcomes(ctx, tenant, rw)
 }
 
 // record is the outcome record an input's result makes.
@@ -195,19 +227,36 @@ func (s *Service) record(in *input) schema.Outcome {
 	}
 }
 
-// checkRetain looks again at an input that cannot go on yet. An
-// unknown-group input that already entered convergence once is deduplicated
-// instead (stepEnter), so its outcome is not overwritten; a retained input
-// that still cannot go on stays where it is (stepKeep); the others stay at
-// stepRetain.
-func (s *Service) checkRetain(ctx context.Context, tenant string, in *input) error {
+// checkRetain looks again at an input that cannot go on yet. A group the
+// directory does not know is confirmed by a read first: the watch may lag a
+// record converge has just written. An unknown-group input that already
+// entered convergence once is a duplicate, so its outcome is not
+// overwritten; a retained input that still cannot go on stays where it is
+// (stepKeep); the others stay at stepRetain.
+func (s *Service) checkRetain(ctx context.Context, tenant string, in *input, hosted map[string]bool) error {
 	if in.reason == reasonUnknown {
-		seen, err := s.seenExists(ctx, tenant, in.id)
+		known, ok := hosted[in.groupKey]
+		if !ok {
+			var err error
+			if known, err = s.confirmHosted(ctx, in.groupKey); err != nil {
+				return err
+			}
+			hosted[in.groupKey] = known
+		}
+		if known {
+			in.settle(stepEnter, schema.StatusQueued, "")
+			return nil
+		}
+		subj, err := subject.Outcome(tenant, hex.EncodeToString(in.id[:]))
+		if err != nil {
+			return fmt.Errorf("outcome subject: %w", err)
+		}
+		prev, err := s.readOutcome(ctx, subj)
 		if err != nil {
 			return err
 		}
-		if seen {
-			in.settle(stepEnter, schema.StatusQueued, "")
+		if admitted(prev) {
+			in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
 			return nil
 		}
 	}
@@ -217,19 +266,23 @@ func (s *Service) checkRetain(ctx context.Context, tenant string, in *input) err
 	return nil
 }
 
-func (s *Service) seenExists(ctx context.Context, tenant string, id [sha256.Size]byte) (bool, error) {
-	key, err := subject.SeenKey(tenant, hex.EncodeToString(id[:]))
-	if err != nil {
-		return false, fmt.Errorf("seen key: %w", err)
-	}
-	_, err = s.seen.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+// confirmHosted reads a group's fabric-groups record from the stream leader
+// after a directory miss, and puts what it finds into the directory. The
+// watch can lag: converge writes the record and emits conversation.joined,
+// and an app may post into the group before this worker's watch has the
+// record; that input is not unknown_group.
+func (s *Service) confirmHosted(ctx context.Context, key string) (bool, error) {
+	m, err := getMsg(ctx, s.cfg.Conn, streamGroups, msgGetRequest{LastFor: s.groupsPrefix + key})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("read seen record: %w", err)
 	}
-	return true, nil
+	if err != nil {
+		return false, fmt.Errorf("read group record: %w", err)
+	}
+	// A delete or purge marker has no value.
+	known := len(m.Data) > 0 && s.hasMembers(m.Data)
+	s.dir.setKnown(key, known, m.Sequence)
+	return known, nil
 }
 
 // preConvergence reports whether a category is one ingest gives an input
@@ -238,114 +291,135 @@ func preConvergence(c schema.Category) bool {
 	return c == schema.CategoryUnknownGroup || c == schema.CategoryTransportDeferred || c == schema.CategoryResourceRefused
 }
 
-// entered reports whether convergence has decided about the input: it gave
-// a disposition or a terminal rejection. Ingest never writes on top of such
-// a record, and an input that has one is a duplicate.
-func entered(l *latest) bool {
+// admitted reports whether an input's record shows that the input is on
+// its group's input subject: ingest writes queued only after the input's
+// publish was acknowledged, and convergence (which keeps status queued with
+// a disposition, or rejects terminally) only writes about input it took
+// from there. A pre-convergence rejection, or wrong_recipient for a
+// transport that named another group, does not: the same bytes may enter
+// later. Ingest never writes on top of an admitted input's record, and an
+// admitted input delivered again is a duplicate.
+func admitted(l *latest) bool {
 	if l == nil {
 		return false
 	}
 	r := l.rec
-	return r.Disposition != "" || (r.Status == schema.StatusRejected && !preConvergence(r.Category))
+	switch {
+	case r.Status == schema.StatusQueued:
+		return true
+	case preConvergence(r.Category):
+		return false
+	case r.Category == schema.CategoryWrongRecipient && r.Class != schema.ClassWelcome:
+		// Ingest's routing check; convergence gives wrong_recipient only to
+		// a Welcome.
+		return false
+	}
+	return r.Status == schema.StatusRejected
 }
 
 // enter deduplicates inputs and publishes the new ones onto their group's
-// input subject, in two pipelined rounds:
+// input subject, writing each one's first outcome record, queued, right
+// after its publish is acknowledged:
 //
-//  1. together, the create-if-absent of fabric-seen <tenant>.<message_id>
-//     (the dedup record that outlives JetStream's window) and the
-//     create-if-absent of the first outcome record, queued: it is written
-//     before the publish so that convergence, which appends to the same
-//     subject, always comes after it, and being create-if-absent it never
-//     overwrites a record;
-//  2. the publish with Nats-Msg-Id = <tenant>.<message_id>, which dedups
-//     inside the window.
+//  1. one batched read of the inputs' current records: an admitted input
+//     (see admitted) is a duplicate and is not published, whatever the age
+//     of the first delivery (the dedup beyond JetStream's window);
+//  2. every input published asynchronously with Nats-Msg-Id
+//     <tenant>.<message_id>; PubAck.Duplicate says an earlier attempt
+//     landed inside the window;
+//  3. as each acknowledgement arrives, its record: create-if-absent, or
+//     compare-and-set on a pre-convergence record; then one wait for all.
 //
-// An input whose outcome already shows a decision of convergence is a
-// duplicate. Any other existing record is ambiguous (an earlier attempt may
-// have failed between the rounds, or is in flight on another worker): the
-// input is published again and JetStream's window answers whether the
-// earlier attempt landed. So an input is never lost, and never published
-// twice inside the window.
+// Because a queued record is only written once the input is stored, a
+// record found in step 1 proves the input is on FABRIC_IN, so a delivery
+// after the window is never published again. An input stored by an attempt
+// that died before its record is caught by the window and gets its record
+// then. A request answers only after every record is stored, so an
+// acknowledged queued is always readable at GET …/outcomes/{message_id}.
 func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error {
 	if len(ins) == 0 {
 		return nil
 	}
 	start := time.Now()
-	now := strconv.FormatInt(start.UnixMilli(), 10)
-	msgs := make([]*nats.Msg, 2*len(ins))
-	for i, in := range ins {
-		key, err := subject.SeenKey(tenant, hex.EncodeToString(in.id[:]))
-		if err != nil {
-			return fmt.Errorf("seen key: %w", err)
-		}
-		m := nats.NewMsg(s.seenPrefix + key)
-		m.Data = []byte(now)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-		msgs[2*i] = m
-		w := pendingOutcome{rec: s.record(in)}
-		if msgs[2*i+1], err = s.prepareOutcome(tenant, &w); err != nil {
-			return err
-		}
+	prevs, err := s.readOutcomes(ctx, tenant, ins)
+	if err != nil {
+		return err
 	}
-	res := publishAll(ctx, s.js, msgs)
 	s.m.stage.WithLabelValues("dedup").Observe(time.Since(start).Seconds())
 
-	var pub []*input
-	for i, in := range ins {
-		seenErr, rec := res[2*i].err, res[2*i+1]
-		if seenErr != nil && !isWrongLast(seenErr) {
-			return fmt.Errorf("create seen record: %w", seenErr)
-		}
-		if rec.err != nil || outcomeConflict(rec) {
-			if !outcomeConflict(rec) {
-				return fmt.Errorf("write outcome: %w", rec.err)
-			}
-			subj, err := subject.Outcome(tenant, hex.EncodeToString(in.id[:]))
-			if err != nil {
-				return fmt.Errorf("outcome subject: %w", err)
-			}
-			prev, err := s.readOutcome(ctx, subj)
-			if err != nil {
-				return err
-			}
-			if entered(prev) {
-				in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
-				continue
-			}
-			if err := s.writeOutcomeCAS(ctx, tenant, s.record(in)); err != nil {
-				return err
-			}
-		}
-		pub = append(pub, in)
-	}
-
 	start = time.Now()
-	msgs = msgs[:len(pub)]
-	for i, in := range pub {
-		subj, err := subject.Input(tenant, in.groupHex)
-		if err != nil {
-			return fmt.Errorf("input subject: %w", err)
-		}
-		idHex := hex.EncodeToString(in.id[:])
-		m := nats.NewMsg(subj)
-		m.Data = in.mls
-		m.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
-		m.Header.Set(HeaderClass, string(in.class))
-		m.Header.Set(HeaderMessageID, idHex)
-		msgs[i] = m
+	type entry struct {
+		in   *input
+		prev *latest
+		pub  pending
 	}
-	res = publishAll(ctx, s.js, msgs)
-	s.m.stage.WithLabelValues("publish").Observe(time.Since(start).Seconds())
-	for i, in := range pub {
-		if res[i].err != nil {
-			return fmt.Errorf("publish input: %w", res[i].err)
-		}
-		if res[i].ack.Duplicate {
+	batch := make([]entry, 0, len(ins))
+	first := make(map[[sha256.Size]byte]bool, len(ins))
+	for _, in := range ins {
+		prev := prevs[in.id]
+		if admitted(prev) || first[in.id] {
 			in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
 			continue
 		}
-		in.step = stepDone
+		first[in.id] = true
+		m, err := inputMsg(tenant, in)
+		if err != nil {
+			return err
+		}
+		batch = append(batch, entry{in: in, prev: prev, pub: publishAsync(s.js, m)})
 	}
+	recs := make([]pending, len(batch))
+	ws := make([]pendingOutcome, len(batch))
+	for i, e := range batch {
+		r := e.pub.await(ctx, s.js)
+		if r.err != nil {
+			return fmt.Errorf("publish input: %w", r.err)
+		}
+		e.in.step = stepDone
+		if r.ack.Duplicate {
+			e.in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
+		}
+		// Queued also for a duplicate: the attempt that stored it may have
+		// died before its record.
+		ws[i] = pendingOutcome{rec: schema.Outcome{MessageID: e.in.id[:], Class: e.in.class, Status: schema.StatusQueued}, prev: e.prev}
+		m, err := s.prepareOutcome(tenant, &ws[i])
+		if err != nil {
+			return err
+		}
+		if m != nil {
+			recs[i] = publishAsync(s.js, m)
+		}
+	}
+	for i, p := range recs {
+		if p.msg == nil {
+			continue
+		}
+		switch r := p.await(ctx, s.js); {
+		case outcomeConflict(r):
+			// Another worker, or converge, wrote first; write on top only
+			// of a pre-convergence record.
+			if err := s.writeOutcomeCAS(ctx, tenant, ws[i].rec); err != nil {
+				return err
+			}
+		case r.err != nil:
+			return fmt.Errorf("write outcome: %w", r.err)
+		}
+	}
+	s.m.stage.WithLabelValues("publish").Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// inputMsg is the message that puts an input on its group's input subject.
+func inputMsg(tenant string, in *input) (*nats.Msg, error) {
+	subj, err := subject.Input(tenant, in.groupHex)
+	if err != nil {
+		return nil, fmt.Errorf("input subject: %w", err)
+	}
+	idHex := hex.EncodeToString(in.id[:])
+	m := nats.NewMsg(subj)
+	m.Data = in.mls
+	m.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
+	m.Header.Set(HeaderClass, string(in.class))
+	m.Header.Set(HeaderMessageID, idHex)
+	return m, nil
 }

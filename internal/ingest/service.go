@@ -29,8 +29,7 @@ type Service struct {
 
 	// Set by Start.
 	retainedStream jetstream.Stream
-	seen           jetstream.KeyValue
-	seenPrefix     string
+	groupsPrefix   string // subject prefix of fabric-groups keys
 	sub            *nats.Subscription
 
 	started   atomic.Bool
@@ -80,7 +79,7 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Start binds the service to FABRIC_IN, FABRIC_OUTCOMES, FABRIC_RETAINED and
-// the fabric-seen, fabric-group-keys and fabric-groups buckets (provisioned
+// the fabric-group-keys and fabric-groups buckets (provisioned
 // by internal/streams), loads the key sets and hosted groups, and starts
 // the watches, the retrier and, if configured, NATS intake. It returns once
 // the worker is ready to take input.
@@ -98,10 +97,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.retainedStream, err = s.js.Stream(ctx, streamRetained); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", streamRetained, err)
 	}
-	if s.seen, err = s.js.KeyValue(ctx, bucketSeen); err != nil {
-		return fmt.Errorf("ingest: bucket %s: %w", bucketSeen, err)
-	}
-	s.seenPrefix = "$KV." + bucketSeen + "."
+	s.groupsPrefix = "$KV." + bucketGroups + "."
 	keysKV, err := s.js.KeyValue(ctx, bucketKeys)
 	if err != nil {
 		return fmt.Errorf("ingest: bucket %s: %w", bucketKeys, err)
@@ -228,11 +224,13 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	defer cancel()
 	start := time.Now()
 	ins := make([]*input, len(msgs))
+	var size int
 	for i := range msgs {
 		ins[i] = &input{msg: msgs[i]}
-		s.prepare(tenant, ins[i])
-		s.m.bytes.WithLabelValues(transport).Add(float64(len(msgs[i].Payload)))
+		size += len(msgs[i].Payload)
 	}
+	s.m.bytes.WithLabelValues(transport).Add(float64(size))
+	s.prepareAll(tenant, ins)
 	s.m.stage.WithLabelValues("peel").Observe(time.Since(start).Seconds())
 	if err := s.run(pctx, tenant, ins); err != nil {
 		s.log.Error("ingest request failed", "transport", transport, "messages", len(msgs), "err", err)

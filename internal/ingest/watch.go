@@ -142,7 +142,7 @@ func (s *Service) applyGroupKeys(tenant, group string, e jetstream.KeyValueEntry
 // welcome backfill).
 func (s *Service) applyGroup(tenant, group string, e jetstream.KeyValueEntry, initial bool) {
 	known := e.Operation() == jetstream.KeyValuePut && s.hasMembers(e.Value())
-	s.dir.setKnown(e.Key(), known)
+	s.dir.setKnown(e.Key(), known, e.Revision())
 	if known && !initial {
 		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonUnknown})
 		// A sealed object that opened while the group was unknown is
