@@ -605,3 +605,16 @@ func TestConcurrentSubscribeUnsubscribeDrain(t *testing.T) {
 			testutil.ToFloat64(e.g.metrics.subscriptions) == 0
 	})
 }
+
+// A peer that stops reading does not answer pings: the keepalive closes its
+// connection and releases its subscriptions.
+func TestKeepaliveClosesDeadPeer(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PingInterval = 50 * time.Millisecond; c.WriteTimeout = 200 * time.Millisecond })
+	r := e.raw(token(t, tenantA, client1))
+	r.subscribe(1, client1, schema.EventFilter{Kinds: recvKinds})
+	// The raw client reads nothing more, so it never answers a ping.
+	eventually(t, "the dead peer's connection to close", func() bool {
+		return testutil.ToFloat64(e.g.metrics.connections.WithLabelValues("websocket")) == 0 &&
+			testutil.ToFloat64(e.g.metrics.taps) == 0
+	})
+}
