@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/components"
@@ -34,7 +36,7 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 		if err != nil {
 			return err
 		}
-		t := &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
+		t := w.newTxn(tenant, g)
 		changed, err := body(ctx, t, g)
 		if err != nil || !changed {
 			delete(part.groups, key) // the body may have moved ratchets
@@ -58,11 +60,17 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			w.purge(ctx, w.unnamed(ctx, tenant, groupHex, written))
 			continue
 		}
+		w.metrics.Batches.WithLabelValues("1").Inc()
 		// An outcome that did not reach FABRIC_OUTCOMES fails the input;
 		// its retry finds the transaction done and publishes them again.
 		return w.committed(ctx, part, g, t, next, ckSeq, events)
 	}
 	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
+}
+
+// newTxn starts a transaction over a loaded group.
+func (w *Worker) newTxn(tenant string, g *loadedGroup) *txn {
+	return &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
 }
 
 // prepare writes the state blobs of a transaction and builds its checkpoint
@@ -330,4 +338,140 @@ func dmConversationKey(comps components.Set) []byte {
 	h.Write(comps.Conversation.Members[0][:])
 	h.Write(comps.Conversation.Members[1][:])
 	return h.Sum(nil)
+}
+
+// staged is one group's prepared transaction awaiting a shared batch.
+type staged struct {
+	run     *groupRun
+	g       *loadedGroup
+	t       *txn
+	next    checkpoint
+	events  []eventbus.Event
+	written []string
+	used    int
+}
+
+// commitShared commits the first transaction of every group of a fetch in
+// shared atomic batches: one batch holds the events and the checkpoint of
+// several groups, each checkpoint fenced on its own expected sequence, so
+// quiet groups do not pay one batch each. Any failure leaves the groups it
+// touched to the per-group path, which reloads them and skips what is done.
+func (w *Worker) commitShared(ctx context.Context, part *partition, runs []*groupRun) {
+	var batch []*staged
+	size := 0
+	for _, r := range runs {
+		s := w.stage(ctx, part, r)
+		if s == nil {
+			continue
+		}
+		if n := len(s.events) + 1; size+n > eventbus.MaxBatch {
+			w.flush(ctx, part, batch)
+			batch, size = nil, 0
+		}
+		batch = append(batch, s)
+		size += len(s.events) + 1
+	}
+	w.flush(ctx, part, batch)
+}
+
+// stage loads a group and prepares its first transaction. It returns nil
+// when there is nothing to commit (every input already done, marked in
+// r.done) or on any failure (left to the per-group path).
+func (w *Worker) stage(ctx context.Context, part *partition, r *groupRun) *staged {
+	key := r.tenant + "." + r.groupHex
+	g, err := w.load(ctx, part, r.tenant, r.groupHex)
+	if err != nil {
+		return nil
+	}
+	t := w.newTxn(r.tenant, g)
+	used, applied, err := w.applyRun(ctx, t, g, r.ins)
+	if err != nil || !applied {
+		delete(part.groups, key)
+		if err == nil {
+			r.done = used
+		}
+		return nil
+	}
+	next, events, written, err := w.prepare(ctx, g, t)
+	if err != nil {
+		delete(part.groups, key)
+		w.purge(ctx, written)
+		return nil
+	}
+	return &staged{run: r, g: g, t: t, next: next, events: events, written: written, used: used}
+}
+
+// flush commits staged transactions in one atomic batch.
+func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
+	if len(batch) == 0 {
+		return
+	}
+	start := time.Now()
+	seqs, err := w.commitMany(ctx, batch)
+	for i, s := range batch {
+		delete(part.groups, s.g.tenant+"."+s.g.groupHex)
+		if err != nil {
+			if errors.Is(err, ErrFenced) {
+				w.purge(ctx, w.unnamed(ctx, s.g.tenant, s.g.groupHex, s.written))
+			}
+			continue
+		}
+		if cerr := w.committed(ctx, part, s.g, s.t, s.next, seqs[i], s.events); cerr != nil {
+			continue // the per-group path republishes
+		}
+		s.run.done = s.used
+		for range s.used {
+			w.metrics.Latency.Observe(time.Since(start).Seconds())
+		}
+	}
+	switch {
+	case errors.Is(err, ErrFenced):
+		w.metrics.Fenced.Inc()
+	case err == nil && len(batch) > 1:
+		w.metrics.Batches.WithLabelValues("many").Inc()
+	case err == nil:
+		w.metrics.Batches.WithLabelValues("1").Inc()
+	}
+}
+
+// commitMany stores several groups' events and checkpoints as one atomic
+// batch, each group's checkpoint after its events and fenced on the
+// sequence that group's worker loaded. It returns each checkpoint's stream
+// sequence.
+func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, error) {
+	if len(batch) == 1 {
+		s := batch[0]
+		seq, err := commitBatch(ctx, w.js, s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next, s.events)
+		return []uint64{seq}, err
+	}
+	var msgs []*nats.Msg
+	pos := make([]int, len(batch))
+	for i, s := range batch {
+		for _, ev := range s.events {
+			m, err := ev.Msg()
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+		}
+		ck, err := checkpointMsg(s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next)
+		if err != nil {
+			return nil, err
+		}
+		pos[i] = len(msgs)
+		msgs = append(msgs, ck)
+	}
+	ack, err := jetstreamext.PublishMsgBatch(ctx, w.js, msgs)
+	if err != nil {
+		if fencedErr(err) {
+			return nil, fmt.Errorf("%w: %w", ErrFenced, err)
+		}
+		return nil, fmt.Errorf("commit shared batch: %w", err)
+	}
+	first := ack.Sequence - uint64(len(msgs)) + 1
+	seqs := make([]uint64, len(batch))
+	for i := range batch {
+		seqs[i] = first + uint64(pos[i])
+	}
+	return seqs, nil
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // checkpointVersion is the version of the checkpoint record format.
@@ -98,4 +103,37 @@ func commitBatch(ctx context.Context, js jetstream.JetStream, tenant, groupHex s
 		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
 	}
 	return seq, err
+}
+
+// checkpointMsg builds a group's checkpoint message for a shared batch:
+// never expiring (package streams), fenced on the sequence expect.
+func checkpointMsg(tenant, groupHex string, expect uint64, ck checkpoint) (*nats.Msg, error) {
+	subj, err := subject.Checkpoint(tenant, groupHex)
+	if err != nil {
+		return nil, err
+	}
+	body, err := encodeCheckpoint(ck)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	return m, nil
+}
+
+// fencedErr reports the server errors that mean "the fence moved, or this
+// batch may already be stored": wrong last sequence (10071), another write
+// in flight on the subject (10164, JSErrCodeStreamWrongLastSequenceConstant),
+// a duplicate message id (10201).
+func fencedErr(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, jetstreamext.JSErrCodeBatchPublishDuplicateMsgID:
+			return true
+		}
+	}
+	return false
 }

@@ -19,6 +19,9 @@ type Metrics struct {
 	Fenced prometheus.Counter
 	// Expirations counts cleanup passes that deleted messages.
 	Expirations prometheus.Counter
+	// Batches counts committed atomic batches by how many groups they
+	// hold ("1" or "many").
+	Batches *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil).
@@ -49,13 +52,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fabric_converge_fenced_commits_total",
 			Help: "Commits refused by the checkpoint fence (another worker or an earlier attempt wrote first).",
 		}),
+		Batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_converge_batches_total",
+			Help: "Atomic batches committed, by whether they hold one group or many.",
+		}, []string{"groups"}),
 		Expirations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fabric_converge_cleanup_passes_total",
 			Help: "Disappearing-message cleanup passes that deleted at least one message.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations)
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches)
 	}
 	return m
 }

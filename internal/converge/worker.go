@@ -301,8 +301,13 @@ func (w *Worker) balance(ctx context.Context) error {
 	return nil
 }
 
+// orphanRounds is how many balance rounds in a row a partition must be
+// free before a worker over its share adopts it: long enough (4/3 of a
+// lease TTL) for a worker under its share to take it first.
+const orphanRounds = 4
+
 // adoptOrphans takes, beyond the fair share, every partition whose lease
-// has been free for two balance rounds in a row: workers with different
+// has been free for orphanRounds balance rounds in a row: workers with different
 // partition sets can leave one to nobody, and an input must never wait for
 // ever. An adopted partition is not given up to rebalancing.
 func (w *Worker) adoptOrphans(ctx context.Context) error {
@@ -319,7 +324,7 @@ func (w *Worker) adoptOrphans(ctx context.Context) error {
 			delete(w.freeRounds, p)
 			continue
 		}
-		if w.freeRounds[p]++; w.freeRounds[p] < 2 {
+		if w.freeRounds[p]++; w.freeRounds[p] < orphanRounds {
 			continue
 		}
 		ok, err := w.leases.tryAcquire(ctx, p)
