@@ -288,3 +288,31 @@ func TestEventsIterator_EVENT015(t *testing.T) {
 		t.Fatalf("iterated %d events", want)
 	}
 }
+
+// A Subscribe made while the connection is down waits for the reconnect and
+// returns once registered; it then sees what is emitted after that.
+func TestSubscribeWhileReconnecting_EVENT014(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(tenantA, []string{client1}, client.WithBackoff(300*time.Millisecond, time.Second))
+	if _, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds}); err != nil {
+		t.Fatal(err)
+	}
+	e.g.connsMu.Lock()
+	for cn := range e.g.conns {
+		cn.abort()
+	}
+	e.g.connsMu.Unlock()
+	eventually(t, "the connection to go", func() bool {
+		e.g.connsMu.Lock()
+		defer e.g.connsMu.Unlock()
+		return len(e.g.conns) == 0
+	})
+	s, err := c.Subscribe(e.ctx, client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 7, nil)})
+	if n := msgNo(next(t, s)); n != 7 {
+		t.Fatalf("got %d", n)
+	}
+}

@@ -19,9 +19,10 @@
 // events (its retention is the limit), and the bound still applies: a long
 // outage with many events surfaces as a lagged event. Events already
 // received stay queued here and are handed off as usual. A subscription the
-// gateway refuses to resume ends with the gateway's error. A subscription
-// created after a reconnect sees only events after its own registration
-// (EVENT-014).
+// gateway refuses to resume ends with the gateway's error. A Subscribe made
+// while the connection is down waits for it to come back (or for its
+// context) and, like every subscription, sees only events after its own
+// registration (EVENT-014).
 package client
 
 import (
@@ -48,7 +49,8 @@ var (
 	ErrEnded = errors.New("client: subscription ended")
 	// ErrClosed is returned by calls on a closed Client.
 	ErrClosed = errors.New("client: closed")
-	// ErrDisconnected fails a Subscribe the connection dropped under.
+	// ErrDisconnected fails a Subscribe the connection dropped under when
+	// the client does not reconnect (WithoutReconnect).
 	ErrDisconnected = errors.New("client: disconnected")
 )
 
@@ -150,6 +152,7 @@ type Client struct {
 	subs    map[*Subscription]struct{}
 	byID    map[uint64]*Subscription // gateway ids on the current connection
 	pending map[uint64]*Subscription // subscribe requests awaiting an answer
+	queued  []*Subscription          // first subscribes waiting for a connection
 	control [][]byte                 // frames to write
 	credit  []*Subscription          // subscriptions with credit to return
 }
@@ -264,11 +267,16 @@ func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.E
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if c.ws == nil {
+	switch {
+	case c.ws != nil:
+		c.requestLocked(s, 0, 0)
+	case c.o.reconnect:
+		// Sent once the connection is back; it returns when registered.
+		c.queued = append(c.queued, s)
+	default:
 		c.mu.Unlock()
 		return nil, ErrDisconnected
 	}
-	c.requestLocked(s, 0, 0)
 	c.mu.Unlock()
 	c.signal()
 
@@ -345,7 +353,11 @@ func (c *Client) Close() error {
 	for _, s := range c.pending {
 		s.resolve(ErrClosed)
 	}
+	for _, s := range c.queued {
+		s.resolve(ErrClosed)
+	}
 	c.pending = map[uint64]*Subscription{}
+	c.queued = nil
 	c.mu.Unlock()
 	close(c.closing)
 	c.stop()
@@ -560,10 +572,15 @@ func (c *Client) disconnected(err error) {
 	c.ws = nil
 	c.control = nil
 	for _, s := range c.pending {
-		if !s.answered {
+		s.req = 0
+		switch {
+		case s.answered:
+			// A resume: it is in c.subs and resumes again.
+		case c.o.reconnect && !s.abandoned:
+			c.queued = append(c.queued, s) // asked again on the next connection
+		default:
 			s.resolve(fmt.Errorf("%w: %v", ErrDisconnected, err))
 		}
-		s.req = 0
 	}
 	c.pending = make(map[uint64]*Subscription)
 	c.byID = make(map[uint64]*Subscription)
@@ -608,6 +625,12 @@ func (c *Client) redial() *websocket.Conn {
 				s.resumedFrom = s.lastSeq
 				c.requestLocked(s, s.lastSeq, s.heldLocked())
 			}
+			for _, s := range c.queued {
+				if !s.abandoned {
+					c.requestLocked(s, 0, 0)
+				}
+			}
+			c.queued = nil
 			c.mu.Unlock()
 			c.signal()
 			return ws
