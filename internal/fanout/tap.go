@@ -106,8 +106,8 @@ func (t *tap) replay(s *subscription, afterSeq uint64) {
 	only := map[*subscription]struct{}{s: {}}
 	_, end := t.scan(afterSeq+1, t.lastSeq,
 		func(d *eventbus.Delivered, body []byte) {
-			t.offer(only, d, body)
 			t.g.metrics.replayed.Inc()
+			t.offer(only, d, body)
 		},
 		func() { s.c.discard(s, 1) })
 	if end != scanDone {
@@ -218,9 +218,9 @@ func (t *tap) repair(upTo uint64) {
 	g.metrics.gaps.Inc()
 	last, end := t.scan(t.lastSeq+1, upTo,
 		func(d *eventbus.Delivered, body []byte) {
+			g.metrics.repaired.Inc()
 			t.dispatch(d, body)
 			t.lastSeq = d.Sequence
-			g.metrics.repaired.Inc()
 		},
 		func() { t.unrepaired("stored event does not decode") })
 	t.lastSeq = max(t.lastSeq, last)
