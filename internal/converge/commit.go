@@ -408,6 +408,14 @@ func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
 	}
 	start := time.Now()
 	seqs, err := w.commitMany(ctx, batch)
+	switch {
+	case errors.Is(err, ErrFenced):
+		w.metrics.Fenced.Inc()
+	case err == nil && len(batch) > 1:
+		w.metrics.Batches.WithLabelValues("many").Inc()
+	case err == nil:
+		w.metrics.Batches.WithLabelValues("1").Inc()
+	}
 	for i, s := range batch {
 		delete(part.groups, s.g.tenant+"."+s.g.groupHex)
 		if err != nil {
@@ -423,14 +431,6 @@ func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
 		for range s.used {
 			w.metrics.Latency.Observe(time.Since(start).Seconds())
 		}
-	}
-	switch {
-	case errors.Is(err, ErrFenced):
-		w.metrics.Fenced.Inc()
-	case err == nil && len(batch) > 1:
-		w.metrics.Batches.WithLabelValues("many").Inc()
-	case err == nil:
-		w.metrics.Batches.WithLabelValues("1").Inc()
 	}
 }
 
