@@ -36,7 +36,9 @@
 // The WebSocket protocol is package wire's. A subscribe frame may carry
 // after_seq and held to resume a subscription after a reconnect: the events
 // stored after after_seq are replayed from the stream before live ones, and
-// held counts the events the SDK still holds against the bound.
+// held counts the events the SDK still holds against the bound. SSE events
+// carry the stream sequence as their id, so an EventSource reconnecting with
+// Last-Event-ID resumes the same way.
 //
 // # Limits and errors
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -617,4 +618,44 @@ func TestKeepaliveClosesDeadPeer(t *testing.T) {
 		return testutil.ToFloat64(e.g.metrics.connections.WithLabelValues("websocket")) == 0 &&
 			testutil.ToFloat64(e.g.metrics.taps) == 0
 	})
+}
+
+// An EventSource that reconnects with Last-Event-ID resumes after that
+// event: what was stored meanwhile is replayed first.
+func TestSSEResumesFromLastEventID(t *testing.T) {
+	e := newEnv(t)
+	first := e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
+	// A live subscription keeps the tap's position past event 3.
+	c := e.connect(tenantA, []string{client1})
+	if _, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds}); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet,
+		e.srv.URL+"/v1/tenants/"+tenantA+"/clients/"+client1+"/events?kinds=message.received", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token(t, tenantA, client1))
+	req.Header.Set("Last-Event-ID", strconv.FormatUint(first, 10))
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var got []int
+	for len(got) < 2 {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "data: "); ok {
+			got = append(got, msgNo(decodeJSONEvent(t, []byte(v))))
+		}
+	}
+	if got[0] != 2 || got[1] != 3 {
+		t.Fatalf("resumed with %v, want [2 3]", got)
+	}
 }

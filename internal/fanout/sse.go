@@ -41,7 +41,9 @@ func (s *sseSink) ping(ctx context.Context) error {
 
 // serveSSE serves GET /v1/tenants/{tenant}/clients/{client_id}/events as
 // Server-Sent Events: one subscription, no credit; an event's slot is freed
-// when its write completes, under the same bound (EVENT-030).
+// when its write completes, under the same bound (EVENT-030). Each event's
+// id is its stream sequence, so a reconnecting EventSource (Last-Event-ID)
+// resumes where it stopped, as the SDK does.
 func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	tenant, client := r.PathValue("tenant"), r.PathValue("client_id")
 	var (
@@ -79,7 +81,16 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.removeConn(c)
-	s, code, msg := c.subscribe(r.Context(), tenant, client, f, 0, 0)
+	// An EventSource reconnecting sends the id of the last event it got:
+	// the stream sequence, so the subscription resumes after it.
+	var after uint64
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
+			httpapi.WriteError(w, r, httpapi.BadRequest("Last-Event-ID is not an event id of this stream"))
+			return
+		}
+	}
+	s, code, msg := c.subscribe(r.Context(), tenant, client, f, after, 0)
 	if s == nil {
 		status := http.StatusServiceUnavailable
 		switch code {
