@@ -17,6 +17,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -142,18 +143,9 @@ const testPeriod = time.Hour
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ns: ns, clock: newFakeClock(epochStart)}
-	t.Cleanup(func() { ns.Shutdown() })
-	e.connect()
-	if err := streams.Ensure(ctx, e.js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	n := natstest.Start(t, natstest.OverLoopback())
+	e := &env{t: t, ns: n.Server, nc: n.Conn, js: n.JS, clock: newFakeClock(epochStart)}
+	var err error
 	if e.vault, err = engine.NewVault(bytes.Repeat([]byte{7}, 32)); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/goleak"
 
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -57,24 +57,8 @@ func setup(t testing.TB) env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	s, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), InProcess: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := s.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	return env{ctx, nc, js}
+	n := natstest.Start(t)
+	return env{ctx, n.Conn, n.JS}
 }
 
 func (e env) live(t *testing.T) *nats.Subscription {

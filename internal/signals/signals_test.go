@@ -22,6 +22,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -47,18 +48,8 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	e := &env{t: t, ns: ns, reg: prometheus.NewRegistry()}
-	e.open()
-	if err := streams.Ensure(ctx, e.js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	n := natstest.Start(t, natstest.OverLoopback())
+	e := &env{t: t, ns: n.Server, js: n.JS, reg: prometheus.NewRegistry()}
 	e.start()
 	return e
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -28,23 +28,7 @@ func setup(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), InProcess: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := ns.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.Start(t).JS
 	kv, err := js.KeyValue(ctx, streams.BucketStores)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,89 @@
+// Package natstest gives a test an embedded nats-server with JetStream and the
+// fabric's streams and buckets, all torn down when the test ends.
+package natstest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/streams"
+)
+
+// Env is a running server and a connection to it.
+type Env struct {
+	Server *natsserver.Server
+	Conn   *nats.Conn
+	JS     jetstream.JetStream
+}
+
+type options struct {
+	loopback  bool
+	provision bool
+	streams   streams.Config
+}
+
+// Option changes what Start starts.
+type Option func(*options)
+
+// OverLoopback listens on a random loopback port instead of running the
+// server in process, for tests that need a URL or several connections.
+func OverLoopback() Option { return func(o *options) { o.loopback = true } }
+
+// WithStreams provisions the streams and buckets with cfg instead of the
+// defaults.
+func WithStreams(cfg streams.Config) Option { return func(o *options) { o.streams = cfg } }
+
+// WithoutStreams provisions nothing.
+func WithoutStreams() Option { return func(o *options) { o.provision = false } }
+
+// Start starts a server with JetStream in a temporary folder, connects to it
+// and provisions the fabric's streams and buckets.
+func Start(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	o := options{provision: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	so := natsserver.Options{StoreDir: t.TempDir(), InProcess: !o.loopback}
+	if o.loopback {
+		so.Port = natsserver.RandomPort
+	}
+	s, err := natsserver.Start(ctx, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := s.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.provision {
+		if err := streams.Ensure(ctx, js, o.streams); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Env{Server: s, Conn: nc, JS: js}
+}
+
+// Connect opens another connection to the server, closed when the test ends.
+func (e *Env) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := e.Server.Connect(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
