@@ -124,11 +124,12 @@ func BenchmarkIngest(b *testing.B) {
 // interleaved runs b.N messages through send, in batches from
 // benchCallers goroutines, and b.N other messages through plain, alternating
 // rounds of the two and timing each apart. done, if set, runs at the end of
-// each round of send (to await what send left in flight).
+// each round of send (to await what send left in flight), and the batches
+// carry raw writes instead of request bodies.
 func interleaved(b *testing.B, g *testpeer.Group, plain func([]schema.TransportMessage) error, send func(batch) error, done func() error) {
 	msgs := benchMessages(b, g, 2*b.N)
 	plainMsgs := msgs[:b.N]
-	bodies := encodeBatches(b, msgs[b.N:])
+	bodies := encodeBatches(b, msgs[b.N:], done != nil)
 	b.SetBytes(int64(len(msgs[0].Payload)))
 	var tPlain, tSend, cPlain, cSend time.Duration
 	runtime.GC() // the garbage of making the messages is no one's cost
@@ -188,12 +189,19 @@ type batch struct {
 	n    int
 }
 
-// encodeBatches cuts msgs into msgpack request bodies of benchBatch.
-func encodeBatches(b *testing.B, msgs []schema.TransportMessage) []batch {
+// encodeBatches cuts msgs into batches of benchBatch: msgpack request
+// bodies, or with raw the writes their admission makes.
+func encodeBatches(b *testing.B, msgs []schema.TransportMessage, raw bool) []batch {
 	var out []batch
 	for i := 0; i < len(msgs); i += benchBatch {
 		part := msgs[i:min(i+benchBatch, len(msgs))]
-		out = append(out, batch{body: encodeBatch(b, part), raw: rawWrites(b, part), n: len(part)})
+		bt := batch{n: len(part)}
+		if raw {
+			bt.raw = rawWrites(b, part)
+		} else {
+			bt.body = encodeBatch(b, part)
+		}
+		out = append(out, bt)
 	}
 	return out
 }

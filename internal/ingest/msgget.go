@@ -104,8 +104,12 @@ func lastMsgsChunk(ctx context.Context, nc *nats.Conn, stream string, subjects [
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
+	// Room for every answer (one per subject and the end marker), so none
+	// is dropped, and no more: a synchronous subscription's default buffer
+	// would cost half a megabyte a request.
+	ch := make(chan *nats.Msg, len(subjects)+1)
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return fmt.Errorf("batch get: %w", err)
 	}
@@ -114,9 +118,11 @@ func lastMsgsChunk(ctx context.Context, nc *nats.Conn, stream string, subjects [
 		return fmt.Errorf("batch get: %w", err)
 	}
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return fmt.Errorf("batch get: %w", err)
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("batch get: %w", ctx.Err())
 		}
 		if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
 			switch status {
