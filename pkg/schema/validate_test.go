@@ -213,7 +213,9 @@ func TestValidateOutcome(t *testing.T) {
 		with(base, func(o *Outcome) { o.Status, o.Category = StatusRejected, CategoryAuthorizationFailed }),
 		with(base, func(o *Outcome) { o.Status, o.Category = StatusRejected, CategoryResourceRefused }),
 		with(base, func(o *Outcome) { o.Status, o.Category = StatusDeferred, CategoryTransportDeferred }),
-		with(base, func(o *Outcome) { o.Class, o.Status, o.Category = ClassSealed, StatusDeferred, CategoryTransportDeferred }),
+		with(base, func(o *Outcome) {
+			o.Class, o.Status, o.Category = ClassSealed, StatusDeferred, CategoryTransportDeferred
+		}),
 		with(base, func(o *Outcome) { o.Class, o.Status, o.Category = ClassSealed, StatusRejected, CategoryResourceRefused }),
 		with(base, func(o *Outcome) { o.Disposition = DispositionAccepted }),
 		with(base, func(o *Outcome) { o.Disposition = DispositionDeferred }),
