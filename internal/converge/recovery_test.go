@@ -390,3 +390,38 @@ func TestSharedBatchAcrossGroups(t *testing.T) {
 		t.Fatal("no batch held more than one group")
 	}
 }
+
+// TestSharedBatchFencedAsAWhole: one stale checkpoint in a shared batch
+// refuses the whole batch; the other group's events are not stored either.
+func TestSharedBatchFencedAsAWhole(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	_, stop := e.worker("w1", nil)
+	_, g := groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(h.rec.ClientID, 1)
+	stop()
+	groupHex := hex.EncodeToString(g.ID())
+	_, cur, err := readCheckpoint(e.ctx, e.js, tenant, groupHex)
+	if err != nil || cur == 0 {
+		t.Fatalf("checkpoint %d, %v", cur, err)
+	}
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "zombie", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string) eventbus.Event {
+		return eventbus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: eventbus.EventID([]byte(id)),
+			Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
+	}
+	fresh := &staged{g: &loadedGroup{tenant: tenant, groupHex: "ab", ckSeq: 0}, next: checkpoint{InputSeq: 1}, events: []eventbus.Event{ev("fresh")}}
+	stale := &staged{g: &loadedGroup{tenant: tenant, groupHex: groupHex, ckSeq: cur - 1}, next: checkpoint{InputSeq: 99}, events: []eventbus.Event{ev("stale")}}
+	if _, err := w.commitMany(e.ctx, []*staged{fresh, stale}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("shared batch with a stale checkpoint: %v, want ErrFenced", err)
+	}
+	if n := len(e.events(h.rec.ClientID)); n != 1 {
+		t.Fatalf("%d events, want 1: the refused batch stored some", n)
+	}
+	if _, seq, _ := readCheckpoint(e.ctx, e.js, tenant, "ab"); seq != 0 {
+		t.Fatal("the fresh group's checkpoint was stored")
+	}
+}
