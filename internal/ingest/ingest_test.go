@@ -276,6 +276,51 @@ func TestWrongRecipient(t *testing.T) {
 	tm.Group = other.ID()
 	wantResult(t, w.submitOne(t, tm), m.ID, schema.StatusRejected, schema.CategoryWrongRecipient)
 	w.wantOutcome(t, m.ID, schema.StatusRejected, schema.CategoryWrongRecipient, schema.ClassApplication)
+	// The routing was the transport's mistake, not the bytes': the same
+	// bytes routed right enter, and their record moves on.
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	if o := w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication); o.Revision != 2 {
+		t.Errorf("revision = %d, want 2", o.Revision)
+	}
+}
+
+// The batched dedup read asks in chunks the server can answer and finds
+// every record, whatever the number of subjects.
+func TestLastMsgsReadsInChunks(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := t.Context()
+	const stored, asked = 1100, 2300 // more than two chunks, more found than one chunk holds
+	subjects := make([]string, asked)
+	var msgs []*nats.Msg
+	for i := range subjects {
+		id := sha256.Sum256([]byte(strconv.Itoa(i)))
+		subjects[i], _ = subject.Outcome(testTenant, hex.EncodeToString(id[:]))
+		if i < stored {
+			m := nats.NewMsg(subjects[i])
+			m.Data = []byte(strconv.Itoa(i))
+			msgs = append(msgs, m)
+		}
+	}
+	for i, r := range publishAll(ctx, e.js, msgs) {
+		if r.err != nil {
+			t.Fatalf("publish %d: %v", i, r.err)
+		}
+	}
+	got, err := lastMsgs(ctx, e.nc, streams.StreamOutcomes, subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != stored {
+		t.Fatalf("found %d records, want %d", len(got), stored)
+	}
+	for i := range stored {
+		if m := got[subjects[i]]; m == nil || string(m.Data) != strconv.Itoa(i) {
+			t.Fatalf("record %d missing or wrong", i)
+		}
+	}
+	if _, err := lastMsgs(ctx, e.nc, "NO_SUCH_STREAM", subjects[:1]); err == nil {
+		t.Fatal("a read of a stream that does not exist succeeded")
+	}
 }
 
 // Input for a group no hosted client holds is unknown_group, retained, and
