@@ -1,0 +1,68 @@
+package tests
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEachRoleRunsAlone starts ingest, converge and fanout as separate
+// processes against the NATS server of an all-in-one fabric, waits until
+// each is ready, and checks each role's /metrics with promtool.
+func TestEachRoleRunsAlone(t *testing.T) {
+	f := startAllInOne(t)
+	bin := binaries(t)
+	env := []string{
+		"FABRIC_NATS_URL=" + f.natsURL,
+		"FABRIC_JWT_SECRET=" + strings.Repeat("s", 32),
+		"FABRIC_MASTER_KEY=" + strings.Repeat("ab", 32),
+	}
+	for _, role := range []string{"ingest", "converge", "fanout"} {
+		t.Run(role, func(t *testing.T) {
+			addr := freeAddr(t)
+			args := []string{"-listen", addr}
+			if role == "converge" {
+				args = append(args, "-worker-id", "standalone")
+			}
+			start(t, filepath.Join(bin, role), env, args...)
+			base := "http://" + addr
+			waitReady(t, base+"/readyz", time.Minute)
+			metrics := httpGet(t, base+"/metrics")
+			if !strings.Contains(string(metrics), "fabric_"+role+"_") {
+				t.Errorf("%s /metrics has no fabric_%s_ series", role, role)
+			}
+			promtool(t, metrics, "check", "metrics")
+		})
+	}
+}
+
+// TestConfigurationIsValidatedAtStart starts each binary with bad settings
+// and checks that it refuses to run and names every bad setting.
+func TestConfigurationIsValidatedAtStart(t *testing.T) {
+	bin := binaries(t)
+	cases := []struct {
+		bin  string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"ingest", nil, []string{"-nats-url", "http//nope", "-listen", "8080"}, []string{"-nats-url", "-listen", "FABRIC_JWT_SECRET"}},
+		{"converge", []string{"FABRIC_LEASE_TTL=soon"}, nil, []string{"FABRIC_LEASE_TTL", "FABRIC_MASTER_KEY"}},
+		{"fanout", nil, []string{"-replicas", "2"}, []string{"-replicas", "FABRIC_JWT_SECRET"}},
+		{"fabric", []string{"FABRIC_PRODUCTION=true"}, []string{"run", "-data", t.TempDir()}, []string{"FABRIC_JWT_SECRET", "FABRIC_MASTER_KEY"}},
+	}
+	for _, c := range cases {
+		t.Run(c.bin, func(t *testing.T) {
+			out, code := runToExit(t, filepath.Join(bin, c.bin), c.env, c.args...)
+			if code == 0 {
+				t.Fatalf("%s started with bad settings:\n%s", c.bin, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s: the error does not name %s:\n%s", c.bin, w, out)
+				}
+			}
+		})
+	}
+}
