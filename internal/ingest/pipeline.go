@@ -334,8 +334,9 @@ func admitted(l *latest) bool {
 // record found in step 1 proves the input is on FABRIC_IN, so a delivery
 // after the window is never published again. An input stored by an attempt
 // that died before its record is caught by the window and gets its record
-// then. A request answers only after every record is stored, so an
-// acknowledged queued is always readable at GET …/outcomes/{message_id}.
+// then. A request answers only once every input has a record (its own, or
+// one written after the read, which is left as it is), so an acknowledged
+// queued is always readable at GET …/outcomes/{message_id}.
 func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error {
 	if len(ins) == 0 {
 		return nil
@@ -390,17 +391,17 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 			recs[i] = publishAsync(s.js, m)
 		}
 	}
-	for i, p := range recs {
+	for _, p := range recs {
 		if p.msg == nil {
 			continue
 		}
 		switch r := p.await(ctx, s.js); {
 		case outcomeConflict(r):
-			// Another worker, or converge, wrote first; write on top only
-			// of a pre-convergence record.
-			if err := s.writeOutcomeCAS(ctx, tenant, ws[i].rec); err != nil {
-				return err
-			}
+			// A record landed after the read: converge's decision about
+			// this input, which stands even when it is unknown_group, or
+			// another worker's. A worker that retained the same bytes as
+			// unknown_group meanwhile retries them once it sees the group
+			// hosted, and then writes queued on top of its record.
 		case r.err != nil:
 			return fmt.Errorf("write outcome: %w", r.err)
 		}
