@@ -18,10 +18,16 @@
 //	-max-retained        retained objects per tenant before resource_refused
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too
+//	-client-api          serve the client stores and signals API too
+//	-master-key-file     file with the master key; else FABRIC_MASTER_KEY
 //	-drain-timeout       how long SIGTERM waits for requests in flight
 //
-// The JWT secret, like every secret, is read from the environment or a file,
-// never from a flag value. SIGTERM or SIGINT drains: no new request is taken,
+// With -client-api (the default) ingest is the fabric's whole front door: it
+// also serves hosted client registration, consent, HMAC keys, identity
+// association states (docs/client-stores.md) and local-change signals, and
+// needs the master key that seals hosted clients' private keys.
+//
+// Secrets are read from the environment or a file, never from a flag value. SIGTERM or SIGINT drains: no new request is taken,
 // requests in flight finish, and only then does the process exit, so nothing
 // it acknowledged is lost.
 package main
@@ -32,17 +38,22 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/config"
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/signals"
 	"github.com/fabric-mls/fabric/internal/streams"
 )
 
@@ -70,10 +81,18 @@ type options struct {
 	maxRetained  int
 	natsIntake   bool
 	requireToken bool
+	clientAPI    bool
+	keyFile      string
 	drain        time.Duration
 }
 
-func parse(args []string) (options, []byte, error) {
+// secrets are what parse read from the environment or files.
+type secrets struct {
+	jwt       []byte
+	masterKey []byte // nil without -client-api
+}
+
+func parse(args []string) (options, secrets, error) {
 	var o options
 	var errs config.Errs
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
@@ -88,9 +107,11 @@ func parse(args []string) (options, []byte, error) {
 	config.Int(fs, &errs, &o.maxRetained, "max-retained", ingest.DefaultMaxRetainedPerTenant, "retained objects per tenant before input is refused with resource_refused")
 	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
 	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
+	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores and signals (needs FABRIC_MASTER_KEY)")
+	config.String(fs, &o.keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for requests in flight")
 	if err := fs.Parse(args); err != nil {
-		return o, nil, err
+		return o, secrets{}, err
 	}
 	o.nats.Validate(&errs)
 	config.ValidateListen(&errs, o.listen)
@@ -111,13 +132,39 @@ func parse(args []string) (options, []byte, error) {
 	if o.drain <= 0 {
 		errs.Addf("-drain-timeout: %v; it must be positive", o.drain)
 	}
-	secret := config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen)
-	return o, secret, errs.Err()
+	sec := secrets{jwt: config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen)}
+	if o.clientAPI {
+		sec.masterKey = config.MasterKey(&errs, o.keyFile)
+	}
+	return o, sec, errs.Err()
+}
+
+// mountClientAPI serves the client stores and signals beside intake.
+func mountClientAPI(ctx context.Context, srv *ops.Server, js jetstream.JetStream, verifier *auth.Verifier, masterKey []byte, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
+	vault, err := engine.NewVault(masterKey)
+	if err != nil {
+		return nil, err
+	}
+	store, err := clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	sig, err := signals.New(ctx, signals.Config{JS: js, Verifier: verifier, Logger: log, Registerer: reg})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	api := http.NewServeMux()
+	store.Mount(api)
+	sig.Mount(api)
+	srv.Handle("/v1/tenants/{tenant}/clients", api)
+	srv.Handle("/v1/tenants/{tenant}/clients/", api)
+	return store.Close, nil
 }
 
 // run serves until ctx ends (SIGTERM or SIGINT in main), then drains.
 func run(ctx context.Context, args []string, log *slog.Logger) error {
-	o, secret, err := parse(args)
+	o, sec, err := parse(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -125,7 +172,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 
-	verifier, err := auth.NewVerifier(secret)
+	verifier, err := auth.NewVerifier(sec.jwt)
 	if err != nil {
 		return err
 	}
@@ -171,6 +218,14 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	srv.Handle(ingest.RouteTransport, svc.Handler())
 	srv.Handle(ingest.RouteOutcome, svc.Handler())
+	if o.clientAPI {
+		closeStores, err := mountClientAPI(ctx, srv, js, verifier, sec.masterKey, reg, log)
+		if err != nil {
+			_ = svc.Shutdown(context.Background())
+			return err
+		}
+		defer closeStores()
+	}
 	srv.AddReady(func(context.Context) error { return svc.Ready() })
 	log.Info("ingest started", "listen", srv.Addr(), "nats_intake", o.natsIntake)
 

@@ -21,11 +21,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // is reported at once.
 func TestParseReportsEveryProblem(t *testing.T) {
 	t.Setenv("FABRIC_JWT_SECRET", "short")
+	t.Setenv("FABRIC_MASTER_KEY", "not-hex")
 	_, _, err := parse([]string{"-nats-url", "http://x", "-rate", "0", "-max-batch", "-1", "-listen", "nope"})
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"-nats-url", "-rate", "-max-batch", "-listen", "FABRIC_JWT_SECRET"} {
+	for _, want := range []string{"-nats-url", "-rate", "-max-batch", "-listen", "FABRIC_JWT_SECRET", "FABRIC_MASTER_KEY"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
@@ -35,12 +36,22 @@ func TestParseReportsEveryProblem(t *testing.T) {
 func TestParseDefaults(t *testing.T) {
 	t.Setenv("FABRIC_JWT_SECRET", strings.Repeat("s", 32))
 	t.Setenv("FABRIC_MAX_BATCH", "50")
-	o, secret, err := parse(nil)
+	t.Setenv("FABRIC_MASTER_KEY", strings.Repeat("ab", 32))
+	o, sec, err := parse(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(secret) != 32 || o.maxBatch != 50 || !o.natsIntake {
+	if len(sec.jwt) != 32 || len(sec.masterKey) != 32 || o.maxBatch != 50 || !o.natsIntake || !o.clientAPI {
 		t.Fatalf("options = %+v", o)
+	}
+}
+
+// Without the client API, ingest needs no master key.
+func TestParseWithoutClientAPI(t *testing.T) {
+	t.Setenv("FABRIC_JWT_SECRET", strings.Repeat("s", 32))
+	t.Setenv("FABRIC_MASTER_KEY", "")
+	if _, sec, err := parse([]string{"-client-api=false"}); err != nil || sec.masterKey != nil {
+		t.Fatalf("parse: %v, master key %v", err, sec.masterKey != nil)
 	}
 }
 
@@ -63,6 +74,7 @@ func TestRunServesAndDrains(t *testing.T) {
 	ln.Close()
 	secret := strings.Repeat("k", 32)
 	t.Setenv("FABRIC_JWT_SECRET", secret)
+	t.Setenv("FABRIC_MASTER_KEY", strings.Repeat("ab", 32))
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -98,6 +110,22 @@ func TestRunServesAndDrains(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"category":"invalid_encoding"`) {
 		t.Fatalf("intake: %d %s", resp.StatusCode, body)
+	}
+	// The client API is served beside intake: registration works.
+	admin, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "acme", Scopes: []auth.Scope{auth.ScopeAdmin}, Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, base+"/v1/tenants/acme/clients", strings.NewReader(`{"inbox_id":"`+strings.Repeat("ab", 32)+`"}`))
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 || !strings.Contains(string(body), `"client_id"`) {
+		t.Fatalf("register: %d %s", resp.StatusCode, body)
 	}
 	resp, err = http.Get(base + "/metrics")
 	if err != nil {
