@@ -72,12 +72,17 @@ type directory interface {
 	Client(ctx context.Context, tenant, clientID string) (Client, error)
 }
 
-// policy decides how input advances a group's canonical state. The linear
-// policy below applies each input to every hosted member in stream order.
-// Branch selection (Marmot convergence: forks, rewinds, witness quorum)
-// plugs in here as another policy over the same txn.
+// policy decides how input advances a group's canonical state: linear
+// applies each input to every hosted member in stream order; marmot
+// selects one canonical branch per hosted member with Marmot convergence
+// (marmot.go). Both work on the same txn.
 type policy interface {
-	apply(ctx context.Context, t *txn, in input) (outcomeNote, bool, error)
+	// run applies one input and whatever it makes processable, recording
+	// an outcome note for every input whose outcome it decides.
+	run(ctx context.Context, t *txn, in input) error
+	// tick does the work that is due without input at t.now (a
+	// convergence pass) and reports whether it changed anything.
+	tick(ctx context.Context, t *txn) (bool, error)
 }
 
 // linear is the policy of a linear history: one branch, stream order.
@@ -85,7 +90,7 @@ type linear struct{}
 
 // run applies in, then retries deferred input for as long as the state
 // advances. It records outcome notes for every input it decides.
-func (t *txn) run(ctx context.Context, p policy, in input) error {
+func (p linear) run(ctx context.Context, t *txn, in input) error {
 	note, advanced, err := p.apply(ctx, t, in)
 	if err != nil {
 		return err
@@ -119,6 +124,9 @@ func (t *txn) run(ctx context.Context, p policy, in input) error {
 	}
 	return nil
 }
+
+// tick: a linear history has no passes.
+func (linear) tick(context.Context, *txn) (bool, error) { return false, nil }
 
 // emit records the events one cause made for one client, in kind-table
 // order (EVENT-012), numbering them after any the cause already made.
@@ -384,10 +392,18 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 		// only target, the message is its own and has no event.
 		return failed(in, errs, future, past)
 	}
+	t.deliver(in.MessageID, in.Seq, in.Time, *app, func(m *hostedMember) bool { return opened[m.ClientID] })
+	return accepted(in.MessageID, in.Class, in.Time), false, nil
+}
+
+// deliver indexes an application message stored at (seq, at) and gives
+// every active member that opened it, but its sender installation, its
+// message.received and the deletion it applies.
+func (t *txn) deliver(id []byte, seq uint64, at int64, app AppMessage, opened func(*hostedMember) bool) {
 	comps := t.components()
-	msg := storedMessage{ID: in.MessageID, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey, Seq: in.Seq}
+	msg := storedMessage{ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey, Seq: seq}
 	if comps.Retention != nil && comps.Retention.DisappearingSecs > 0 {
-		msg.ExpiresAt = in.Time + int64(comps.Retention.DisappearingSecs)*1000 // META-050
+		msg.ExpiresAt = at + int64(comps.Retention.DisappearingSecs)*1000 // META-050
 	}
 	var ct *schema.ContentTypeID
 	var refID, target []byte
@@ -411,11 +427,11 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 	}
 	ref := t.g.message(refID)
 	for _, m := range t.g.active() {
-		if bytes.Equal(m.Installation, app.Sender.InstallationKey) || !opened[m.ClientID] {
+		if bytes.Equal(m.Installation, app.Sender.InstallationKey) || !opened(m) {
 			continue
 		}
 		pm := project.Message{
-			ID: in.MessageID, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
+			ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
 			ContentType: ct, ExpiresAt: msg.ExpiresAt,
 			ReferencesOwn: ref != nil && ref.SenderInboxID == m.InboxID && m.holds(ref),
 		}
@@ -427,13 +443,12 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 		if deleted != nil && m.holds(deleted) {
 			evs = append(evs, project.Deleted(t.g.GroupID, deleted.ID))
 		}
-		t.emit(m.ClientID, in.MessageID, evs...)
+		t.emit(m.ClientID, id, evs...)
 	}
 	if deleted != nil {
 		deleted.Deleted = true
 	}
 	t.g.addMessage(msg)
-	return accepted(in.MessageID, in.Class, in.Time), false, nil
 }
 
 // expire is the cleanup pass under disappearing messages (META-063): every

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -316,7 +318,7 @@ func (w *Worker) applyRun(ctx context.Context, t *txn, g *loadedGroup, ins []inp
 		if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1) {
 			break
 		}
-		if err := t.run(ctx, linear{}, in); err != nil {
+		if err := w.policy().run(ctx, t, in); err != nil {
 			return used, applied, err
 		}
 		t.inputSeq, t.name = in.Seq, txnName(in.Seq)
@@ -339,28 +341,44 @@ func (w *Worker) republish(ctx context.Context, g *loadedGroup) error {
 	return w.publishGroup(ctx, g.tenant, g.groupHex, g.state, g.ckSeq)
 }
 
-// cleanup runs the disappearing-messages pass over the owned groups with a
-// due expiry (META-063).
+// cleanupRounds bounds the transactions one group gets in one cleanup
+// round: a convergence pass is cut off in one and applied in the next.
+const cleanupRounds = 2
+
+// cleanup runs what is due without input over the owned groups: the
+// disappearing-messages pass (META-063) and, under branch selection, the
+// convergence passes whose deadline has passed.
 func (w *Worker) cleanup(ctx context.Context, part *partition) {
 	now := w.cfg.Now().UnixMilli()
-	for key, at := range part.expiry {
-		if at == 0 || at > now {
-			continue
-		}
+	pol := w.policy()
+	for _, key := range slices.Sorted(maps.Keys(part.expiry)) {
 		tenant, groupHex, ok := splitGroupKey(key)
 		if !ok {
 			part.setExpiry(key, 0)
 			continue
 		}
-		err := w.transact(ctx, part, tenant, groupHex, func(_ context.Context, t *txn, _ *loadedGroup) (bool, error) {
-			t.now, t.name = now, "exp:"+strconv.FormatInt(now, 10)
-			return t.expire(), nil
-		})
-		if err != nil {
-			w.log.Warn("converge: cleanup pass failed", "err", err)
-			continue
+		for round := 0; round < cleanupRounds; round++ {
+			if at := part.expiry[key]; at == 0 || at > now {
+				break
+			}
+			expired := false
+			err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, _ *loadedGroup) (bool, error) {
+				t.now, t.name = now, "exp:"+strconv.FormatInt(now, 10)+"."+strconv.Itoa(round)
+				expired = t.expire()
+				ticked, err := pol.tick(ctx, t)
+				return expired || ticked, err
+			})
+			if err != nil {
+				w.log.Warn("converge: cleanup pass failed", "err", err)
+				break
+			}
+			if expired {
+				w.metrics.Expirations.Inc()
+			}
+			if part.groups[key] == nil {
+				break // nothing changed: the group keeps its due time
+			}
 		}
-		w.metrics.Expirations.Inc()
 	}
 }
 

@@ -57,6 +57,10 @@ type Config struct {
 	// for throughput in groups with many hosted members, and a restart then
 	// ratchets forward from the older snapshot.
 	SnapshotEvery int
+	// BranchSelection selects one canonical branch per group with Marmot
+	// convergence (forks, rollback, witness quorum; DESIGN section 5)
+	// instead of applying input linearly. It needs EngineMLS.
+	BranchSelection bool
 	// Metrics receives measurements; a fresh unregistered set when nil.
 	Metrics *Metrics
 	// Logger receives diagnostics; slog.Default when nil.
@@ -113,6 +117,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		if p < 0 || p >= subject.Partitions {
 			return nil, fmt.Errorf("converge: partition %d out of range", p)
 		}
+	}
+	if _, ok := cfg.MLS.(EngineMLS); cfg.BranchSelection && !ok {
+		return nil, errBranchSelectionMLS
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL

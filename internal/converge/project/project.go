@@ -228,6 +228,35 @@ func Expired(groupID, msgID []byte) Event {
 	}}
 }
 
+// ForkDetected is the conversation.fork_detected event of a group whose
+// fork state became forked: competing commits from one epoch arrived and
+// branch selection is under way (DESIGN section 5).
+func ForkDetected(groupID []byte) Event {
+	return Event{ClientEvent: schema.ClientEvent{
+		Kind:                     schema.KindConversationForkDetected,
+		ConversationForkDetected: &schema.GroupRef{GroupID: schema.Bytes(groupID)},
+	}}
+}
+
+// Superseded is the fabric.commit_superseded event of an applied commit
+// that branch selection replaced: the events attributed to its digest no
+// longer hold.
+func Superseded(groupID, commitDigest []byte) Event {
+	return Event{ClientEvent: schema.ClientEvent{
+		Kind:             schema.KindCommitSuperseded,
+		CommitSuperseded: &schema.CommitSuperseded{GroupID: schema.Bytes(groupID), CommitDigest: schema.Bytes(commitDigest)},
+	}}
+}
+
+// Invalidated is the fabric.message_invalidated event of a delivered
+// application message that is not on the selected branch.
+func Invalidated(groupID, msgID []byte) Event {
+	return Event{ClientEvent: schema.ClientEvent{
+		Kind:               schema.KindMessageInvalidated,
+		MessageInvalidated: &schema.MessageRef{GroupID: schema.Bytes(groupID), MessageID: schema.Bytes(msgID)},
+	}}
+}
+
 // Order sorts the events of one transaction into kind-table order, keeping
 // the order of events of one kind (EVENT-012).
 func Order(evs []Event) {

@@ -1,0 +1,403 @@
+package converge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/convergence"
+	"github.com/fabric-mls/fabric/internal/converge/project"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// marmot is the policy of Marmot branch selection (DESIGN sections 5 and
+// 6): every hosted member keeps a convergence.Group, its view of the group's
+// candidate branches, and its canonical state is that group's tip. Input
+// is admitted in stream order at its stream time, so a replayed stream
+// reproduces the same passes; a pass that falls due without input is cut
+// off by the partition's cleanup round and applied in the next transaction,
+// so its frozen batch is persisted before the selection it leads to.
+type marmot struct {
+	vault *engine.Vault
+}
+
+// errBranchSelectionMLS reports a configuration of branch selection over
+// an MLS seam other than EngineMLS: convergence replays engine states.
+var errBranchSelectionMLS = errors.New("converge: branch selection needs EngineMLS")
+
+// holdFrozen, when set by a test, is asked before a frozen pass is
+// applied; true leaves it frozen, as a crash between cutoff and apply does.
+var holdFrozen func() bool
+
+// policy returns the policy the worker applies input with.
+func (w *Worker) policy() policy {
+	if !w.cfg.BranchSelection {
+		return linear{}
+	}
+	e, _ := w.cfg.MLS.(EngineMLS)
+	return marmot{vault: e.Vault}
+}
+
+// step collects what one input or tick did to every hosted member, so the
+// outcomes and deliveries the members share are recorded once.
+type step struct {
+	t     *txn
+	notes []outcomeNote
+	index map[string]int
+	// deliveries are the payloads to deliver, in order, with the members
+	// whose view delivers them.
+	deliveries []convergence.Delivery
+	to         map[engine.MessageID]map[string]bool
+	lead       bool // the first active member's result moves the group-level state
+}
+
+func (p marmot) newStep(t *txn) *step {
+	return &step{t: t, index: map[string]int{}, to: map[engine.MessageID]map[string]bool{}}
+}
+
+// run admits one input to every active member's view.
+func (p marmot) run(ctx context.Context, t *txn, in input) error {
+	if in.Class == schema.ClassWelcome {
+		note, _, err := t.welcome(ctx, in)
+		if err != nil {
+			return err
+		}
+		t.notes = append(t.notes, note)
+		return p.settle(t)
+	}
+	t.g.LastSeq, t.g.LastTime = in.Seq, in.Time
+	now := time.UnixMilli(in.Time)
+	s := p.newStep(t)
+	active := t.g.active()
+	if len(active) == 0 {
+		t.notes = append(t.notes, rejectedNote(in.MessageID, in.Class, schema.CategoryUnknownGroup, in.Time))
+		return nil
+	}
+	id := engine.MessageID(in.MessageID)
+	for i, m := range active {
+		s.lead = i == 0
+		cg, err := p.group(t, m)
+		if err != nil {
+			return err
+		}
+		// A pass due before this input closes first: stream order decides
+		// its batch.
+		if _, err := p.pass(s, m, cg, now); err != nil {
+			return err
+		}
+		if cg.Tip() == nil {
+			if err := p.save(t, m, cg); err != nil {
+				return err
+			}
+			continue
+		}
+		before := tipComponents(cg)
+		res, err := cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
+		if errors.Is(err, convergence.ErrID) || errors.Is(err, convergence.ErrClass) {
+			s.note(rejectedNote(in.MessageID, in.Class, schema.CategoryInvalidEncoding, in.Time))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("admit: %w", err)
+		}
+		s.effects(m, before, in.MessageID, res)
+		if s.lead && in.Class == schema.ClassProposal && cg.Tip() != nil {
+			// GMOD-031: a leave request is noted however its branch fares;
+			// a commit that removes the member clears it.
+			if _, pi, err := (&engineState{st: cg.Tip(), vault: p.vault}).Proposal(ctx, in.Data); err == nil && pi.SelfRemoveInboxID != "" {
+				t.g.addLeaveRequest(pi.SelfRemoveInboxID)
+			}
+		}
+		if err := p.save(t, m, cg); err != nil {
+			return err
+		}
+	}
+	s.finish()
+	return p.settle(t)
+}
+
+// tick cuts off every pass that is due at t.now and applies every frozen
+// one.
+func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
+	if t.g.Due == 0 || t.g.Due > t.now {
+		return false, nil
+	}
+	now := time.UnixMilli(t.now)
+	s := p.newStep(t)
+	changed := false
+	for i, m := range t.g.active() {
+		s.lead = i == 0
+		cg, err := p.group(t, m)
+		if err != nil {
+			return false, err
+		}
+		if _, frozen := cg.Frozen(); frozen {
+			applied, err := p.pass(s, m, cg, now)
+			if err != nil || !applied {
+				return false, err
+			}
+		} else if _, ok := cg.Cutoff(now); !ok {
+			continue
+		}
+		changed = true
+		if err := p.save(t, m, cg); err != nil {
+			return false, err
+		}
+	}
+	s.finish()
+	return changed, p.settle(t)
+}
+
+// pass applies a member's frozen pass, or, when a pass is due at now, cuts
+// it off and applies it. It reports whether it applied one.
+func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.Time) (bool, error) {
+	c, frozen := cg.Frozen()
+	if !frozen {
+		d, open := cg.Deadline()
+		if !open || now.Before(d) {
+			return false, nil
+		}
+		if c, frozen = cg.Cutoff(now); !frozen {
+			return false, nil
+		}
+	}
+	if holdFrozen != nil && holdFrozen() {
+		return false, nil
+	}
+	before := tipComponents(cg)
+	res, err := cg.Apply(c, now)
+	if err != nil {
+		return false, fmt.Errorf("apply pass: %w", err)
+	}
+	s.effects(m, before, nil, res)
+	return true, nil
+}
+
+// effects turns one member's convergence result into its events and the
+// step's outcome notes, in the order docs/convergence.md gives: what no
+// longer holds, then what now holds. cause is the admitted input, nil for
+// a pass.
+func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res convergence.Result) {
+	t := s.t
+	gid := t.g.GroupID
+	if res.ForkDetected && cause != nil {
+		t.emit(m.ClientID, causeOf("fork:", cause), project.ForkDetected(gid))
+	}
+	for _, sup := range res.Superseded {
+		t.emit(m.ClientID, causeOf("superseded:", sup.ID[:]), project.Superseded(gid, sup.ID[:]))
+	}
+	for _, id := range res.Withdrawn {
+		if sm := t.g.message(id[:]); sm != nil {
+			sm.Deleted = true
+		}
+		t.emit(m.ClientID, causeOf("invalidated:", id[:]), project.Invalidated(gid, id[:]))
+	}
+	for _, a := range res.Applied {
+		before = s.applied(m, before, a)
+	}
+	for _, d := range res.Delivered {
+		if s.to[d.ID] == nil {
+			s.to[d.ID] = map[string]bool{}
+			s.deliveries = append(s.deliveries, d)
+		}
+		s.to[d.ID][m.ClientID] = true
+	}
+	for _, o := range res.Outcomes {
+		s.note(noteOf(o, t.g.LastTime))
+	}
+}
+
+// applied emits the events of one commit of the selected branch from the
+// member's point of view. The first one is measured against the state the
+// member last saw, so a rollback reports what changed for its client.
+func (s *step) applied(m *hostedMember, before components.Set, a convergence.AppliedCommit) components.Set {
+	t := s.t
+	r := a.Result
+	pc := project.Commit{AddedInboxIDs: r.AddedInboxes, RemovedInboxIDs: r.RemovedInboxes, Before: before, After: r.Components}
+	for _, l := range r.RemovedLeaves {
+		pc.RemovedInstallations = append(pc.RemovedInstallations, l.InstallationKey)
+	}
+	view := project.Member{InboxID: m.InboxID, Installation: m.Installation, LeaveRequested: t.g.leaveRequested(m.InboxID)}
+	t.emit(m.ClientID, slices.Clone(a.ID[:]), project.CommitEvents(t.g.GroupID, view, pc)...)
+	if s.lead {
+		t.groupChanged = true
+		t.setComponents(r.Components)
+		if a.State != nil {
+			members := a.State.InboxIDs()
+			t.g.LeaveRequests = slices.DeleteFunc(t.g.LeaveRequests, func(inbox string) bool { return !slices.Contains(members, inbox) })
+		}
+	}
+	return r.Components
+}
+
+// finish delivers the step's payloads and records its outcome notes.
+func (s *step) finish() {
+	t := s.t
+	for _, d := range s.deliveries {
+		to := s.to[d.ID]
+		app := AppMessage{Sender: Leaf{InboxID: d.Sender.InboxID, InstallationKey: d.Sender.InstallationKey}, Plaintext: d.Payload}
+		t.deliver(slices.Clone(d.ID[:]), t.g.LastSeq, t.g.LastTime, app, func(m *hostedMember) bool { return to[m.ClientID] })
+	}
+	t.notes = append(t.notes, s.notes...)
+}
+
+// note records an input's outcome once per step: the members select the
+// same branch, so they agree but for inputs only some of them can open
+// (their own messages); accepted by any member wins.
+func (s *step) note(n outcomeNote) {
+	k := string(n.MessageID)
+	if i, ok := s.index[k]; ok {
+		if n.Disposition == schema.DispositionAccepted {
+			s.notes[i] = n
+		}
+		return
+	}
+	s.index[k] = len(s.notes)
+	s.notes = append(s.notes, n)
+}
+
+// noteOf is the outcome record of a convergence outcome.
+func noteOf(o convergence.Outcome, at int64) outcomeNote {
+	id := slices.Clone(o.ID[:])
+	if o.Rejected() {
+		cat := o.Category
+		if !rejectableCategory(cat) {
+			cat = schema.CategoryInvalidEncoding
+		}
+		return rejectedNote(id, o.Class, cat, at)
+	}
+	return outcomeNote{MessageID: id, Class: o.Class, Status: schema.StatusQueued, Disposition: o.Disposition, Category: o.Category, Time: at}
+}
+
+func causeOf(kind string, id []byte) []byte { return append([]byte(kind), id...) }
+
+// tipComponents are the components of a member's canonical state.
+func tipComponents(cg *convergence.Group) components.Set {
+	if st := cg.Tip(); st != nil {
+		if set, _, err := st.Components(); err == nil {
+			return set
+		}
+	}
+	return components.Set{}
+}
+
+// group returns a member's convergence state: live from this transaction
+// or the partition's cache, opened from the group state, or, for a member
+// that joined under the linear policy or by this transaction's Welcome,
+// started from its canonical state.
+func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
+	if cg := t.g.conv[m.ClientID]; cg != nil {
+		return cg, nil
+	}
+	if t.g.conv == nil {
+		t.g.conv = map[string]*convergence.Group{}
+	}
+	var cg *convergence.Group
+	if sealed, ok := t.g.Branches[m.ClientID]; ok {
+		raw, err := p.vault.OpenState(sealed)
+		if err != nil {
+			return nil, fmt.Errorf("open branch state: %w", err)
+		}
+		cg, err = convergence.Unmarshal(convergence.V1, raw)
+		clear(raw)
+		if err != nil {
+			return nil, fmt.Errorf("restore branch state: %w", err)
+		}
+	} else {
+		es, ok := t.members[m.ClientID].(*engineState)
+		if !ok {
+			return nil, errBranchSelectionMLS
+		}
+		var err error
+		if cg, err = convergence.New(convergence.V1, es.st); err != nil {
+			return nil, fmt.Errorf("start branch state: %w", err)
+		}
+	}
+	t.g.conv[m.ClientID] = cg
+	if tip := cg.Tip(); tip != nil {
+		t.members[m.ClientID] = &engineState{st: tip, vault: p.vault}
+	}
+	return cg, nil
+}
+
+// save seals a member's convergence state into the group state and makes
+// its tip the member's canonical state; a member whose tip is gone was
+// removed.
+func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
+	tip := cg.Tip()
+	if tip == nil {
+		m.Removed = true
+		delete(t.members, m.ClientID)
+		delete(t.g.Branches, m.ClientID)
+		delete(t.g.conv, m.ClientID)
+		t.groupChanged = true
+		return nil
+	}
+	raw, err := cg.Marshal()
+	if err != nil {
+		return fmt.Errorf("marshal branch state: %w", err)
+	}
+	sealed, err := p.vault.SealState(raw)
+	clear(raw)
+	if err != nil {
+		return fmt.Errorf("seal branch state: %w", err)
+	}
+	if t.g.Branches == nil {
+		t.g.Branches = map[string][]byte{}
+	}
+	t.g.Branches[m.ClientID] = sealed
+	t.members[m.ClientID] = &engineState{st: tip, vault: p.vault}
+	t.dirty[m.ClientID] = true
+	return nil
+}
+
+// settle brings the group-level state in line with the members' views:
+// every member has a convergence state, the canonical epoch is the lead
+// member's, the candidate keys are those of every retained state (so
+// ingest peels sealed input of any candidate branch) and Due is the next
+// pass deadline.
+func (p marmot) settle(t *txn) error {
+	var due int64
+	var keys []epochKey
+	for i, m := range t.g.active() {
+		if _, ok := t.g.Branches[m.ClientID]; !ok || t.g.conv[m.ClientID] == nil {
+			cg, err := p.group(t, m)
+			if err != nil {
+				return err
+			}
+			if err := p.save(t, m, cg); err != nil {
+				return err
+			}
+		}
+		cg := t.g.conv[m.ClientID]
+		if i == 0 {
+			t.g.Epoch = cg.TipEpoch()
+		}
+		if _, frozen := cg.Frozen(); frozen {
+			due = 1 // apply at once
+		} else if d, ok := cg.Deadline(); ok && (due == 0 || d.UnixMilli() < due) {
+			due = d.UnixMilli()
+		}
+		for _, st := range cg.Retained() {
+			k, err := st.GroupEventKey()
+			if err != nil {
+				continue
+			}
+			if !slices.ContainsFunc(keys, func(e epochKey) bool { return bytes.Equal(e.Key, k[:]) }) {
+				keys = append(keys, epochKey{Epoch: st.Epoch(), Key: slices.Clone(k[:])})
+			}
+		}
+	}
+	t.g.Due = due
+	slices.SortStableFunc(keys, func(a, b epochKey) int { return cmpU64(a.Epoch, b.Epoch) })
+	if !slices.EqualFunc(keys, t.g.Keys, func(a, b epochKey) bool { return a.Epoch == b.Epoch && bytes.Equal(a.Key, b.Key) }) {
+		t.g.Keys = keys
+		t.groupChanged = true
+	}
+	return nil
+}
