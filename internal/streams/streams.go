@@ -34,7 +34,6 @@ const (
 // KV bucket names.
 const (
 	BucketClients   = "fabric-clients"
-	BucketSeen      = "fabric-seen"
 	BucketGroupKeys = "fabric-group-keys"
 	BucketGroups    = "fabric-groups"
 	BucketConverge  = "fabric-converge"
@@ -79,9 +78,6 @@ type Config struct {
 	// OutcomeHistory is how many records are kept per outcome subject; the
 	// last is the current outcome.
 	OutcomeHistory int64
-	// SeenTTL bounds how long a fabric-seen dedup record lives; zero keeps
-	// it until deleted.
-	SeenTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -183,8 +179,6 @@ func BucketConfigs(cfg Config) []jetstream.KeyValueConfig {
 		}
 	}
 	clients := kv(BucketClients, "Hosted client records, private keys sealed.")
-	seen := kv(BucketSeen, "Durable dedup records of input message ids.")
-	seen.TTL = c.SeenTTL
 	groupKeys := kv(BucketGroupKeys, "Candidate group event keys.")
 	groups := kv(BucketGroups, "Hosted members of each group and DM conversation keys.")
 	conv := kv(BucketConverge, "Converge state per group and partition leases.")
@@ -193,5 +187,5 @@ func BucketConfigs(cfg Config) []jetstream.KeyValueConfig {
 	stores := kv(BucketStores, "Consent, HMAC keys, identity association states, signal idempotency keys.")
 	// Signal idempotency keys expire by per-key TTL.
 	stores.LimitMarkerTTL = DefaultLimitMarkerTTL
-	return []jetstream.KeyValueConfig{clients, seen, groupKeys, groups, conv, stores}
+	return []jetstream.KeyValueConfig{clients, groupKeys, groups, conv, stores}
 }

@@ -98,7 +98,7 @@ func ParseRetained(s string) (tenant, groupHex, reason string, err error) {
 }
 
 // ParseKey reads the tenant and the parts of a KV key built by Key,
-// ClientKey, GroupKey or SeenKey.
+// ClientKey or GroupKey.
 func ParseKey(key string) (tenant string, parts []string, err error) {
 	toks := strings.Split(key, ".")
 	if len(toks) < 2 {

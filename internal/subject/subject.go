@@ -347,15 +347,3 @@ func GroupKey(tenant, groupHex string) (string, error) {
 	}
 	return join("", tenant, groupHex), nil
 }
-
-// SeenKey is a message's dedup record key in fabric-seen:
-// <tenant>.<message_id>.
-func SeenKey(tenant, msgIDHex string) (string, error) {
-	if err := ValidTenant(tenant); err != nil {
-		return "", err
-	}
-	if err := ValidMessageID(msgIDHex); err != nil {
-		return "", err
-	}
-	return join("", tenant, msgIDHex), nil
-}

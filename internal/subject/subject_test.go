@@ -31,7 +31,6 @@ func TestBuilders(t *testing.T) {
 		{"InputPartition", func() (string, error) { return InputPartition(63) }, "fabric.in.63.>"},
 		{"ClientKey", func() (string, error) { return ClientKey(tenant, client) }, "acme_1-x.c0ffee"},
 		{"GroupKey", func() (string, error) { return GroupKey(tenant, group) }, "acme_1-x.00ff10ab"},
-		{"SeenKey", func() (string, error) { return SeenKey(tenant, msgID) }, "acme_1-x." + msgID},
 		{"Key", func() (string, error) { return Key(tenant, "consent", client) }, "acme_1-x.consent.c0ffee"},
 	}
 	for _, c := range cases {
