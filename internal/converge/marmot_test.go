@@ -2,12 +2,16 @@ package converge
 
 import (
 	"bytes"
+	"encoding/hex"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -105,4 +109,141 @@ func (e *env) waitOutcome(id []byte, d schema.Disposition) schema.Outcome {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestLateWinnerRollsBackDeliveredBranch: a branch that was applied and
+// whose app message was delivered loses to a deeper branch from the same
+// parent that arrives later, inside the rollback horizon. The client gets
+// conversation.fork_detected, fabric.commit_superseded for the applied
+// commit, fabric.message_invalidated for the delivered message and the
+// winning branch's events; a worker that re-reads the whole input stream
+// emits none of them again.
+func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	client := h.rec.ClientID
+	_, stop := e.worker("w1", branchSelection)
+	alice, g := groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(client, 1)
+	other := must[*testpeer.Group](t)(g.Clone())
+
+	cA := must[testpeer.Message](t)(g.Commit())
+	e.publish(cA)
+	e.waitOutcome(cA.ID, schema.DispositionAccepted)
+	mA := must[testpeer.Message](t)(g.SendText("on the branch that loses"))
+	e.publish(mA)
+	e.waitEvents(client, 2)
+
+	cB1 := must[testpeer.Message](t)(setProfile(components.ProfileState{Name: "b"}, alice.AccountID())(other))
+	cB2 := must[testpeer.Message](t)(other.Commit())
+	e.publish(cB1)
+	e.publish(cB2)
+	evs := e.waitEvents(client, 6)
+	want := []schema.EventKind{
+		schema.KindConversationJoined, schema.KindMessageReceived, schema.KindConversationForkDetected,
+		schema.KindCommitSuperseded, schema.KindMessageInvalidated, schema.KindMetadataChanged,
+	}
+	if !slices.Equal(kinds(evs), want) {
+		t.Fatalf("events %v, want %v", kinds(evs), want)
+	}
+	if got := evs[3].Event.CommitSuperseded.CommitDigest; !bytes.Equal(got, cA.ID) {
+		t.Fatal("commit_superseded names another commit")
+	}
+	if got := evs[4].Event.MessageInvalidated.MessageID; !bytes.Equal(got, mA.ID) {
+		t.Fatal("message_invalidated names another message")
+	}
+	if got := evs[5].Event.MetadataChanged.Changed; !slices.Equal(got, []string{components.FieldGroupName}) {
+		t.Fatalf("metadata changed %v", got)
+	}
+	e.waitOutcome(cB1.ID, schema.DispositionAccepted)
+	e.waitOutcome(cB2.ID, schema.DispositionAccepted)
+	e.waitOutcome(cA.ID, schema.DispositionDeferred)
+	e.waitOutcome(mA.ID, schema.DispositionInvalidated)
+	stop()
+
+	rewind(t, e)
+	e.worker("w2", branchSelection)
+	uniqueIDs(t, settled(t, e, client, 6))
+}
+
+// rewind deletes every partition consumer, as if no input was acked.
+func rewind(t *testing.T, e *env) {
+	t.Helper()
+	s, err := e.js.Stream(e.ctx, streams.StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range subject.Partitions {
+		_ = s.DeleteConsumer(e.ctx, consumerName(p))
+	}
+}
+
+// TestCrashBetweenCutoffAndApply: a worker that stops after a pass's
+// cutoff is persisted and before it is applied leaves the frozen batch in
+// the group state; the next worker applies that batch and ends in the same
+// selection, with no event twice.
+func TestCrashBetweenCutoffAndApply(t *testing.T) {
+	e := newEnv(t)
+	held := make(chan struct{}, 1)
+	holdFrozen = func() bool {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	t.Cleanup(func() { holdFrozen = nil })
+	h, win, lose, field, stop := sameEpochFork(t, e)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no pass was cut off")
+	}
+	stop()
+	holdFrozen = nil
+	if !frozenPass(t, e, win.Transport.Group, h.rec.ClientID) {
+		t.Fatal("the checkpointed group state holds no frozen pass")
+	}
+	if evs := e.events(h.rec.ClientID); len(evs) != 2 {
+		t.Fatalf("events before the apply %v", kinds(evs))
+	}
+
+	e.worker("w2", branchSelection)
+	evs := e.waitEvents(h.rec.ClientID, 3)
+	wantFork(t, evs, field)
+	settled(t, e, h.rec.ClientID, 3)
+	e.waitOutcome(win.ID, schema.DispositionAccepted)
+	e.waitOutcome(lose.ID, schema.DispositionDeferred)
+}
+
+// frozenPass reports whether the group's checkpointed state holds a frozen
+// pass in a member's convergence state.
+func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
+	t.Helper()
+	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(groupID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := e.js.KeyValue(e.ctx, streams.BucketConverge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(e.ctx, ck.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := decodeGroupState(entry.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := e.vault.OpenState(gs.Branches[client])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := convergence.Unmarshal(convergence.V1, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := cg.Frozen()
+	return ok
 }
