@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/converge/project"
+	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
