@@ -106,12 +106,8 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 			return fmt.Errorf("admit: %w", err)
 		}
 		s.effects(m, before, in.MessageID, res)
-		if s.lead && in.Class == schema.ClassProposal && cg.Tip() != nil {
-			// GMOD-031: a leave request is noted however its branch fares;
-			// a commit that removes the member clears it.
-			if _, pi, err := (&engineState{st: cg.Tip(), vault: p.vault}).Proposal(ctx, in.Data); err == nil && pi.SelfRemoveInboxID != "" {
-				t.g.addLeaveRequest(pi.SelfRemoveInboxID)
-			}
+		if s.lead && in.Class == schema.ClassProposal {
+			p.leaveRequest(ctx, t, cg, in.Data)
 		}
 		if err := p.save(t, m, cg); err != nil {
 			return err
@@ -151,6 +147,28 @@ func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
 	}
 	s.finish()
 	return changed, p.settle(t)
+}
+
+// leaveRequest notes a proposal that removes its sender's own leaf
+// (GMOD-031), read against the retained states of its epoch: the
+// canonical tip may not have reached it while a pass is open. It is noted
+// however its branch fares; a commit that removes the member clears it.
+func (p marmot) leaveRequest(ctx context.Context, t *txn, cg *convergence.Group, msg []byte) {
+	c, err := engine.Classify(msg)
+	if err != nil || !c.HasEpoch {
+		return
+	}
+	for _, st := range cg.Retained() {
+		if st.Epoch() != c.Epoch {
+			continue
+		}
+		if _, pi, err := (&engineState{st: st, vault: p.vault}).Proposal(ctx, msg); err == nil {
+			if pi.SelfRemoveInboxID != "" {
+				t.g.addLeaveRequest(pi.SelfRemoveInboxID)
+			}
+			return
+		}
+	}
 }
 
 // pass applies a member's frozen pass, or, when a pass is due at now, cuts

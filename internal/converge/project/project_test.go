@@ -1,6 +1,7 @@
 package project
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/components"
@@ -133,6 +134,40 @@ func TestCompareVersions(t *testing.T) {
 	}{{"1.0.0", "1.0.0", 0}, {"1.0", "1.0.0", 0}, {"1.0.1", "1.0.0", 1}, {"0.9", "1.0.0", -1}, {"1.10", "1.9", 1}, {"x", "1.0.0", 1}} {
 		if got := CompareVersions(c.a, c.b); got != c.want {
 			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// TestBranchSelectionEvents: fork_detected, commit_superseded and
+// message_invalidated carry the payload member their kind names and
+// survive the wire encoding.
+func TestBranchSelectionEvents(t *testing.T) {
+	digest, msg := bytes.Repeat([]byte{0xC0}, 32), bytes.Repeat([]byte{0x0E}, 32)
+	for _, ev := range []Event{ForkDetected(gid), Superseded(gid, digest), Invalidated(gid, msg)} {
+		b, err := ev.MarshalMsgpack()
+		if err != nil {
+			t.Fatalf("%s: %v", ev.Kind, err)
+		}
+		var back schema.ClientEvent
+		if err := back.UnmarshalMsgpack(b); err != nil {
+			t.Fatalf("%s: %v", ev.Kind, err)
+		}
+		names, ok := back.GroupID()
+		if !ok || !names.Equal(gid) {
+			t.Fatalf("%s names group %v", ev.Kind, names)
+		}
+		switch back.Kind {
+		case schema.KindCommitSuperseded:
+			if !back.CommitSuperseded.CommitDigest.Equal(digest) {
+				t.Fatal("commit digest lost")
+			}
+		case schema.KindMessageInvalidated:
+			if !back.MessageInvalidated.MessageID.Equal(msg) {
+				t.Fatal("message id lost")
+			}
+		case schema.KindConversationForkDetected:
+		default:
+			t.Fatalf("kind %s", back.Kind)
 		}
 	}
 }
