@@ -63,7 +63,11 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 		w.metrics.Batches.WithLabelValues("1").Inc()
 		// An outcome that did not reach FABRIC_OUTCOMES fails the input;
 		// its retry finds the transaction done and publishes them again.
-		return w.committed(ctx, part, g, t, next, ckSeq, events)
+		ow, err := w.committed(ctx, part, g, t, next, ckSeq, events)
+		if err != nil {
+			return err
+		}
+		return ow.await(ctx)
 	}
 	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
 }
@@ -81,28 +85,43 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	if t.inputSeq != 0 {
 		next.InputSeq = t.inputSeq
 	}
-	blobs := map[string][]byte{}
+	var save []*hostedMember
 	for _, m := range t.g.active() {
 		bk, ok := g.ck.Members[m.ClientID]
-		save := t.dirty[m.ClientID] || !ok
-		if !save && t.ratchet[m.ClientID] {
+		dirty := t.dirty[m.ClientID] || !ok
+		if !dirty && t.ratchet[m.ClientID] {
 			// A ratchet advance alone may wait: an older snapshot ratchets
 			// forward to any later message (RFC 9420 section 9.1).
 			m.Unsaved++
-			save = m.Unsaved >= w.cfg.SnapshotEvery
+			dirty = m.Unsaved >= w.cfg.SnapshotEvery
 		}
-		if save {
+		if dirty {
 			m.Unsaved = 0
-			snap, err := t.members[m.ClientID].Snapshot()
-			if err != nil {
-				return checkpoint{}, nil, nil, fmt.Errorf("snapshot member: %w", err)
-			}
-			if bk, err = blobKey(g.tenant, g.groupHex, m.ClientID); err != nil {
-				return checkpoint{}, nil, nil, err
-			}
-			blobs[bk] = snap
+			save = append(save, m)
+			continue
 		}
 		next.Members[m.ClientID] = bk
+	}
+	// Members' snapshots are independent of each other: taken and sealed
+	// in parallel (a member of a large group takes about a millisecond).
+	keys := make([]string, len(save))
+	snaps := make([][]byte, len(save))
+	errs := make([]error, len(save))
+	parallel(len(save), func(i int) {
+		c := save[i].ClientID
+		if snaps[i], errs[i] = t.members[c].Snapshot(); errs[i] != nil {
+			errs[i] = fmt.Errorf("snapshot member: %w", errs[i])
+			return
+		}
+		keys[i], errs[i] = blobKey(g.tenant, g.groupHex, c)
+	})
+	if err := errors.Join(errs...); err != nil {
+		return checkpoint{}, nil, nil, err
+	}
+	blobs := make(map[string][]byte, len(save)+1)
+	for i, m := range save {
+		next.Members[m.ClientID] = keys[i]
+		blobs[keys[i]] = snaps[i]
 	}
 	// The group state goes last: the loop above counts unsaved ratchets.
 	sb, err := t.g.encode()
@@ -204,8 +223,22 @@ func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]strin
 // committed does what follows a committed batch: the cache, metrics,
 // outcome records, the group's KV entries, and garbage collection of the
 // blobs the new checkpoint no longer names. None of it affects exactly-once
-// emission; a crash here is repaired by the retry of the input.
-func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) error {
+// emission; a crash here is repaired by the retry of the input. The
+// outcome records are sent, not awaited: the caller awaits them, so the
+// groups of one shared batch wait together.
+func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) (*outcomeWrites, error) {
+	w.afterCommit(ctx, part, g, t, next, ckSeq, events)
+	ow, err := w.outcomes.start(ctx, g.tenant, next.Outcomes)
+	if t.groupChanged && err == nil {
+		err = w.publishGroup(ctx, g.tenant, g.groupHex, t.g, ckSeq)
+	}
+	return ow, err
+}
+
+// afterCommit does what follows a committed batch except the outcome records and
+// the group's KV entries: the cache, metrics, and garbage collection of the
+// blobs the new checkpoint no longer names.
+func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
 	key := g.tenant + "." + g.groupHex
 	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members})
 	part.setExpiry(key, next.NextExpiry)
@@ -215,11 +248,6 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 	for _, n := range next.Outcomes {
 		w.metrics.disposition(n)
 	}
-	err := w.publishOutcomes(ctx, g.tenant, next.Outcomes)
-	if t.groupChanged && err == nil {
-		err = w.publishGroup(ctx, g.tenant, g.groupHex, t.g, ckSeq)
-	}
-
 	var stale []string
 	if g.ck.State != "" && g.ck.State != next.State {
 		stale = append(stale, g.ck.State)
@@ -235,16 +263,15 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 			w.log.Debug("converge: prune checkpoints", "err", err)
 		}
 	}
-	return err
 }
 
+// publishOutcomes publishes outcome records and waits for them.
 func (w *Worker) publishOutcomes(ctx context.Context, tenant string, notes []outcomeNote) error {
-	for _, n := range notes {
-		if err := w.outcomes.publish(ctx, tenant, n); err != nil {
-			return err
-		}
+	ow, err := w.outcomes.start(ctx, tenant, notes)
+	if err != nil {
+		return err
 	}
-	return nil
+	return ow.await(ctx)
 }
 
 // GroupRecord is the value of a group's fabric-groups entry
@@ -352,11 +379,16 @@ type staged struct {
 }
 
 // commitShared commits the first transaction of every group of a fetch in
-// shared atomic batches: one batch holds the events and the checkpoint of
+// shared atomic batches (the inputs of a fetch of one group go through the
+// pipeline instead): one batch holds the events and the checkpoint of
 // several groups, each checkpoint fenced on its own expected sequence, so
 // quiet groups do not pay one batch each. Any failure leaves the groups it
 // touched to the per-group path, which reloads them and skips what is done.
 func (w *Worker) commitShared(ctx context.Context, part *partition, runs []*groupRun) {
+	if len(runs) == 1 {
+		w.pipeline(ctx, part, runs[0])
+		return
+	}
 	var batch []*staged
 	size := 0
 	for _, r := range runs {
@@ -416,6 +448,7 @@ func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
 	case err == nil:
 		w.metrics.Batches.WithLabelValues("1").Inc()
 	}
+	writes := make([]*outcomeWrites, len(batch))
 	for i, s := range batch {
 		delete(part.groups, s.g.tenant+"."+s.g.groupHex)
 		if err != nil {
@@ -424,7 +457,15 @@ func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
 			}
 			continue
 		}
-		if cerr := w.committed(ctx, part, s.g, s.t, s.next, seqs[i], s.events); cerr != nil {
+		ow, cerr := w.committed(ctx, part, s.g, s.t, s.next, seqs[i], s.events)
+		if cerr != nil {
+			continue // the per-group path republishes
+		}
+		writes[i] = ow
+	}
+	// The outcome records of every group were sent; wait for them together.
+	for i, s := range batch {
+		if writes[i] == nil || writes[i].await(ctx) != nil {
 			continue // the per-group path republishes
 		}
 		s.run.done = s.used

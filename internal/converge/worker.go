@@ -22,7 +22,7 @@ const (
 	DefaultLeaseTTL        = 6 * time.Second
 	DefaultCleanupInterval = time.Second
 	// fetchBatch is how many inputs one pull asks for.
-	fetchBatch = 64
+	fetchBatch = 512
 	// commitAttempts bounds the retries of one transaction that lost the
 	// fence to an earlier attempt or another worker.
 	commitAttempts = 5
@@ -145,11 +145,10 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if w.inStream, err = cfg.JS.Stream(ctx, streams.StreamInput); err != nil {
 		return nil, fmt.Errorf("converge: stream %s: %w", streams.StreamInput, err)
 	}
-	out, err := cfg.JS.Stream(ctx, streams.StreamOutcomes)
-	if err != nil {
+	if _, err := cfg.JS.Stream(ctx, streams.StreamOutcomes); err != nil {
 		return nil, fmt.Errorf("converge: stream %s: %w", streams.StreamOutcomes, err)
 	}
-	w.outcomes = outcomes{js: cfg.JS, stream: out}
+	w.outcomes = outcomes{js: cfg.JS}
 	for name, dst := range map[string]*jetstream.KeyValue{
 		streams.BucketConverge: &w.conv, streams.BucketGroups: &w.groupsKV, streams.BucketGroupKeys: &w.keysKV, streams.BucketClients: &w.dir.kv,
 	} {

@@ -1,0 +1,238 @@
+package converge
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/eventbus"
+)
+
+// pipeline applies and commits the inputs of a fetch that all belong to one
+// group. Storing an atomic batch takes about the same time whatever its
+// size (the server stages it in a file store of its own), so while one
+// transaction's batch is in flight the next inputs are applied to the
+// in-memory state, and that next transaction is cut when the batch before
+// it has been stored (or it is full). Its state blobs are written before
+// that, and its batch is fenced on the checkpoint the one before stored.
+// Outcome records follow each batch and are awaited before the run's
+// inputs count as done. Nothing of a transaction is visible before its
+// batch, and a transaction that fails takes every later one of the run
+// with it: the per-group path reloads the group and retries from the first
+// input not done (r.done).
+func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
+	key := r.tenant + "." + r.groupHex
+	g, err := w.load(ctx, part, r.tenant, r.groupHex)
+	if err != nil {
+		return
+	}
+	var flights []*flight
+	defer func() { w.finish(ctx, part, r, flights) }()
+	// inFlight is the last launched flight not yet known stored.
+	var inFlight *flight
+	// stop drops what a transaction that will not commit wrote and the
+	// cache, which may hold its state.
+	stop := func(written []string) {
+		w.purge(ctx, written)
+		if inFlight != nil {
+			w.land(ctx, part, inFlight)
+		}
+		delete(part.groups, key)
+	}
+	for i := 0; i < len(r.ins); {
+		t := w.newTxn(r.tenant, g)
+		from, applied := i, false
+		for i < len(r.ins) {
+			if applied && (i-from >= maxPipelineInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
+				break
+			}
+			used, app, err := w.applyRun(ctx, t, g, r.ins[i:i+1])
+			if err != nil {
+				stop(nil)
+				return
+			}
+			i += used
+			applied = applied || app
+			if t.groupChanged {
+				// The group's KV entries are written in checkpoint order:
+				// nothing is applied past a change of them until it lands.
+				break
+			}
+		}
+		if !applied {
+			// Done before, all of them: only ever the first inputs of the
+			// run, which precede anything this run applies.
+			r.done = i
+			continue
+		}
+		start := time.Now()
+		next, events, written, err := w.prepare(ctx, g, t)
+		if err != nil {
+			stop(written)
+			return
+		}
+		if inFlight != nil {
+			ok := w.land(ctx, part, inFlight)
+			if !ok {
+				inFlight = nil
+				stop(written)
+				return
+			}
+			g.ckSeq, inFlight = inFlight.seq, nil
+		}
+		f := &flight{g: g, t: t, next: next, events: events, written: written, from: from, to: i, start: start}
+		w.launch(ctx, f)
+		flights = append(flights, f)
+		inFlight = f
+		// The next transaction starts from this one's checkpoint; its
+		// sequence is known when this one is stored.
+		g = &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, state: t.g, members: t.members}
+		if t.groupChanged {
+			ok := w.land(ctx, part, inFlight)
+			if !ok {
+				return
+			}
+			g.ckSeq, inFlight = inFlight.seq, nil
+		}
+	}
+	if inFlight != nil {
+		w.land(ctx, part, inFlight)
+	}
+}
+
+// maxPipelineInputs bounds the inputs of one pipelined transaction. One
+// event per input per member must fit one atomic batch anyway; the bound
+// keeps a checkpoint's outcome list small.
+const maxPipelineInputs = 512
+
+// flight is one transaction whose atomic batch is being stored while the
+// partition goroutine applies the next inputs.
+type flight struct {
+	g       *loadedGroup // the group as the transaction found it
+	t       *txn
+	next    checkpoint
+	events  []eventbus.Event
+	written []string
+	// from and to delimit the run's inputs it applies: once it commits,
+	// the first to inputs of the run are done.
+	from, to int
+	start    time.Time
+	// stored is closed when the batch is answered (seq, err set), done
+	// when the outcome records are too (outErr set).
+	stored, done chan struct{}
+	seq          uint64
+	err, outErr  error
+	// landed is set by land when the batch committed.
+	landed bool
+}
+
+// launch stores a prepared transaction's batch, fenced on the checkpoint
+// the transaction found, and then its outcome records, on a goroutine that
+// finish waits for.
+func (w *Worker) launch(ctx context.Context, f *flight) {
+	f.stored, f.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(f.done)
+		f.seq, f.err = commitBatch(ctx, w.js, f.g.tenant, f.g.groupHex, f.g.ckSeq, f.next, f.events)
+		close(f.stored)
+		if f.err != nil {
+			return
+		}
+		// The outcome records go right after the batch, before the inputs
+		// are acknowledged; a crash before they are stored leaves the
+		// input unacknowledged, and its retry republishes them.
+		ow, err := w.outcomes.start(ctx, f.g.tenant, f.next.Outcomes)
+		if err == nil {
+			err = ow.await(ctx)
+		}
+		f.outErr = err
+	}()
+}
+
+// isStored reports whether f's batch has been answered.
+func (f *flight) isStored() bool {
+	select {
+	case <-f.stored:
+		return true
+	default:
+		return false
+	}
+}
+
+// land waits for f's batch and does what follows its commit but the
+// outcome records. It reports whether f committed; when not, the cache is
+// dropped and f's inputs are left to the per-group path, which reloads the
+// group and skips what is done.
+func (w *Worker) land(ctx context.Context, part *partition, f *flight) bool {
+	<-f.stored
+	key := f.g.tenant + "." + f.g.groupHex
+	switch {
+	case errors.Is(f.err, ErrFenced):
+		w.metrics.Fenced.Inc()
+		delete(part.groups, key)
+		w.purge(ctx, w.unnamed(ctx, f.g.tenant, f.g.groupHex, f.written))
+		return false
+	case f.err != nil:
+		// The batch may have been stored even so (a lost ack): the blobs
+		// stay, for the checkpoint that may name them.
+		delete(part.groups, key)
+		return false
+	}
+	w.metrics.Batches.WithLabelValues("1").Inc()
+	w.afterCommit(ctx, part, f.g, f.t, f.next, f.seq, f.events)
+	if f.t.groupChanged {
+		if err := w.publishGroup(ctx, f.g.tenant, f.g.groupHex, f.t.g, f.seq); err != nil {
+			// Committed; the retry of its inputs republishes the entries.
+			delete(part.groups, key)
+			return false
+		}
+	}
+	f.landed = true
+	return true
+}
+
+// finish waits for every flight of a run and counts the inputs done: those
+// of each flight, in order, that committed with its outcome records and
+// group entries stored.
+func (w *Worker) finish(ctx context.Context, part *partition, r *groupRun, flights []*flight) {
+	ok := true
+	for _, f := range flights {
+		<-f.done
+		if !ok || !f.landed || f.outErr != nil {
+			if ok {
+				delete(part.groups, f.g.tenant+"."+f.g.groupHex)
+			}
+			ok = false
+			continue
+		}
+		r.done = f.to
+		for range f.to - f.from {
+			w.metrics.Latency.Observe(time.Since(f.start).Seconds())
+		}
+	}
+}
+
+// parallel runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines and returns
+// when all have returned. Each call must touch only its own index.
+func parallel(n int, fn func(i int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
