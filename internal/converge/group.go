@@ -392,14 +392,14 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 		// only target, the message is its own and has no event.
 		return failed(in, errs, future, past)
 	}
-	t.deliver(in.MessageID, in.Seq, in.Time, *app, func(m *hostedMember) bool { return opened[m.ClientID] })
+	t.deliver(in.MessageID, in.MessageID, in.Seq, in.Time, *app, func(m *hostedMember) bool { return opened[m.ClientID] })
 	return accepted(in.MessageID, in.Class, in.Time), false, nil
 }
 
 // deliver indexes an application message stored at (seq, at) and gives
 // every active member that opened it, but its sender installation, its
-// message.received and the deletion it applies.
-func (t *txn) deliver(id []byte, seq uint64, at int64, app AppMessage, opened func(*hostedMember) bool) {
+// message.received and the deletion it applies, as events of cause.
+func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, opened func(*hostedMember) bool) {
 	comps := t.components()
 	msg := storedMessage{ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey, Seq: seq}
 	if comps.Retention != nil && comps.Retention.DisappearingSecs > 0 {
@@ -443,7 +443,7 @@ func (t *txn) deliver(id []byte, seq uint64, at int64, app AppMessage, opened fu
 		if deleted != nil && m.holds(deleted) {
 			evs = append(evs, project.Deleted(t.g.GroupID, deleted.ID))
 		}
-		t.emit(m.ClientID, id, evs...)
+		t.emit(m.ClientID, cause, evs...)
 	}
 	if deleted != nil {
 		deleted.Deleted = true

@@ -3,6 +3,7 @@ package converge
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -53,7 +54,11 @@ type step struct {
 	// whose view delivers them.
 	deliveries []convergence.Delivery
 	to         map[engine.MessageID]map[string]bool
-	lead       bool // the first active member's result moves the group-level state
+	// rolled are the commits and messages the step took back; their
+	// rollback counts rise once the step is done, however many members
+	// took them back.
+	rolled []engine.MessageID
+	lead   bool // the first active member's result moves the group-level state
 }
 
 func (p marmot) newStep(t *txn) *step {
@@ -204,16 +209,18 @@ func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res
 	t := s.t
 	gid := t.g.GroupID
 	if res.ForkDetected && cause != nil {
-		t.emit(m.ClientID, causeOf("fork:", cause), project.ForkDetected(gid))
+		t.emit(m.ClientID, append([]byte("fork:"), cause...), project.ForkDetected(gid))
 	}
 	for _, sup := range res.Superseded {
-		t.emit(m.ClientID, causeOf("superseded:", sup.ID[:]), project.Superseded(gid, sup.ID[:]))
+		t.emit(m.ClientID, s.cause("superseded:", sup.ID), project.Superseded(gid, sup.ID[:]))
+		s.rollBack(sup.ID)
 	}
 	for _, id := range res.Withdrawn {
 		if sm := t.g.message(id[:]); sm != nil {
 			sm.Deleted = true
 		}
-		t.emit(m.ClientID, causeOf("invalidated:", id[:]), project.Invalidated(gid, id[:]))
+		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
+		s.rollBack(id)
 	}
 	for _, a := range res.Applied {
 		before = s.applied(m, before, a)
@@ -241,7 +248,7 @@ func (s *step) applied(m *hostedMember, before components.Set, a convergence.App
 		pc.RemovedInstallations = append(pc.RemovedInstallations, l.InstallationKey)
 	}
 	view := project.Member{InboxID: m.InboxID, Installation: m.Installation, LeaveRequested: t.g.leaveRequested(m.InboxID)}
-	t.emit(m.ClientID, slices.Clone(a.ID[:]), project.CommitEvents(t.g.GroupID, view, pc)...)
+	t.emit(m.ClientID, s.cause("", a.ID), project.CommitEvents(t.g.GroupID, view, pc)...)
 	if s.lead {
 		t.groupChanged = true
 		t.setComponents(r.Components)
@@ -259,9 +266,32 @@ func (s *step) finish() {
 	for _, d := range s.deliveries {
 		to := s.to[d.ID]
 		app := AppMessage{Sender: Leaf{InboxID: d.Sender.InboxID, InstallationKey: d.Sender.InstallationKey}, Plaintext: d.Payload}
-		t.deliver(slices.Clone(d.ID[:]), t.g.LastSeq, t.g.LastTime, app, func(m *hostedMember) bool { return to[m.ClientID] })
+		t.deliver(slices.Clone(d.ID[:]), s.cause("", d.ID), t.g.LastSeq, t.g.LastTime, app, func(m *hostedMember) bool { return to[m.ClientID] })
+	}
+	for _, id := range s.rolled {
+		t.g.rollBack(id[:])
 	}
 	t.notes = append(t.notes, s.notes...)
+}
+
+// cause is the cause of an effect on id: the effect's kind, the id, and
+// how often the id was taken back before this step, so each time a commit
+// or message is applied, delivered or taken back again its events get new,
+// still deterministic ids. A first application's cause is the input's id,
+// as under the linear policy.
+func (s *step) cause(kind string, id engine.MessageID) []byte {
+	c := append([]byte(kind), id[:]...)
+	if n := s.t.g.generation(id[:]); n > 0 {
+		c = binary.BigEndian.AppendUint32(append(c, '#'), n)
+	}
+	return c
+}
+
+// rollBack records that the step took id back.
+func (s *step) rollBack(id engine.MessageID) {
+	if !slices.Contains(s.rolled, id) {
+		s.rolled = append(s.rolled, id)
+	}
 }
 
 // note records an input's outcome once per step: the members select the
@@ -291,8 +321,6 @@ func noteOf(o convergence.Outcome, at int64) outcomeNote {
 	}
 	return outcomeNote{MessageID: id, Class: o.Class, Status: schema.StatusQueued, Disposition: o.Disposition, Category: o.Category, Time: at}
 }
-
-func causeOf(kind string, id []byte) []byte { return append([]byte(kind), id...) }
 
 // tipComponents are the components of a member's canonical state.
 func tipComponents(cg *convergence.Group) components.Set {

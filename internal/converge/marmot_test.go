@@ -247,3 +247,43 @@ func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 	_, ok := cg.Frozen()
 	return ok
 }
+
+// TestBranchReappliedAfterRollback: a branch that loses and then wins
+// again is applied again with new event ids: its events are not lost to
+// deduplication of the first application's ids.
+func TestBranchReappliedAfterRollback(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	client := h.rec.ClientID
+	e.worker("w1", branchSelection)
+	alice, g := groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(client, 1)
+	other := must[*testpeer.Group](t)(g.Clone())
+
+	cA := must[testpeer.Message](t)(setProfile(components.ProfileState{Name: "a"}, alice.AccountID())(g))
+	e.publish(cA)
+	e.waitOutcome(cA.ID, schema.DispositionAccepted)
+	e.waitEvents(client, 2)
+	for range 2 {
+		e.publish(must[testpeer.Message](t)(other.Commit()))
+	}
+	e.waitOutcome(cA.ID, schema.DispositionDeferred)
+	e.waitEvents(client, 5)
+	for range 2 {
+		e.publish(must[testpeer.Message](t)(g.Commit()))
+	}
+	e.waitOutcome(cA.ID, schema.DispositionAccepted)
+	evs := settled(t, e, client, 9)
+	want := []schema.EventKind{
+		schema.KindConversationJoined, schema.KindMetadataChanged,
+		schema.KindConversationForkDetected, schema.KindCommitSuperseded, schema.KindMetadataChanged,
+		schema.KindConversationForkDetected, schema.KindCommitSuperseded, schema.KindCommitSuperseded, schema.KindMetadataChanged,
+	}
+	if !slices.Equal(kinds(evs), want) {
+		t.Fatalf("events %v, want %v", kinds(evs), want)
+	}
+	uniqueIDs(t, evs)
+	if !bytes.Equal(evs[3].Event.CommitSuperseded.CommitDigest, cA.ID) {
+		t.Fatal("the first rollback does not supersede the first branch")
+	}
+}

@@ -73,6 +73,42 @@ func (w *Worker) saveExpiry(ctx context.Context, part *partition) {
 	part.expiryDirty = false
 }
 
+// due reports whether a group of the partition fell due after the last
+// cleanup round (at since) and by now: a convergence pass is applied at its
+// deadline, not a cleanup interval later. A due time a round already saw
+// (its transaction failed or changed nothing) waits for the next interval.
+func (p *partition) due(since, now time.Time) bool {
+	n := p.nextDue(since)
+	return n != 0 && n <= now.UnixMilli()
+}
+
+// nextDue is the earliest due time of the partition's groups after since
+// (unix ms), or 0.
+func (p *partition) nextDue(since time.Time) int64 {
+	var next int64
+	for _, at := range p.expiry {
+		if at > since.UnixMilli() && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	return next
+}
+
+// wait is how long a fetch may wait for input: at most limit, and no longer
+// than the partition's next due time, so the partition goroutine is the
+// timer of its groups' passes.
+func (p *partition) wait(since, now time.Time, limit time.Duration) time.Duration {
+	n := p.nextDue(since)
+	if n == 0 {
+		return limit
+	}
+	return min(max(time.UnixMilli(n).Sub(now), minFetchWait), limit)
+}
+
+// minFetchWait is the shortest fetch wait, so a due time that a failing
+// transaction keeps in the past does not spin the partition.
+const minFetchWait = 50 * time.Millisecond
+
 func (p *partition) setExpiry(key string, at int64) {
 	if p.expiry[key] != at {
 		p.expiry[key] = at
@@ -129,7 +165,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			}
 			restart = 0
 		}
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(w.cfg.CleanupInterval))
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(part.wait(lastCleanup, w.cfg.Now(), w.cfg.CleanupInterval)))
 		if err != nil {
 			cons = nil
 			sleep(ctx, backoff)
@@ -170,7 +206,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			sleep(ctx, backoff)
 			continue
 		}
-		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval {
+		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval || part.due(lastCleanup, now) {
 			lastCleanup = now
 			w.cleanup(ctx, part)
 		}

@@ -27,6 +27,9 @@ const (
 	// candidates: the current one and app_payload_past_epoch_limit (5)
 	// past ones.
 	maxKeyEpochs = 6
+	// maxRollbacks bounds the rollback counts a group keeps: far more than
+	// the commits and messages inside the rollback horizon.
+	maxRollbacks = 1024
 )
 
 // stateVersion is the version of the group state blob format.
@@ -61,6 +64,12 @@ type groupState struct {
 	// Due is when a hosted member's convergence pass is next due (unix ms,
 	// stream time); 0 when none is open.
 	Due int64 `msgpack:"due,omitempty"`
+	// Rollbacks count, per commit or message id, how often branch
+	// selection took it back (superseded or withdrawn), oldest first, at
+	// most maxRollbacks: the count is part of the cause of its events, so a
+	// commit applied again, or a message delivered again, after a rollback
+	// gets new event ids.
+	Rollbacks []rollback `msgpack:"rollbacks,omitempty"`
 	// LastSeq and LastTime are the newest input branch selection admitted:
 	// a payload a pass delivers later is indexed with them.
 	LastSeq  uint64 `msgpack:"last_seq,omitempty"`
@@ -104,6 +113,36 @@ type deferredInput struct {
 	Class     schema.InputClass `msgpack:"class"`
 	Data      []byte            `msgpack:"data"`
 	Time      int64             `msgpack:"time_unix_ms"`
+}
+
+// rollback is how often one commit or message was taken back.
+type rollback struct {
+	ID []byte `msgpack:"id"`
+	N  uint32 `msgpack:"n"`
+}
+
+// generation is how often id was taken back.
+func (g *groupState) generation(id []byte) uint32 {
+	for _, r := range g.Rollbacks {
+		if bytes.Equal(r.ID, id) {
+			return r.N
+		}
+	}
+	return 0
+}
+
+// rollBack counts one more rollback of id, keeping maxRollbacks ids.
+func (g *groupState) rollBack(id []byte) {
+	for i := range g.Rollbacks {
+		if bytes.Equal(g.Rollbacks[i].ID, id) {
+			g.Rollbacks[i].N++
+			return
+		}
+	}
+	g.Rollbacks = append(g.Rollbacks, rollback{ID: slices.Clone(id), N: 1})
+	if len(g.Rollbacks) > maxRollbacks {
+		g.Rollbacks = slices.Delete(g.Rollbacks, 0, len(g.Rollbacks)-maxRollbacks)
+	}
 }
 
 // epochKey is a group event key of one epoch.
