@@ -245,7 +245,7 @@ func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGrou
 	for _, e := range events {
 		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()
 	}
-	for _, n := range next.Outcomes {
+	for _, n := range t.notes {
 		w.metrics.disposition(n)
 	}
 	var stale []string

@@ -375,16 +375,17 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 	var errs []error
 	var app *AppMessage
 	opened := map[string]bool{}
-	for _, m := range targets {
-		a, err := t.members[m.ClientID].Decrypt(ctx, in.Data)
+	// Members' decryptions are independent: run in parallel.
+	results := decryptAll(ctx, t.members, targets, in.Data)
+	for i, m := range targets {
 		t.ratchet[m.ClientID] = true // a failed open may still have moved a ratchet
-		if err != nil {
-			errs = append(errs, err)
+		if results[i].err != nil {
+			errs = append(errs, results[i].err)
 			continue
 		}
 		opened[m.ClientID] = true
 		if app == nil {
-			app = &a
+			app = &results[i].msg
 		}
 	}
 	if app == nil {

@@ -74,6 +74,10 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
 			stop(written)
 			return
 		}
+		// Outcome records of earlier flights not yet stored ride in this
+		// checkpoint too: a retry republishes the newest checkpoint's, so
+		// none is lost when they fail after this batch commits.
+		next.Outcomes = append(unconfirmed(flights), next.Outcomes...)
 		if inFlight != nil {
 			ok := w.land(ctx, part, inFlight)
 			if !ok {
@@ -84,6 +88,9 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
 			g.ckSeq, inFlight = inFlight.seq, nil
 		}
 		f := &flight{g: g, t: t, next: next, events: events, written: written, from: from, to: i, start: start}
+		if len(flights) > 0 {
+			f.after = flights[len(flights)-1]
+		}
 		w.launch(ctx, f)
 		flights = append(flights, f)
 		inFlight = f
@@ -127,6 +134,10 @@ type flight struct {
 	err, outErr  error
 	// landed is set by land when the batch committed.
 	landed bool
+	// after is the run's flight before this one: its outcome records are
+	// stored first, so an input decided twice in one run (deferred, then
+	// accepted) ends with its later decision, at the next revision.
+	after *flight
 }
 
 // launch stores a prepared transaction's batch, fenced on the checkpoint
@@ -138,6 +149,9 @@ func (w *Worker) launch(ctx context.Context, f *flight) {
 		defer close(f.done)
 		f.seq, f.err = commitBatch(ctx, w.js, f.g.tenant, f.g.groupHex, f.g.ckSeq, f.next, f.events)
 		close(f.stored)
+		if f.after != nil {
+			<-f.after.done
+		}
 		if f.err != nil {
 			return
 		}
@@ -150,6 +164,23 @@ func (w *Worker) launch(ctx context.Context, f *flight) {
 		}
 		f.outErr = err
 	}()
+}
+
+// unconfirmed returns the outcome notes of the flights whose records are
+// not known stored.
+func unconfirmed(flights []*flight) []outcomeNote {
+	var out []outcomeNote
+	for _, f := range flights {
+		select {
+		case <-f.done:
+			if f.outErr == nil {
+				continue
+			}
+		default:
+		}
+		out = append(out, f.t.notes...)
+	}
+	return out
 }
 
 // isStored reports whether f's batch has been answered.
@@ -235,4 +266,21 @@ func parallel(n int, fn func(i int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// decryption is one member's opening of an application message.
+type decryption struct {
+	msg AppMessage
+	err error
+}
+
+// decryptAll opens msg with the state of each of members, in parallel:
+// each decryption touches only its own member's state. The results are in
+// members' order.
+func decryptAll(ctx context.Context, states map[string]MemberState, members []*hostedMember, msg []byte) []decryption {
+	out := make([]decryption, len(members))
+	parallel(len(members), func(i int) {
+		out[i].msg, out[i].err = states[members[i].ClientID].Decrypt(ctx, msg)
+	})
+	return out
 }
