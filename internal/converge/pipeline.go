@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // pipeline applies and commits the inputs of a fetch that all belong to one
@@ -46,7 +47,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
 		t := w.newTxn(r.tenant, g)
 		from, applied := i, false
 		for i < len(r.ins) {
-			if applied && (i-from >= maxPipelineInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
+			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > eventbus.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
 				break
 			}
 			used, app, err := w.applyRun(ctx, t, g, r.ins[i:i+1])
@@ -108,6 +109,17 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
 	if inFlight != nil {
 		w.land(ctx, part, inFlight)
 	}
+}
+
+// inputBudget is the most events one more input can add. Under a linear
+// history an application message gives each active member at most a
+// message.received and a message.deleted; any other input may give what
+// eventBudget allows.
+func (w *Worker) inputBudget(t *txn, in input) int {
+	if in.Class == schema.ClassApplication && !w.cfg.BranchSelection {
+		return 2 * len(t.g.active())
+	}
+	return eventBudget(t)
 }
 
 // maxPipelineInputs bounds the inputs of one pipelined transaction. One

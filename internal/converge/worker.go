@@ -22,7 +22,7 @@ const (
 	DefaultLeaseTTL        = 6 * time.Second
 	DefaultCleanupInterval = time.Second
 	// fetchBatch is how many inputs one pull asks for.
-	fetchBatch = 512
+	fetchBatch = 1024
 	// commitAttempts bounds the retries of one transaction that lost the
 	// fence to an earlier attempt or another worker.
 	commitAttempts = 5
