@@ -332,72 +332,85 @@ func tipComponents(cg *convergence.Group) components.Set {
 	return components.Set{}
 }
 
-// group returns a member's convergence state: live from this transaction
-// or the partition's cache, opened from the group state, or, for a member
-// that joined under the linear policy or by this transaction's Welcome,
-// started from its canonical state.
-func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
-	if cg := t.g.conv[m.ClientID]; cg != nil {
-		return cg, nil
-	}
-	if t.g.conv == nil {
-		t.g.conv = map[string]*convergence.Group{}
-	}
-	var cg *convergence.Group
-	if sealed, ok := t.g.Branches[m.ClientID]; ok {
-		raw, err := p.vault.OpenState(sealed)
-		if err != nil {
-			return nil, fmt.Errorf("open branch state: %w", err)
-		}
-		cg, err = convergence.Unmarshal(convergence.V1, raw)
-		clear(raw)
-		if err != nil {
-			return nil, fmt.Errorf("restore branch state: %w", err)
-		}
-	} else {
-		es, ok := t.members[m.ClientID].(*engineState)
-		if !ok {
-			return nil, errBranchSelectionMLS
-		}
-		var err error
-		if cg, err = convergence.New(convergence.V1, es.st); err != nil {
-			return nil, fmt.Errorf("start branch state: %w", err)
-		}
-	}
-	t.g.conv[m.ClientID] = cg
-	if tip := cg.Tip(); tip != nil {
-		t.members[m.ClientID] = &engineState{st: tip, vault: p.vault}
-	}
-	return cg, nil
+// branchPrefix marks a member blob that holds a convergence state, not an
+// engine snapshot.
+var branchPrefix = []byte("fabric-branches-v1\x00")
+
+// branchState is a hosted member's state under branch selection: its
+// convergence state, whose tip is the member's canonical engine state. Its
+// snapshot, the member's blob, is the whole convergence state, sealed.
+type branchState struct {
+	*engineState
+	cg *convergence.Group
 }
 
-// save seals a member's convergence state into the group state and makes
-// its tip the member's canonical state; a member whose tip is gone was
-// removed.
+// Snapshot seals the convergence state (convergence.Group.Marshal): it
+// holds epoch secrets of every retained state.
+func (b *branchState) Snapshot() ([]byte, error) {
+	raw, err := b.cg.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("marshal branch state: %w", err)
+	}
+	sealed, err := b.vault.SealState(raw)
+	clear(raw)
+	if err != nil {
+		return nil, fmt.Errorf("seal branch state: %w", err)
+	}
+	return append(slices.Clone(branchPrefix), sealed...), nil
+}
+
+// restoreMember opens a member blob: a convergence state under branch
+// selection, an engine snapshot otherwise.
+func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte) (MemberState, error) {
+	e, ok := w.cfg.MLS.(EngineMLS)
+	if !ok || !bytes.HasPrefix(blob, branchPrefix) {
+		return w.cfg.MLS.Restore(ctx, c, blob)
+	}
+	raw, err := e.Vault.OpenState(blob[len(branchPrefix):])
+	if err != nil {
+		return nil, fmt.Errorf("open branch state: %w", err)
+	}
+	defer clear(raw)
+	cg, err := convergence.Unmarshal(convergence.V1, raw)
+	if err != nil {
+		return nil, fmt.Errorf("restore branch state: %w", err)
+	}
+	if cg.Tip() == nil {
+		return nil, errors.New("restore branch state: no canonical state")
+	}
+	return &branchState{engineState: &engineState{st: cg.Tip(), vault: e.Vault}, cg: cg}, nil
+}
+
+// group returns a member's convergence state: the one its state holds, or,
+// for a member that joined by a Welcome or under the linear policy, one
+// started from its canonical state.
+func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
+	switch st := t.members[m.ClientID].(type) {
+	case *branchState:
+		return st.cg, nil
+	case *engineState:
+		cg, err := convergence.New(convergence.V1, st.st)
+		if err != nil {
+			return nil, fmt.Errorf("start branch state: %w", err)
+		}
+		t.members[m.ClientID] = &branchState{engineState: &engineState{st: st.st, vault: p.vault}, cg: cg}
+		t.dirty[m.ClientID] = true
+		return cg, nil
+	}
+	return nil, errBranchSelectionMLS
+}
+
+// save makes a member's convergence tip its canonical state, to be
+// written with the transaction; a member whose tip is gone was removed.
 func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
 	tip := cg.Tip()
 	if tip == nil {
 		m.Removed = true
 		delete(t.members, m.ClientID)
-		delete(t.g.Branches, m.ClientID)
-		delete(t.g.conv, m.ClientID)
 		t.groupChanged = true
 		return nil
 	}
-	raw, err := cg.Marshal()
-	if err != nil {
-		return fmt.Errorf("marshal branch state: %w", err)
-	}
-	sealed, err := p.vault.SealState(raw)
-	clear(raw)
-	if err != nil {
-		return fmt.Errorf("seal branch state: %w", err)
-	}
-	if t.g.Branches == nil {
-		t.g.Branches = map[string][]byte{}
-	}
-	t.g.Branches[m.ClientID] = sealed
-	t.members[m.ClientID] = &engineState{st: tip, vault: p.vault}
+	t.members[m.ClientID] = &branchState{engineState: &engineState{st: tip, vault: p.vault}, cg: cg}
 	t.dirty[m.ClientID] = true
 	return nil
 }
@@ -411,16 +424,10 @@ func (p marmot) settle(t *txn) error {
 	var due int64
 	var keys []epochKey
 	for i, m := range t.g.active() {
-		if _, ok := t.g.Branches[m.ClientID]; !ok || t.g.conv[m.ClientID] == nil {
-			cg, err := p.group(t, m)
-			if err != nil {
-				return err
-			}
-			if err := p.save(t, m, cg); err != nil {
-				return err
-			}
+		cg, err := p.group(t, m)
+		if err != nil {
+			return err
 		}
-		cg := t.g.conv[m.ClientID]
 		if i == 0 {
 			t.g.Epoch = cg.TipEpoch()
 		}

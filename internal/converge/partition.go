@@ -458,7 +458,7 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 			if err != nil {
 				return nil, fmt.Errorf("load member state: %w", err)
 			}
-			st, err := w.cfg.MLS.Restore(ctx, Client{Tenant: tenant, ClientID: client}, e.Value())
+			st, err := w.restoreMember(ctx, Client{Tenant: tenant, ClientID: client}, e.Value())
 			if err != nil {
 				return nil, fmt.Errorf("restore member state: %w", err)
 			}

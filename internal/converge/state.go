@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
@@ -57,10 +56,6 @@ type groupState struct {
 	Deferred []deferredInput `msgpack:"deferred,omitempty"`
 	// Keys are the candidate group event keys, oldest first.
 	Keys []epochKey `msgpack:"keys,omitempty"`
-	// Branches are the hosted members' convergence states under branch
-	// selection (convergence.Group.Marshal, sealed by the vault: they hold
-	// epoch secrets), by client id.
-	Branches map[string][]byte `msgpack:"branches,omitempty"`
 	// Due is when a hosted member's convergence pass is next due (unix ms,
 	// stream time); 0 when none is open.
 	Due int64 `msgpack:"due,omitempty"`
@@ -74,10 +69,6 @@ type groupState struct {
 	// a payload a pass delivers later is indexed with them.
 	LastSeq  uint64 `msgpack:"last_seq,omitempty"`
 	LastTime int64  `msgpack:"last_time,omitempty"`
-
-	// conv are the live convergence states, opened from Branches when a
-	// transaction first needs them.
-	conv map[string]*convergence.Group
 }
 
 // hostedMember is a hosted client's membership of the group.
