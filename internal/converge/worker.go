@@ -50,12 +50,14 @@ type Config struct {
 	// CleanupInterval is how often the disappearing-messages cleanup pass
 	// runs over owned groups. DefaultCleanupInterval when zero.
 	CleanupInterval time.Duration
-	// SnapshotEvery is how many decryptions a member's engine state may
-	// advance before it is written again; handshakes always write it. 1
-	// (the default) writes every ratchet step, so no consumed message key
-	// is ever at rest; a larger value trades that forward secrecy at rest
-	// for throughput in groups with many hosted members, and a restart then
-	// ratchets forward from the older snapshot.
+	// SnapshotEvery is how many transactions that only decrypted may
+	// advance a member's engine state before it is written again;
+	// handshakes always write it. 1 (the default) writes it with every
+	// transaction, so no message key a committed transaction consumed is
+	// at rest; N keeps the keys of up to N-1 transactions (each up to
+	// maxPipelineInputs messages) derivable at rest, for throughput in
+	// groups with many hosted members, and a restart then ratchets forward
+	// from the older snapshot.
 	SnapshotEvery int
 	// BranchSelection selects one canonical branch per group with Marmot
 	// convergence (forks, rollback, witness quorum; DESIGN section 5)
