@@ -319,7 +319,7 @@ func noteOf(o convergence.Outcome, at int64) outcomeNote {
 		}
 		return rejectedNote(id, o.Class, cat, at)
 	}
-	return outcomeNote{MessageID: id, Class: o.Class, Status: schema.StatusQueued, Disposition: o.Disposition, Category: o.Category, Time: at}
+	return outcomeNote{MessageID: id, Class: o.Class, Status: schema.StatusQueued, Disposition: o.Disposition, Category: o.Category, Named: o.NamedOutcome, Time: at}
 }
 
 // tipComponents are the components of a member's canonical state.

@@ -326,3 +326,28 @@ func BenchmarkBranchSelection(b *testing.B) {
 		})
 	}
 }
+
+// TestCommitBeyondAnchorIsStale: a commit whose source epoch is older than
+// the retained anchor (tip − max_rewind_commits) is stale with the named
+// outcome BeyondAnchor, and changes nothing the client sees.
+func TestCommitBeyondAnchorIsStale(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	e.worker("w1", branchSelection)
+	_, g := groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(h.rec.ClientID, 1)
+	old := must[*testpeer.Group](t)(g.Clone())
+	var last testpeer.Message
+	for range 6 {
+		last = must[testpeer.Message](t)(g.Commit())
+		e.publish(last)
+	}
+	e.waitOutcome(last.ID, schema.DispositionAccepted)
+	late := must[testpeer.Message](t)(old.Commit())
+	e.publish(late)
+	o := e.waitOutcome(late.ID, schema.DispositionStale)
+	if o.NamedOutcome != schema.BeyondAnchor || o.Category != schema.CategoryStaleEpoch {
+		t.Fatalf("late commit %+v, want stale stale_epoch BeyondAnchor", o)
+	}
+	settled(t, e, h.rec.ClientID, 1)
+}

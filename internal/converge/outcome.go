@@ -23,7 +23,10 @@ type outcomeNote struct {
 	Status      schema.OutcomeStatus `msgpack:"status"`
 	Category    schema.Category      `msgpack:"category,omitempty"`
 	Disposition schema.Disposition   `msgpack:"disposition,omitempty"`
-	Time        int64                `msgpack:"time_unix_ms"`
+	// Named is a named convergence outcome (BeyondAnchor,
+	// MissingRetainedAnchor) under branch selection.
+	Named schema.NamedOutcome `msgpack:"named,omitempty"`
+	Time  int64               `msgpack:"time_unix_ms"`
 }
 
 // accepted, deferred, stale and rejected build the notes of each
@@ -81,7 +84,7 @@ func (o *outcomes) start(ctx context.Context, tenant string, notes []outcomeNote
 	}
 	for i, n := range notes {
 		p := prev[subjects[i]]
-		if p != nil && p.Status == n.Status && p.Disposition == n.Disposition && p.Category == n.Category {
+		if p != nil && p.Status == n.Status && p.Disposition == n.Disposition && p.Category == n.Category && p.NamedOutcome == n.Named {
 			continue
 		}
 		var rev uint64
@@ -89,13 +92,14 @@ func (o *outcomes) start(ctx context.Context, tenant string, notes []outcomeNote
 			rev = p.Revision
 		}
 		rec := &schema.Outcome{
-			MessageID:   n.MessageID,
-			Class:       n.Class,
-			Status:      n.Status,
-			Category:    n.Category,
-			Disposition: n.Disposition,
-			Revision:    rev + 1,
-			Time:        time.UnixMilli(n.Time).UTC(),
+			MessageID:    n.MessageID,
+			Class:        n.Class,
+			Status:       n.Status,
+			Category:     n.Category,
+			Disposition:  n.Disposition,
+			NamedOutcome: n.Named,
+			Revision:     rev + 1,
+			Time:         time.UnixMilli(n.Time).UTC(),
 		}
 		body, err := rec.MarshalMsgpack()
 		if err != nil {
