@@ -3,6 +3,7 @@ package converge
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -197,18 +198,18 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 	if err != nil {
 		return false, fmt.Errorf("apply pass: %w", err)
 	}
-	s.effects(m, before, nil, res)
+	s.effects(m, before, passCause(c), res)
 	return true, nil
 }
 
 // effects turns one member's convergence result into its events and the
 // step's outcome notes, in the order docs/convergence.md gives: what no
-// longer holds, then what now holds. cause is the admitted input, nil for
-// a pass.
+// longer holds, then what now holds. cause is the admitted input, or the
+// pass (passCause) whose result it is.
 func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res convergence.Result) {
 	t := s.t
 	gid := t.g.GroupID
-	if res.ForkDetected && cause != nil {
+	if res.ForkDetected {
 		t.emit(m.ClientID, append([]byte("fork:"), cause...), project.ForkDetected(gid))
 	}
 	for _, sup := range res.Superseded {
@@ -235,6 +236,17 @@ func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res
 	for _, o := range res.Outcomes {
 		s.note(noteOf(o, t.g.LastTime))
 	}
+}
+
+// passCause names a pass by its cutoff: input queued behind the frozen
+// batch is processed by Apply and may detect a fork there.
+func passCause(c convergence.Cutoff) []byte {
+	h := sha256.New()
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(c.Start.UnixMilli())))
+	for _, id := range c.Batch {
+		h.Write(id[:])
+	}
+	return append([]byte("pass:"), h.Sum(nil)...)
 }
 
 // applied emits the events of one commit of the selected branch from the
