@@ -384,9 +384,9 @@ type staged struct {
 // several groups, each checkpoint fenced on its own expected sequence, so
 // quiet groups do not pay one batch each. Any failure leaves the groups it
 // touched to the per-group path, which reloads them and skips what is done.
-func (w *Worker) commitShared(ctx context.Context, part *partition, runs []*groupRun) {
+func (w *Worker) commitShared(ctx context.Context, part *partition, runs []*groupRun, pull puller) {
 	if len(runs) == 1 {
-		w.pipeline(ctx, part, runs[0])
+		w.pipeline(ctx, part, runs[0], pull)
 		return
 	}
 	var batch []*staged

@@ -172,10 +172,40 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			continue
 		}
 		msgs := batch.Messages()
-		for open := true; open; {
-			first, ok := <-msgs
-			if !ok {
-				break
+		open := true
+		// carry is a message a pipelined run pulled but did not take (of
+		// another group): the first of the next pending.
+		var carry jetstream.Msg
+		// pull hands a pipelined run the next message of this fetch as it
+		// arrives, until stop is closed; a message take refuses is carried.
+		pull := func(take func(jetstream.Msg) bool, stop <-chan struct{}) bool {
+			if carry != nil || !open {
+				return false
+			}
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					open = false
+					return false
+				}
+				if !take(m) {
+					carry = m
+					return false
+				}
+				return true
+			case <-stop:
+				return false
+			}
+		}
+		for open || carry != nil {
+			first := carry
+			carry = nil
+			if first == nil {
+				m, ok := <-msgs
+				if !ok {
+					break
+				}
+				first = m
 			}
 			// Take what has already arrived too, so a group's consecutive
 			// inputs share one transaction and one atomic batch.
@@ -196,7 +226,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			if restart != 0 {
 				continue // drain the rest of a batch after a failure
 			}
-			restart = w.handle(ctx, part, pending)
+			restart = w.handle(ctx, part, pending, pull)
 			if ctx.Err() != nil {
 				return
 			}
@@ -236,7 +266,7 @@ type groupRun struct {
 // handle processes fetched input messages: each group's in stream order,
 // exactly once, behind the fence, and acknowledges them. It returns 0, or
 // the stream sequence to redeliver from after a failure.
-func (w *Worker) handle(ctx context.Context, part *partition, msgs []jetstream.Msg) uint64 {
+func (w *Worker) handle(ctx context.Context, part *partition, msgs []jetstream.Msg, pull puller) uint64 {
 	var runs []*groupRun
 	byGroup := map[string]*groupRun{}
 	for _, msg := range msgs {
@@ -256,7 +286,7 @@ func (w *Worker) handle(ctx context.Context, part *partition, msgs []jetstream.M
 		r.ins = append(r.ins, in)
 		r.msgs = append(r.msgs, msg)
 	}
-	w.commitShared(ctx, part, runs)
+	w.commitShared(ctx, part, runs, pull)
 	var restart uint64
 	for _, r := range runs {
 		// What the shared batch did not finish goes group by group.

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -24,7 +26,7 @@ import (
 // batch, and a transaction that fails takes every later one of the run
 // with it: the per-group path reloads the group and retries from the first
 // input not done (r.done).
-func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
+func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pull puller) {
 	key := r.tenant + "." + r.groupHex
 	g, err := w.load(ctx, part, r.tenant, r.groupHex)
 	if err != nil {
@@ -43,10 +45,25 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun) {
 		}
 		delete(part.groups, key)
 	}
-	for i := 0; i < len(r.ins); {
+	// more waits, while a batch is in flight, for the next input of the
+	// group to arrive in this fetch, and appends it to the run.
+	more := func() bool {
+		if pull == nil || inFlight == nil {
+			return false
+		}
+		return pull(func(m jetstream.Msg) bool {
+			in, tenant, groupHex, err := parseInput(m)
+			if err != nil || tenant != r.tenant || groupHex != r.groupHex {
+				return false
+			}
+			r.ins, r.msgs = append(r.ins, in), append(r.msgs, m)
+			return true
+		}, inFlight.stored)
+	}
+	for i := 0; i < len(r.ins) || more(); {
 		t := w.newTxn(r.tenant, g)
 		from, applied := i, false
-		for i < len(r.ins) {
+		for i < len(r.ins) || (applied && more()) {
 			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > eventbus.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
 				break
 			}
@@ -121,6 +138,11 @@ func (w *Worker) inputBudget(t *txn, in input) int {
 	}
 	return eventBudget(t)
 }
+
+// puller hands a pipelined run the next input message of its fetch: it
+// waits until one arrives or stop is closed, and reports whether take took
+// it (a message take refuses is kept for the next batch of the fetch).
+type puller func(take func(jetstream.Msg) bool, stop <-chan struct{}) bool
 
 // maxPipelineInputs bounds the inputs of one pipelined transaction. One
 // event per input per member must fit one atomic batch anyway; the bound
