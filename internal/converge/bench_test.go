@@ -130,7 +130,7 @@ func benchConverge(b *testing.B, n, every int) {
 }
 
 // inputMsg is a peer's message as ingest puts it onto FABRIC_IN.
-func inputMsg(b *testing.B, m testpeer.Message) *nats.Msg {
+func inputMsg(b testing.TB, m testpeer.Message) *nats.Msg {
 	b.Helper()
 	c, err := engine.Classify(m.MLS)
 	if err != nil {

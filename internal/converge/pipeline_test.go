@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -15,17 +16,34 @@ import (
 // applied while the one before is stored); every message is delivered
 // once, in stream order, and every input's outcome is recorded.
 func TestPipelinedRunOnceInOrder_EVENT001(t *testing.T) {
+	// A backlog waiting when the worker starts, and a burst arriving while
+	// it runs (taken from the fetch while a batch is in flight).
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("worker-running=%v", running), func(t *testing.T) { pipelinedRun(t, running) })
+	}
+}
+
+func pipelinedRun(t *testing.T, running bool) {
 	const n = 700 // more than one pipelined transaction holds
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
+	m := NewMetrics(nil)
+	if running {
+		e.worker("w1", func(c *Config) { c.Metrics = m })
+	}
 	_, g := groupWithHosted(t, e, components.Set{}, h)
 	sent := make([]testpeer.Message, n)
 	for i := range sent {
 		sent[i] = must[testpeer.Message](t)(g.SendText("x"))
-		e.publish(sent[i])
 	}
-	m := NewMetrics(nil)
-	e.worker("w1", func(c *Config) { c.Metrics = m })
+	for _, s := range sent {
+		if _, err := e.js.PublishMsgAsync(inputMsg(t, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !running {
+		e.worker("w1", func(c *Config) { c.Metrics = m })
+	}
 	evs := e.waitEvents(h.rec.ClientID, n+1)
 	uniqueIDs(t, evs)
 	if evs[0].Event.Kind != schema.KindConversationJoined {
