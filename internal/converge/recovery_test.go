@@ -153,11 +153,13 @@ func TestFailoverToSecondWorker(t *testing.T) {
 	died := time.Now()
 	e.publish(must[testpeer.Message](t)(g.SendText("after the failover")))
 	e.waitEvents(h.rec.ClientID, 2)
-	if took := time.Since(died); took > 10*time.Second {
-		t.Fatalf("takeover took %v", took)
-	}
-	if n := len(w2.Owned()); n != subject.Partitions {
-		t.Fatalf("second worker owns %d partitions", n)
+	// Every partition of the dead worker moves within 10 s, not only the
+	// one whose group had input.
+	for len(w2.Owned()) != subject.Partitions {
+		if time.Since(died) > 10*time.Second {
+			t.Fatalf("10 s after the death the second worker owns %d partitions", len(w2.Owned()))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
