@@ -10,7 +10,8 @@
 //	-partitions        partitions it may own: "all", or a list like "0-15,32"
 //	-lease-ttl         partition lease lifetime
 //	-cleanup-interval  disappearing-messages cleanup period
-//	-snapshot-every    decryptions between member state writes (default 1)
+//	-snapshot-every    transactions between member state writes (default 1)
+//	-linear-history    apply input in stream order instead of Marmot branch selection
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
 // The master key (64 hex digits) opens the sealed installations and member
@@ -59,6 +60,7 @@ type options struct {
 	leaseTTL        time.Duration
 	cleanupInterval time.Duration
 	snapshotEvery   int
+	linearHistory   bool
 	masterKeyFile   string
 }
 
@@ -73,7 +75,8 @@ func parse(args []string) (options, []byte, error) {
 	config.String(fs, &o.partitions, "partitions", "all", `input partitions this worker may own: "all" or a list like "0-15,32"`)
 	config.Duration(fs, &errs, &o.leaseTTL, "lease-ttl", converge.DefaultLeaseTTL, "partition lease lifetime; a dead worker's partitions move within about 4/3 of it")
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
-	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "decryptions a member state may advance before it is written again (1 keeps no used message key at rest)")
+	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
+	config.Bool(fs, &errs, &o.linearHistory, "linear-history", false, "apply input in stream order on one branch instead of Marmot branch selection (cannot resolve forks)")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
@@ -165,6 +168,7 @@ func run(args []string, log *slog.Logger) error {
 		LeaseTTL:        o.leaseTTL,
 		CleanupInterval: o.cleanupInterval,
 		SnapshotEvery:   o.snapshotEvery,
+		LinearHistory:   o.linearHistory,
 		Metrics:         converge.NewMetrics(reg),
 		Logger:          log,
 	})

@@ -38,7 +38,7 @@ var holdFrozen func() bool
 
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
-	if !w.cfg.BranchSelection {
+	if w.cfg.LinearHistory {
 		return linear{}
 	}
 	e, _ := w.cfg.MLS.(EngineMLS)

@@ -19,8 +19,6 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-func branchSelection(c *Config) { c.BranchSelection = true }
-
 // setProfile commits a profile change.
 func setProfile(p components.ProfileState, admin components.AccountID) func(*testpeer.Group) (testpeer.Message, error) {
 	return func(g *testpeer.Group) (testpeer.Message, error) {
@@ -44,7 +42,7 @@ func lower(a, b testpeer.Message) (win, lose testpeer.Message) {
 func sameEpochFork(t *testing.T, e *env) (h hosted, win, lose testpeer.Message, field string, stop func()) {
 	t.Helper()
 	h = e.register(peer(t, "bob").AccountID(), 1)
-	_, stop = e.worker("w1", branchSelection)
+	_, stop = e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(h.rec.ClientID, 1)
 	fork := must[[]testpeer.Message](t)(g.Branch(
@@ -125,7 +123,7 @@ func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	client := h.rec.ClientID
-	_, stop := e.worker("w1", branchSelection)
+	_, stop := e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(client, 1)
 	other := must[*testpeer.Group](t)(g.Clone())
@@ -165,7 +163,7 @@ func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 	stop()
 
 	rewind(t, e)
-	e.worker("w2", branchSelection)
+	e.worker("w2", nil)
 	uniqueIDs(t, settled(t, e, client, 6))
 }
 
@@ -211,7 +209,7 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 		t.Fatalf("events before the apply %v", kinds(evs))
 	}
 
-	e.worker("w2", branchSelection)
+	e.worker("w2", nil)
 	evs := e.waitEvents(h.rec.ClientID, 3)
 	wantFork(t, evs, field)
 	settled(t, e, h.rec.ClientID, 3)
@@ -258,7 +256,7 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	client := h.rec.ClientID
-	e.worker("w1", branchSelection)
+	e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(client, 1)
 	other := must[*testpeer.Group](t)(g.Clone())
@@ -292,38 +290,45 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 }
 
 // BenchmarkBranchSelection measures application messages per second
-// through converge with branch selection, for a group with 1 and 10
-// hosted members: every input is admitted to every member's convergence
-// state, which is sealed into the group state each transaction.
+// through converge with branch selection (the default) beside a linear
+// history, for a group with 1 and 10 hosted members: with branch selection
+// every input is admitted to every member's convergence state, which is
+// sealed with the member's state each transaction.
 func BenchmarkBranchSelection(b *testing.B) {
+	policies := []struct {
+		name string
+		cfg  func(*Config)
+	}{{"branch-selection", nil}, {"linear", func(c *Config) { c.LinearHistory = true }}}
 	for _, n := range []int{1, 10} {
-		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
-			e := newEnv(b)
-			g, _, welcome := benchGroup(b, e, n)
-			e.worker("bench", branchSelection)
-			e.publish(welcome)
-			e.waitAccepted(welcome.ID, time.Minute)
-			ins := make([]*nats.Msg, b.N)
-			var last []byte
-			for i := range ins {
-				m := must[testpeer.Message](b)(g.SendText("benchmark message"))
-				ins[i], last = inputMsg(b, m), m.ID
-			}
-			done := e.acceptedSignal(last)
-			b.ResetTimer()
-			start := time.Now()
-			for _, m := range ins {
-				if _, err := e.js.PublishMsgAsync(m); err != nil {
-					b.Fatal(err)
+		for _, p := range policies {
+			b.Run(fmt.Sprintf("members=%d/%s", n, p.name), func(b *testing.B) {
+				e := newEnv(b)
+				g, _, welcome := benchGroup(b, e, n)
+				e.worker("bench", p.cfg)
+				e.publish(welcome)
+				e.waitAccepted(welcome.ID, time.Minute)
+				ins := make([]*nats.Msg, b.N)
+				var last []byte
+				for i := range ins {
+					m := must[testpeer.Message](b)(g.SendText("benchmark message"))
+					ins[i], last = inputMsg(b, m), m.ID
 				}
-			}
-			select {
-			case <-done:
-			case <-time.After(10 * time.Minute):
-				b.Fatal("last input not accepted in time")
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-		})
+				done := e.acceptedSignal(last)
+				b.ResetTimer()
+				start := time.Now()
+				for _, m := range ins {
+					if _, err := e.js.PublishMsgAsync(m); err != nil {
+						b.Fatal(err)
+					}
+				}
+				select {
+				case <-done:
+				case <-time.After(10 * time.Minute):
+					b.Fatal("last input not accepted in time")
+				}
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+			})
+		}
 	}
 }
 
@@ -333,7 +338,7 @@ func BenchmarkBranchSelection(b *testing.B) {
 func TestCommitBeyondAnchorIsStale(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
-	e.worker("w1", branchSelection)
+	e.worker("w1", nil)
 	_, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(h.rec.ClientID, 1)
 	old := must[*testpeer.Group](t)(g.Clone())

@@ -133,7 +133,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 // message.received and a message.deleted; any other input may give what
 // eventBudget allows.
 func (w *Worker) inputBudget(t *txn, in input) int {
-	if in.Class == schema.ClassApplication && !w.cfg.BranchSelection {
+	if in.Class == schema.ClassApplication && w.cfg.LinearHistory {
 		return 2 * len(t.g.active())
 	}
 	return eventBudget(t)

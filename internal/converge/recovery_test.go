@@ -230,16 +230,46 @@ func TestDisappearingMessages_META063(t *testing.T) {
 	}
 }
 
-// TestOutcomeDispositions records every disposition: a message ahead of
-// its commit is deferred, then accepted once the commit arrives (and only
-// then received); a message of a past epoch is stale; a commit by a
-// non-admin changing components is a terminal authorization_failed with no
-// event; a Welcome for no hosted KeyPackage is wrong_recipient.
+// TestOutcomeDispositions records every disposition under branch
+// selection (the default): a message ahead of its commit is deferred, then
+// accepted once the commit arrives (and only then received); a message of
+// the previous epoch is still inside the app-payload window
+// (app_payload_past_epoch_limit 5) and is delivered; a commit by a non-admin
+// changing components is a terminal authorization_failed with no event; a
+// Welcome for no hosted KeyPackage is wrong_recipient.
 func TestOutcomeDispositions(t *testing.T) {
+	outcomeDispositions(t, nil, dispositionsWant{
+		aheadCategory: "", // deferred waiting for its epoch; missing_history is for lost retained state
+		old:           schema.DispositionAccepted,
+		oldCategory:   "",
+		events:        3,
+	})
+}
+
+// TestOutcomeDispositionsLinear is the same input under a linear history,
+// which keeps no past epoch: the message ahead is deferred as
+// missing_history and the message of a past epoch is stale.
+func TestOutcomeDispositionsLinear(t *testing.T) {
+	outcomeDispositions(t, func(c *Config) { c.LinearHistory = true }, dispositionsWant{
+		aheadCategory: schema.CategoryMissingHistory,
+		old:           schema.DispositionStale,
+		oldCategory:   schema.CategoryStaleEpoch,
+		events:        2,
+	})
+}
+
+type dispositionsWant struct {
+	aheadCategory schema.Category
+	old           schema.Disposition
+	oldCategory   schema.Category
+	events        int // joined, ahead received, and old received if delivered
+}
+
+func outcomeDispositions(t *testing.T, cfg func(*Config), want dispositionsWant) {
 	e := newEnv(t)
 	h := e.register(peer(t, "hosted").AccountID(), 1)
 	alice, bob, carol := peer(t, "alice"), peer(t, "bob"), peer(t, "carol")
-	e.worker("w1", nil)
+	e.worker("w1", cfg)
 	ga := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
 	kpBob := must[[]byte](t)(bob.KeyPackage())
 	_, welcome, err := ga.Invite(h.kps[0], kpBob)
@@ -253,20 +283,26 @@ func TestOutcomeDispositions(t *testing.T) {
 	commit := must[testpeer.Message](t)(ga.Commit())
 	ahead := must[testpeer.Message](t)(ga.SendText("sent in epoch 2"))
 	e.publish(ahead)
-	if o := e.outcome(ahead.ID); o.Disposition != schema.DispositionDeferred || o.Category != schema.CategoryMissingHistory {
-		t.Fatalf("ahead: %+v, want deferred missing_history", o)
+	if o := e.outcome(ahead.ID); o.Disposition != schema.DispositionDeferred || o.Category != want.aheadCategory {
+		t.Fatalf("ahead: %+v, want deferred %q", o, want.aheadCategory)
 	}
 	e.publish(commit)
 	e.publish(old)
-	evs := e.waitEvents(h.rec.ClientID, 2)
-	if r := evs[1].Event.MessageReceived; r == nil || !r.MessageID.Equal(ahead.ID) {
-		t.Fatalf("second event %s", describe(evs[1].Event))
+	evs := e.waitEvents(h.rec.ClientID, want.events)
+	received := map[string]bool{}
+	for _, d := range evs[1:] {
+		if r := d.Event.MessageReceived; r != nil {
+			received[r.MessageID.String()] = true
+		}
+	}
+	if !received[schema.Bytes(ahead.ID).String()] {
+		t.Fatalf("no message.received for the message ahead: %v", kinds(evs))
 	}
 	if o := e.outcome(ahead.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
 		t.Fatalf("ahead after the commit: %+v", o)
 	}
-	if o := e.outcome(old.ID); o.Disposition != schema.DispositionStale || o.Category != schema.CategoryStaleEpoch {
-		t.Fatalf("old: %+v, want stale stale_epoch", o)
+	if o := e.outcome(old.ID); o.Disposition != want.old || o.Category != want.oldCategory {
+		t.Fatalf("old: %+v, want %s %q", o, want.old, want.oldCategory)
 	}
 
 	// bob is no admin: renaming the group is refused, terminally.
@@ -286,8 +322,8 @@ func TestOutcomeDispositions(t *testing.T) {
 	if o := e.outcome(stray.ID); o.Status != schema.StatusRejected || o.Category != schema.CategoryWrongRecipient {
 		t.Fatalf("stray welcome: %+v, want rejected wrong_recipient", o)
 	}
-	if n := len(e.events(h.rec.ClientID)); n != 2 {
-		t.Fatalf("%d events, want 2", n)
+	if n := len(e.events(h.rec.ClientID)); n != want.events {
+		t.Fatalf("%d events, want %d: %v", n, want.events, kinds(e.events(h.rec.ClientID)))
 	}
 }
 

@@ -59,10 +59,12 @@ type Config struct {
 	// groups with many hosted members, and a restart then ratchets forward
 	// from the older snapshot.
 	SnapshotEvery int
-	// BranchSelection selects one canonical branch per group with Marmot
-	// convergence (forks, rollback, witness quorum; DESIGN section 5)
-	// instead of applying input linearly. It needs EngineMLS.
-	BranchSelection bool
+	// LinearHistory applies input in stream order on one branch instead of
+	// selecting one canonical branch per group with Marmot convergence
+	// (forks, rollback, witness quorum; DESIGN section 5), which is the
+	// default and needs EngineMLS. A linear history cannot resolve a fork:
+	// the first commit of an epoch wins and its rivals are stale.
+	LinearHistory bool
 	// Metrics receives measurements; a fresh unregistered set when nil.
 	Metrics *Metrics
 	// Logger receives diagnostics; slog.Default when nil.
@@ -120,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("converge: partition %d out of range", p)
 		}
 	}
-	if _, ok := cfg.MLS.(EngineMLS); cfg.BranchSelection && !ok {
+	if _, ok := cfg.MLS.(EngineMLS); !cfg.LinearHistory && !ok {
 		return nil, errBranchSelectionMLS
 	}
 	if cfg.LeaseTTL <= 0 {
