@@ -223,7 +223,7 @@ func (g *Group) prune(res *Result) {
 	g.root = newRoot
 	// Forget settled inputs well behind the anchor, so a long-lived group's
 	// state stays bounded. A duplicate that old is the caller's durable
-	// dedup's to catch (ingest, fabric-seen), before it reaches Admit.
+	// dedup's to catch (ingest, by its first outcome record), before it reaches Admit.
 	for id, r := range g.inputs {
 		if r.terminal && !r.queued && (!r.hasEp || r.epoch+2*g.policy.MaxRewindCommits < g.root.epoch) {
 			delete(g.inputs, id)
