@@ -33,13 +33,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/converge"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ops"
-	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 )
 
@@ -147,18 +144,11 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	nc, err := o.nats.Connect("converge " + o.workerID)
+	nc, js, err := o.nats.ConnectJetStream(ctx, "converge "+o.workerID)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{Replicas: o.nats.Replicas}); err != nil {
-		return err
-	}
 	reg := ops.NewRegistry()
 	w, err := converge.New(ctx, converge.Config{
 		JS:              js,

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fabric-mls/fabric/internal/config"
-	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 // provision creates the fabric's streams and buckets on a NATS deployment,
@@ -29,18 +26,11 @@ func provision(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := errs.Err(); err != nil {
 		return err
 	}
-	nc, err := n.Connect("fabric provision")
+	nc, _, err := n.ConnectJetStream(ctx, "fabric provision")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{Replicas: n.Replicas}); err != nil {
-		return err
-	}
+	nc.Close()
 	fmt.Fprintf(stdout, "streams and buckets are provisioned with %d replica(s)\n", n.Replicas)
 	return nil
 }

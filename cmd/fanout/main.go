@@ -25,7 +25,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -33,13 +32,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/internal/ops"
-	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 func main() {
@@ -112,18 +108,11 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	nc, err := o.nats.Connect("fanout")
+	nc, _, err := o.nats.ConnectJetStream(ctx, "fanout")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{Replicas: o.nats.Replicas}); err != nil {
-		return err
-	}
 	reg := ops.NewRegistry()
 	g, err := fanout.New(fanout.Config{
 		NATS:             nc,

@@ -54,7 +54,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/ops"
 	"github.com/fabric-mls/fabric/internal/signals"
-	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 func main() {
@@ -176,18 +175,11 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	nc, err := o.nats.Connect("ingest")
+	nc, js, err := o.nats.ConnectJetStream(ctx, "ingest")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{Replicas: o.nats.Replicas}); err != nil {
-		return err
-	}
 	reg := ops.NewRegistry()
 	svc, err := ingest.New(ingest.Config{
 		Conn:     nc,

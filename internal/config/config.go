@@ -9,6 +9,7 @@
 package config
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -21,6 +22,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 // EnvName is the environment variable that sets flag name's default.
@@ -138,6 +142,26 @@ func (n NATS) Connect(name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}
 	return nc, nil
+}
+
+// ConnectJetStream opens a connection named after the role, and provisions
+// or checks the fabric's streams and buckets with n.Replicas (streams.Ensure:
+// what is missing is created, a drifted configuration is an error).
+func (n NATS) ConnectJetStream(ctx context.Context, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := n.Connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{Replicas: n.Replicas}); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
 // Listen registers -listen, the address of the role's HTTP server.
