@@ -26,7 +26,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/ingest"
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -58,23 +58,8 @@ func TestConvergeChaos(t *testing.T) {
 	defer cancel()
 	bin := filepath.Join(binaries(t), "converge")
 
-	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
+	n := natstest.Start(t, natstest.OverLoopback())
+	srv, js := n.Server, n.JS
 	key := sha256.Sum256([]byte("chaos master key"))
 	vault, err := engine.NewVault(key[:])
 	if err != nil {
