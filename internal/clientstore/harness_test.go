@@ -18,8 +18,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -243,55 +241,12 @@ func do(t testing.TB, method, url, tok string, body, out any) (int, []byte) {
 }
 
 // received is one event read back from FABRIC_EVENTS.
-type received struct {
-	ID    string
-	Event schema.ClientEvent
-}
+type received = natstest.StoredEvent
 
-// events reads every event on a client's subject, from the start, with an
-// ordered consumer.
+// events reads every event on a client's subject.
 func (e *env) events(tenant, clientID string) []received {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	subj, err := subject.Events(tenant, clientID)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := e.js.Stream(ctx, streams.StreamEvents)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	si, err := info.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	want := int(si.State.Subjects[subj])
-	if want == 0 {
-		return nil
-	}
-	cons, err := e.js.OrderedConsumer(ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []received
-	for len(out) < want {
-		batch, err := cons.Fetch(want-len(out), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			var ev schema.ClientEvent
-			if err := ev.UnmarshalMsgpack(m.Data()); err != nil {
-				e.t.Fatalf("event body: %v", err)
-			}
-			out = append(out, received{ID: m.Headers().Get(jetstream.MsgIDHeader), Event: ev})
-		}
-		if err := batch.Error(); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	return out
+	return natstest.ClientEvents(e.t, e.js, tenant, clientID)
 }
 
 // register registers a client over HTTP and returns its answer.

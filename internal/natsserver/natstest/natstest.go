@@ -12,6 +12,8 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // Env is a running server and a connection to it.
@@ -86,4 +88,56 @@ func (e *Env) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// StoredEvent is one client event read back from FABRIC_EVENTS.
+type StoredEvent struct {
+	ID    string // the event id (Nats-Msg-Id)
+	Event schema.ClientEvent
+}
+
+// ClientEvents reads every event stored on a client's subject, oldest first,
+// with an ordered consumer.
+func ClientEvents(t testing.TB, js jetstream.JetStream, tenant, clientID string) []StoredEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	subj, err := subject.Events(tenant, clientID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, streams.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int(si.State.Subjects[subj])
+	if want == 0 {
+		return nil
+	}
+	cons, err := js.OrderedConsumer(ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []StoredEvent
+	for len(out) < want {
+		batch, err := cons.Fetch(want-len(out), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			var ev schema.ClientEvent
+			if err := ev.UnmarshalMsgpack(m.Data()); err != nil {
+				t.Fatalf("event body: %v", err)
+			}
+			out = append(out, StoredEvent{ID: m.Headers().Get(jetstream.MsgIDHeader), Event: ev})
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
