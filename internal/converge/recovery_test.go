@@ -258,6 +258,18 @@ func TestOutcomeDispositionsLinear(t *testing.T) {
 	})
 }
 
+// outcomeSettled waits up to 10 s for an input's outcome to leave deferred,
+// and returns the last record read.
+func outcomeSettled(e *env, id []byte) schema.Outcome {
+	e.t.Helper()
+	o := e.outcome(id)
+	for deadline := time.Now().Add(10 * time.Second); o.Disposition == schema.DispositionDeferred && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		o = e.outcome(id)
+	}
+	return o
+}
+
 type dispositionsWant struct {
 	aheadCategory schema.Category
 	old           schema.Disposition
@@ -298,10 +310,11 @@ func outcomeDispositions(t *testing.T, cfg func(*Config), want dispositionsWant)
 	if !received[schema.Bytes(ahead.ID).String()] {
 		t.Fatalf("no message.received for the message ahead: %v", kinds(evs))
 	}
-	if o := e.outcome(ahead.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
+	// Outcome records are stored after the events they go with.
+	if o := outcomeSettled(e, ahead.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
 		t.Fatalf("ahead after the commit: %+v", o)
 	}
-	if o := e.outcome(old.ID); o.Disposition != want.old || o.Category != want.oldCategory {
+	if o := outcomeSettled(e, old.ID); o.Disposition != want.old || o.Category != want.oldCategory {
 		t.Fatalf("old: %+v, want %s %q", o, want.old, want.oldCategory)
 	}
 
