@@ -137,6 +137,15 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		return checkpoint{}, nil, written, err
 	}
 	next.NextExpiry = t.g.nextExpiry()
+	// A group that becomes hosted is made known to ingest before its
+	// events are (EVENT-010): input sent right after conversation.joined
+	// must not meet a group ingest does not know. The record carries the
+	// fence's sequence, so the record written after the commit replaces it.
+	if len(g.ck.Members) == 0 && len(t.g.active()) > 0 {
+		if err := w.publishGroup(ctx, g.tenant, g.groupHex, t.g, g.ckSeq); err != nil {
+			return checkpoint{}, nil, written, err
+		}
+	}
 	dmKey := dmConversationKey(t.g.components())
 	events := make([]eventbus.Event, 0, len(t.events))
 	for _, e := range t.events {
