@@ -201,11 +201,11 @@ func publishInput(ctx context.Context, js jetstream.JetStream, tenant string, m 
 	if err != nil {
 		return err
 	}
-	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group))
+	idHex := hex.EncodeToString(m.ID)
+	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group), idHex)
 	if err != nil {
 		return err
 	}
-	idHex := hex.EncodeToString(m.ID)
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
 	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)

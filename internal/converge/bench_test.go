@@ -136,11 +136,11 @@ func inputMsg(b testing.TB, m testpeer.Message) *nats.Msg {
 	if err != nil {
 		b.Fatal(err)
 	}
-	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group))
+	idHex := hex.EncodeToString(m.ID)
+	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group), idHex)
 	if err != nil {
 		b.Fatal(err)
 	}
-	idHex := hex.EncodeToString(m.ID)
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
 	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)

@@ -92,11 +92,11 @@ func (e *env) publish(m testpeer.Message) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group))
+	idHex := hex.EncodeToString(m.ID)
+	subj, err := subject.Input(tenant, hex.EncodeToString(m.Transport.Group), idHex)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	idHex := hex.EncodeToString(m.ID)
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
 	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)

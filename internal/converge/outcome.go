@@ -87,7 +87,9 @@ func (o *outcomes) start(ctx context.Context, tenant string, notes []outcomeNote
 		if p != nil && p.Status == n.Status && p.Disposition == n.Disposition && p.Category == n.Category && p.NamedOutcome == n.Named {
 			continue
 		}
-		var rev uint64
+		// Without a record the stored input is the first one (ingest
+		// answers it as queued, revision 1).
+		rev := uint64(1)
 		if p != nil {
 			rev = p.Revision
 		}

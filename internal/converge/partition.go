@@ -2,7 +2,6 @@ package converge
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -317,13 +316,14 @@ func parseInput(msg jetstream.Msg) (input, string, string, error) {
 	if err != nil {
 		return input{}, "", "", fmt.Errorf("input metadata: %w", err)
 	}
-	_, tenant, groupHex, err := subject.ParseStoredInput(msg.Subject())
+	subj, err := subject.ParseStoredInput(msg.Subject())
 	if err != nil {
 		return input{}, "", "", err
 	}
-	id, err := hex.DecodeString(msg.Headers().Get(ingest.HeaderMessageID))
-	if err != nil || len(id) != sha256.Size {
-		return input{}, "", "", errors.New("input without a message id")
+	// The subject's message id is checked lowercase hex of a SHA-256.
+	id, _ := hex.DecodeString(subj.MessageIDHex)
+	if msg.Headers().Get(ingest.HeaderMessageID) != subj.MessageIDHex {
+		return input{}, "", "", errors.New("input message id header does not match its subject")
 	}
 	return input{
 		Seq:       meta.Sequence.Stream,
@@ -331,7 +331,7 @@ func parseInput(msg jetstream.Msg) (input, string, string, error) {
 		MessageID: id,
 		Data:      msg.Data(),
 		Time:      meta.Timestamp.UnixMilli(),
-	}, tenant, groupHex, nil
+	}, subj.Tenant, subj.GroupHex, nil
 }
 
 // maxTxnInputs bounds the inputs of one transaction.

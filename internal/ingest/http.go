@@ -102,11 +102,22 @@ func (s *Service) handleOutcome(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "outcomes are unavailable"))
 		return
 	}
-	if l == nil {
+	if l != nil {
+		httpapi.Write(w, r, http.StatusOK, l.rec)
+		return
+	}
+	// No record yet: an admitted input is its own first record.
+	in, err := s.storedInput(r.Context(), tenant, "", id)
+	if err != nil {
+		s.log.Error("reading input", "err", err)
+		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "outcomes are unavailable"))
+		return
+	}
+	if in == nil {
 		s.fail(w, r, httpapi.Errorf(http.StatusNotFound, "not_found", "no outcome recorded for this message id"))
 		return
 	}
-	httpapi.Write(w, r, http.StatusOK, l.rec)
+	httpapi.Write(w, r, http.StatusOK, queuedFrom(id, in))
 }
 
 // errorCode is the code of a refusal, a label value from a closed set.

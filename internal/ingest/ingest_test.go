@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,7 +38,7 @@ func TestQueuedOntoGroupSubject(t *testing.T) {
 	if len(in) != 1 {
 		t.Fatalf("FABRIC_IN holds %d messages, want 1", len(in))
 	}
-	want, err := subject.StoredInput(testTenant, hex.EncodeToString(g.ID()))
+	want, err := subject.StoredInput(testTenant, hex.EncodeToString(g.ID()), hex.EncodeToString(m.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,8 @@ func (e *env) converged(id []byte, class schema.InputClass) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rec := schema.Outcome{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted, Revision: 1, Time: time.Now().UTC()}
+	// The stored input is revision 1 when there is no record.
+	rec := schema.Outcome{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted, Revision: 2, Time: time.Now().UTC()}
 	if prev != nil {
 		rec.Revision = prev.rec.Revision + 1
 	}
@@ -162,15 +164,15 @@ func (e *env) converged(id []byte, class schema.InputClass) {
 	}
 }
 
-// An input stored by an attempt that died before its outcome record (the
-// record follows the publish's acknowledgement) is not published again, and
-// gets its queued record from the next delivery inside the window.
-func TestStoredWithoutRecordGetsItsRecord(t *testing.T) {
+// An input stored by an attempt that died before answering is its own
+// record: the outcome lookup answers queued from the stored input, and the
+// next delivery is a duplicate that is not published again.
+func TestStoredInputIsItsOwnRecord(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
 	e.hostGroup(g.ID())
-	m := text(t, g, "died before the record")
+	m := text(t, g, "died before the answer")
 	in := &input{msg: m.Transport}
 	w.svc.prepare(testTenant, in)
 	pub, err := inputMsg(testTenant, in)
@@ -180,14 +182,40 @@ func TestStoredWithoutRecordGetsItsRecord(t *testing.T) {
 	if _, err := e.js.PublishMsg(t.Context(), pub); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := w.outcome(t, m.ID); ok {
-		t.Fatal("a record before the retry")
+	if o := w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication); o.Revision != 1 || !bytes.Equal(o.MessageID, m.ID) {
+		t.Errorf("derived record: revision %d, id match %v", o.Revision, bytes.Equal(o.MessageID, m.ID))
 	}
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
 	if n := len(e.inputs()); n != 1 {
 		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
 	}
 	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+}
+
+// An admitted input costs one write: it is on FABRIC_IN, and FABRIC_OUTCOMES
+// holds nothing about it until converge decides.
+func TestAdmittedInputWritesNoRecord(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	m := text(t, g, "one write")
+	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
+	subj, err := subject.Outcome(testTenant, hex.EncodeToString(m.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := w.svc.readOutcome(t.Context(), subj); err != nil || l != nil {
+		t.Fatalf("outcome record written on the hot path: %v, %v", l, err)
+	}
+	if n := len(e.inputs()); n != 1 {
+		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
+	}
+	// The lookup finds stored inputs by id only: an id never submitted is
+	// not found.
+	if _, ok := w.outcome(t, bytes.Repeat([]byte{7}, 32)); ok {
+		t.Fatal("an outcome for an id never submitted")
+	}
 }
 
 // A record written between ingest's read and its write (converge deciding
@@ -431,8 +459,8 @@ func TestWelcomeGoesToHintedGroup(t *testing.T) {
 	if len(in) != 1 {
 		t.Fatalf("FABRIC_IN holds %d messages, want 1", len(in))
 	}
-	_, tenant, group, err := subject.ParseStoredInput(in[0].Subject)
-	if err != nil || tenant != testTenant || group != hex.EncodeToString(g.ID()) {
+	got, err := subject.ParseStoredInput(in[0].Subject)
+	if err != nil || got.Tenant != testTenant || got.GroupHex != hex.EncodeToString(g.ID()) || got.MessageIDHex != hex.EncodeToString(welcome.ID) {
 		t.Fatalf("welcome stored under %s", in[0].Subject)
 	}
 }

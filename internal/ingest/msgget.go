@@ -25,6 +25,7 @@ type msgGetResponse struct {
 	Message *struct {
 		Subject string    `json:"subject"`
 		Seq     uint64    `json:"seq"`
+		Header  []byte    `json:"hdrs"`
 		Data    []byte    `json:"data"`
 		Time    time.Time `json:"time"`
 	} `json:"message"`
@@ -34,7 +35,9 @@ type msgGetResponse struct {
 type storedMsg struct {
 	Subject  string
 	Sequence uint64
+	Header   nats.Header // set by getMsg only
 	Data     []byte
+	Time     time.Time // set by getMsg only
 }
 
 // getMsg reads a message through the stream leader. Direct get, which the
@@ -68,7 +71,13 @@ func getMsg(ctx context.Context, nc *nats.Conn, stream string, req msgGetRequest
 	if resp.Message == nil {
 		return nil, jetstream.ErrInvalidJetStreamResponse
 	}
-	return &storedMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data}, nil
+	var hdr nats.Header
+	if len(resp.Message.Header) > 0 {
+		if hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("get message: %w", err)
+		}
+	}
+	return &storedMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data, Time: resp.Message.Time}, nil
 }
 
 // maxMultiLast is the most subjects one batched direct get asks for: the

@@ -41,6 +41,21 @@ func (s *Service) readOutcome(ctx context.Context, subj string) (*latest, error)
 	return &latest{rec: rec, seq: m.Sequence}, nil
 }
 
+// queuedFrom is the outcome an admitted input has until converge writes a
+// record: queued, revision 1 (the input is the first record), at the time
+// the input was stored.
+func queuedFrom(idHex string, in *storedMsg) schema.Outcome {
+	// idHex is a checked message id.
+	id, _ := hex.DecodeString(idHex)
+	return schema.Outcome{
+		MessageID: id,
+		Class:     schema.InputClass(in.Header.Get(HeaderClass)),
+		Status:    schema.StatusQueued,
+		Revision:  1,
+		Time:      in.Time.UTC(),
+	}
+}
+
 // sameOutcome reports whether a record already says what rec says.
 func sameOutcome(a, b schema.Outcome) bool {
 	return a.Status == b.Status && a.Category == b.Category && a.Disposition == b.Disposition && a.Class == b.Class

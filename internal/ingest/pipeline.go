@@ -25,7 +25,7 @@ type step int
 const (
 	stepReject step = iota + 1 // record the category; done
 	stepRetain                 // retain on FABRIC_RETAINED for reason
-	stepEnter                  // deduplicate, record queued, publish
+	stepEnter                  // publish create-if-absent (the dedup)
 	stepDone                   // the result is final and recorded
 	stepKeep                   // a retained input that still cannot go on
 )
@@ -259,6 +259,16 @@ func (s *Service) checkRetain(ctx context.Context, tenant string, in *input, hos
 			in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
 			return nil
 		}
+		// An admitted input has no record until converge writes one: the
+		// stored input is its record.
+		stored, err := s.storedInput(ctx, tenant, in.groupHex, hex.EncodeToString(in.id[:]))
+		if err != nil {
+			return err
+		}
+		if stored != nil {
+			in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
+			return nil
+		}
 	}
 	if in.retained {
 		in.step = stepKeep
@@ -317,26 +327,24 @@ func admitted(l *latest) bool {
 	return r.Status == schema.StatusRejected
 }
 
-// enter deduplicates inputs and publishes the new ones onto their group's
-// input subject, writing each one's first outcome record, queued, right
-// after its publish is acknowledged:
+// enter deduplicates inputs and publishes the new ones onto their
+// per-message input subjects. The input is its own create-if-absent dedup
+// record, so an admitted input costs one acknowledged write:
 //
-//  1. one batched read of the inputs' current records: an admitted input
-//     (see admitted) is a duplicate and is not published, whatever the age
-//     of the first delivery (the dedup beyond JetStream's window);
-//  2. every input published asynchronously with Nats-Msg-Id
-//     <tenant>.<message_id>; PubAck.Duplicate says an earlier attempt
-//     landed inside the window;
-//  3. as each acknowledgement arrives, its record: create-if-absent, or
-//     compare-and-set on a pre-convergence record; then one wait for all.
+//  1. one batched read of the inputs' current outcome records: an admitted
+//     input (see admitted) is a duplicate and is not published, whatever
+//     the age of the first delivery;
+//  2. every input published asynchronously on
+//     fabric.in.<tenant>.<group>.<message_id> with Nats-Msg-Id
+//     <tenant>.<message_id> and Nats-Expected-Last-Subject-Sequence 0: a
+//     duplicate acknowledgement (inside the window) or a wrong last
+//     sequence (10071, the input is already stored) means duplicate;
+//  3. only an input that already had a pre-convergence record (an earlier
+//     unknown_group, transport_deferred or misrouted delivery) gets a queued
+//     record on top of it, so the lookup does not answer the stale one.
 //
-// Because a queued record is only written once the input is stored, a
-// record found in step 1 proves the input is on FABRIC_IN, so a delivery
-// after the window is never published again. An input stored by an attempt
-// that died before its record is caught by the window and gets its record
-// then. A request answers only once every input has a record (its own, or
-// one written after the read, which is left as it is), so an acknowledged
-// queued is always readable at GET …/outcomes/{message_id}.
+// GET …/outcomes/{message_id} answers queued from the stored input while
+// no record exists, so an acknowledged queued is always readable.
 func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error {
 	if len(ins) == 0 {
 		return nil
@@ -369,32 +377,32 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 		}
 		batch = append(batch, entry{in: in, prev: prev, pub: publishAsync(s.js, m)})
 	}
-	recs := make([]pending, len(batch))
-	ws := make([]pendingOutcome, len(batch))
-	for i, e := range batch {
+	var recs []pending
+	for _, e := range batch {
 		r := e.pub.await(ctx, s.js)
-		if r.err != nil {
-			return fmt.Errorf("publish input: %w", r.err)
-		}
-		e.in.step = stepDone
-		if r.ack.Duplicate {
+		switch {
+		case isWrongLast(r.err) || r.err == nil && r.ack.Duplicate:
 			e.in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
+		case r.err != nil:
+			return fmt.Errorf("publish input: %w", r.err)
+		default:
+			e.in.step = stepDone
+		}
+		if e.prev == nil {
+			continue
 		}
 		// Queued also for a duplicate: the attempt that stored it may have
-		// died before its record.
-		ws[i] = pendingOutcome{rec: schema.Outcome{MessageID: e.in.id[:], Class: e.in.class, Status: schema.StatusQueued}, prev: e.prev}
-		m, err := s.prepareOutcome(tenant, &ws[i])
+		// died before writing on top of the pre-convergence record.
+		w := pendingOutcome{rec: schema.Outcome{MessageID: e.in.id[:], Class: e.in.class, Status: schema.StatusQueued}, prev: e.prev}
+		m, err := s.prepareOutcome(tenant, &w)
 		if err != nil {
 			return err
 		}
 		if m != nil {
-			recs[i] = publishAsync(s.js, m)
+			recs = append(recs, publishAsync(s.js, m))
 		}
 	}
 	for _, p := range recs {
-		if p.msg == nil {
-			continue
-		}
 		switch r := p.await(ctx, s.js); {
 		case outcomeConflict(r):
 			// A record landed after the read: converge's decision about
@@ -410,17 +418,45 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 	return nil
 }
 
-// inputMsg is the message that puts an input on its group's input subject.
+// inputMsg is the message that puts an input on its per-message input
+// subject, created only if absent.
 func inputMsg(tenant string, in *input) (*nats.Msg, error) {
-	subj, err := subject.Input(tenant, in.groupHex)
+	idHex := hex.EncodeToString(in.id[:])
+	subj, err := subject.Input(tenant, in.groupHex, idHex)
 	if err != nil {
 		return nil, fmt.Errorf("input subject: %w", err)
 	}
-	idHex := hex.EncodeToString(in.id[:])
 	m := nats.NewMsg(subj)
 	m.Data = in.mls
 	m.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Header.Set(HeaderClass, string(in.class))
 	m.Header.Set(HeaderMessageID, idHex)
+	return m, nil
+}
+
+// storedInput reads the stored input of a message id through the stream
+// leader, so that an input acknowledged a moment ago is found. With the
+// group known it reads the exact subject; without, the last message on
+// fabric.in.*.<tenant>.*.<message_id>, which the server answers from its
+// subject index without a scan. It returns nil when there is none.
+func (s *Service) storedInput(ctx context.Context, tenant, groupHex, idHex string) (*storedMsg, error) {
+	var subj string
+	var err error
+	if groupHex != "" {
+		subj, err = subject.StoredInput(tenant, groupHex, idHex)
+	} else {
+		subj, err = subject.InputByID(tenant, idHex)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("input subject: %w", err)
+	}
+	m, err := getMsg(ctx, s.cfg.Conn, streamIn, msgGetRequest{LastFor: subj})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read input: %w", err)
+	}
 	return m, nil
 }

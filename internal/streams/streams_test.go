@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,8 +142,8 @@ func TestEnsureOtherConfigIsDrift(t *testing.T) {
 }
 
 // TestInputTransformStoresPartition verifies FABRIC_IN's subject transform:
-// the server stores fabric.in.<p>.<tenant>.<group> with the partition
-// subject.Partition computes, and a consumer filtered on fabric.in.<p>.>
+// the server stores fabric.in.<p>.<tenant>.<group>.<message_id> with the
+// partition subject.Partition computes from tenant and group only, and a consumer filtered on fabric.in.<p>.>
 // receives it.
 func TestInputTransformStoresPartition(t *testing.T) {
 	ctx, _, js := ensured(t, Config{})
@@ -153,14 +154,15 @@ func TestInputTransformStoresPartition(t *testing.T) {
 	const tenant = "acme"
 	for i := range 32 {
 		group := fmt.Sprintf("%08x", i*7919)
-		in, err := subject.Input(tenant, group)
+		id := fmt.Sprintf("%064x", i)
+		in, err := subject.Input(tenant, group, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := js.Publish(ctx, in, []byte(group)); err != nil {
 			t.Fatal(err)
 		}
-		stored, _ := subject.StoredInput(tenant, group)
+		stored, _ := subject.StoredInput(tenant, group, id)
 		m, err := st.GetLastMsgForSubject(ctx, stored)
 		if err != nil {
 			t.Fatalf("group %s not stored under %s: %v", group, stored, err)
@@ -177,22 +179,33 @@ func TestInputTransformStoresPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, _ := subject.Input(tenant, group)
-	if _, err := js.Publish(ctx, in, []byte("x")); err != nil {
-		t.Fatal(err)
+	// Two message ids of one group land in the group's one partition, in
+	// the order published.
+	ids := []string{strings.Repeat("ab", 32), strings.Repeat("01", 32)}
+	for _, id := range ids {
+		in, _ := subject.Input(tenant, group, id)
+		if _, err := js.Publish(ctx, in, []byte(id)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	stored, _ := subject.StoredInput(tenant, group)
-	for {
+	next := 0
+	for next < len(ids) {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatalf("consumer on %s got nothing: %v", filter, err)
 		}
-		if _, _, _, err := subject.ParseStoredInput(m.Subject()); err != nil {
+		got, err := subject.ParseStoredInput(m.Subject())
+		if err != nil {
 			t.Fatalf("delivered subject does not parse: %v", err)
 		}
-		if m.Subject() == stored && string(m.Data()) == "x" {
-			break
+		if got.Tenant != tenant || got.GroupHex != group {
+			continue
 		}
+		stored, _ := subject.StoredInput(tenant, group, ids[next])
+		if m.Subject() != stored || string(m.Data()) != ids[next] {
+			t.Fatalf("input %d of the group: got %s, want %s", next, m.Subject(), stored)
+		}
+		next++
 	}
 }
 

@@ -16,22 +16,22 @@ func FuzzTenantGroup(f *testing.F) {
 	f.Add("*", ">")
 	f.Add("t ", "00\n")
 	f.Fuzz(func(t *testing.T, tn, g string) {
-		in, err := Input(tn, g)
+		in, err := Input(tn, g, msgID)
 		if err != nil {
 			return
 		}
 		checkSubject(t, in)
-		if a, b, err := ParseInput(in); err != nil || a != tn || b != g {
-			t.Fatalf("ParseInput(Input(%q, %q)) = %q, %q, %v", tn, g, a, b, err)
+		if got, err := ParseInput(in); err != nil || got != (InputSubject{Tenant: tn, GroupHex: g, MessageIDHex: msgID}) {
+			t.Fatalf("ParseInput(Input(%q, %q)) = %+v, %v", tn, g, got, err)
 		}
-		st, err := StoredInput(tn, g)
+		st, err := StoredInput(tn, g, msgID)
 		if err != nil {
 			t.Fatalf("StoredInput after Input succeeded: %v", err)
 		}
 		checkSubject(t, st)
-		p, a, b, err := ParseStoredInput(st)
-		if err != nil || a != tn || b != g || p < 0 || p >= Partitions {
-			t.Fatalf("ParseStoredInput(%q) = %d, %q, %q, %v", st, p, a, b, err)
+		got, err := ParseStoredInput(st)
+		if err != nil || got.Tenant != tn || got.GroupHex != g || got.MessageIDHex != msgID || got.Partition < 0 || got.Partition >= Partitions {
+			t.Fatalf("ParseStoredInput(%q) = %+v, %v", st, got, err)
 		}
 		ck, err := Checkpoint(tn, g)
 		if err != nil {
@@ -108,7 +108,8 @@ func FuzzOutcomeRetained(f *testing.F) {
 // FuzzParse: parsers never panic on arbitrary input, and what they accept
 // builds back to the same subject.
 func FuzzParse(f *testing.F) {
-	f.Add("fabric.in." + tenant + "." + group)
+	f.Add("fabric.in." + tenant + "." + group + "." + msgID)
+	f.Add("fabric.in.12." + tenant + "." + group + "." + msgID)
 	f.Add("fabric.ev." + tenant + "." + client)
 	f.Add("fabric.live.t.00")
 	f.Add("fabric.ck.t.00")
@@ -119,13 +120,13 @@ func FuzzParse(f *testing.F) {
 	f.Add("fabric.in.t.*")
 	f.Add("fabric.in..")
 	f.Fuzz(func(t *testing.T, s string) {
-		if a, b, err := ParseInput(s); err == nil {
-			if re, _ := Input(a, b); re != s {
+		if in, err := ParseInput(s); err == nil {
+			if re, _ := Input(in.Tenant, in.GroupHex, in.MessageIDHex); re != s {
 				t.Fatalf("ParseInput(%q) rebuilds as %q", s, re)
 			}
 		}
-		if p, a, b, err := ParseStoredInput(s); err == nil {
-			if re, _ := StoredInput(a, b); re != s || !strings.HasPrefix(s, "fabric.in."+strconv.Itoa(p)+".") {
+		if in, err := ParseStoredInput(s); err == nil {
+			if re, _ := StoredInput(in.Tenant, in.GroupHex, in.MessageIDHex); re != s || !strings.HasPrefix(s, "fabric.in."+strconv.Itoa(in.Partition)+".") {
 				t.Fatalf("ParseStoredInput(%q) rebuilds as %q", s, re)
 			}
 		}

@@ -19,32 +19,50 @@ func split(s, prefix string, n int) ([]string, error) {
 	return toks, nil
 }
 
-// ParseInput reads tenant and group from an input subject as published,
-// fabric.in.<tenant>.<group>.
-func ParseInput(s string) (tenant, groupHex string, err error) {
-	return parseTenantGroup(s, prefixIn)
+// InputSubject is what an input subject names.
+type InputSubject struct {
+	// Partition is the input partition (ParseStoredInput only).
+	Partition int
+	// Tenant is the tenant id.
+	Tenant string
+	// GroupHex is the group id in lowercase hex.
+	GroupHex string
+	// MessageIDHex is the message id in lowercase hex.
+	MessageIDHex string
 }
 
-// ParseStoredInput reads partition, tenant and group from an input subject
-// as FABRIC_IN stores it, fabric.in.<partition>.<tenant>.<group>. It checks
-// that the partition is the one Partition computes.
-func ParseStoredInput(s string) (partition int, tenant, groupHex string, err error) {
+// ParseInput reads an input subject as published,
+// fabric.in.<tenant>.<group>.<message_id>.
+func ParseInput(s string) (InputSubject, error) {
 	toks, err := split(s, prefixIn, 3)
 	if err != nil {
-		return 0, "", "", err
+		return InputSubject{}, err
+	}
+	if err := tenantGroupID(toks[0], toks[1], toks[2]); err != nil {
+		return InputSubject{}, err
+	}
+	return InputSubject{Tenant: toks[0], GroupHex: toks[1], MessageIDHex: toks[2]}, nil
+}
+
+// ParseStoredInput reads an input subject as FABRIC_IN stores it,
+// fabric.in.<partition>.<tenant>.<group>.<message_id>. It checks that the
+// partition is the one Partition computes.
+func ParseStoredInput(s string) (InputSubject, error) {
+	toks, err := split(s, prefixIn, 4)
+	if err != nil {
+		return InputSubject{}, err
 	}
 	p, perr := strconv.Atoi(toks[0])
 	if perr != nil || p < 0 || p >= Partitions || strconv.Itoa(p) != toks[0] {
-		return 0, "", "", invalid(RolePartition, "not a partition number")
+		return InputSubject{}, invalid(RolePartition, "not a partition number")
 	}
-	want, err := Partition(toks[1], toks[2])
-	if err != nil {
-		return 0, "", "", err
+	if err := tenantGroupID(toks[1], toks[2], toks[3]); err != nil {
+		return InputSubject{}, err
 	}
-	if want != p {
-		return 0, "", "", invalid(RolePartition, "does not match tenant and group")
+	if want, _ := Partition(toks[1], toks[2]); want != p {
+		return InputSubject{}, invalid(RolePartition, "does not match tenant and group")
 	}
-	return p, toks[1], toks[2], nil
+	return InputSubject{Partition: p, Tenant: toks[1], GroupHex: toks[2], MessageIDHex: toks[3]}, nil
 }
 
 // ParseEvents reads tenant and client from fabric.ev.<tenant>.<client>.

@@ -37,10 +37,12 @@ const (
 // Patterns the streams are configured with.
 const (
 	// InputPattern matches every input subject as published.
-	InputPattern = "fabric.in.*.*"
+	InputPattern = "fabric.in.*.*.*"
 	// InputTransform is FABRIC_IN's subject transform destination: the
-	// partition of tenant and group is inserted as the third token.
-	InputTransform = "fabric.in.{{partition(64,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
+	// partition of tenant and group (not of the message id, so a group's
+	// inputs share one partition and keep their order) is inserted as the
+	// third token.
+	InputTransform = "fabric.in.{{partition(64,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"
 	// EventsPattern matches every client event subject.
 	EventsPattern = "fabric.ev.*.*"
 	// CheckpointPattern matches every converge checkpoint subject.
@@ -179,16 +181,37 @@ func join(prefix string, tokens ...string) string {
 	return b.String()
 }
 
-// Input is the subject ingest publishes a group's input on:
-// fabric.in.<tenant>.<group>.
-func Input(tenant, groupHex string) (string, error) {
+// Input is the subject ingest publishes an input of a group on, one per
+// message id so that the input is its own create-if-absent dedup record:
+// fabric.in.<tenant>.<group>.<message_id>.
+func Input(tenant, groupHex, msgIDHex string) (string, error) {
+	if err := tenantGroupID(tenant, groupHex, msgIDHex); err != nil {
+		return "", err
+	}
+	return join(prefixIn, tenant, groupHex, msgIDHex), nil
+}
+
+// InputByID matches the stored input of a message id in any partition and
+// group of a tenant: fabric.in.*.<tenant>.*.<message_id>. It finds an input
+// by its id alone, as GET …/outcomes/{message_id} must.
+func InputByID(tenant, msgIDHex string) (string, error) {
 	if err := ValidTenant(tenant); err != nil {
 		return "", err
 	}
-	if err := ValidGroup(groupHex); err != nil {
+	if err := ValidMessageID(msgIDHex); err != nil {
 		return "", err
 	}
-	return join(prefixIn, tenant, groupHex), nil
+	return join(prefixIn, "*", tenant, "*", msgIDHex), nil
+}
+
+func tenantGroupID(tenant, groupHex, msgIDHex string) error {
+	if err := ValidTenant(tenant); err != nil {
+		return err
+	}
+	if err := ValidGroup(groupHex); err != nil {
+		return err
+	}
+	return ValidMessageID(msgIDHex)
 }
 
 // Partition is the input partition FABRIC_IN's transform assigns to a
@@ -207,14 +230,17 @@ func Partition(tenant, groupHex string) (int, error) {
 	return int(h.Sum32() % Partitions), nil
 }
 
-// StoredInput is the subject FABRIC_IN stores a group's input under, after
-// its transform: fabric.in.<partition>.<tenant>.<group>.
-func StoredInput(tenant, groupHex string) (string, error) {
+// StoredInput is the subject FABRIC_IN stores an input under, after its
+// transform: fabric.in.<partition>.<tenant>.<group>.<message_id>.
+func StoredInput(tenant, groupHex, msgIDHex string) (string, error) {
+	if err := ValidMessageID(msgIDHex); err != nil {
+		return "", err
+	}
 	p, err := Partition(tenant, groupHex)
 	if err != nil {
 		return "", err
 	}
-	return join(prefixIn, strconv.Itoa(p), tenant, groupHex), nil
+	return join(prefixIn, strconv.Itoa(p), tenant, groupHex, msgIDHex), nil
 }
 
 // InputPartition is the consumer filter for one input partition:

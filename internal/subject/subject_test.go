@@ -20,7 +20,8 @@ func TestBuilders(t *testing.T) {
 		got  func() (string, error)
 		want string
 	}{
-		{"Input", func() (string, error) { return Input(tenant, group) }, "fabric.in.acme_1-x.00ff10ab"},
+		{"Input", func() (string, error) { return Input(tenant, group, msgID) }, "fabric.in.acme_1-x.00ff10ab." + msgID},
+		{"InputByID", func() (string, error) { return InputByID(tenant, msgID) }, "fabric.in.*.acme_1-x.*." + msgID},
 		{"Events", func() (string, error) { return Events(tenant, client) }, "fabric.ev.acme_1-x.c0ffee"},
 		{"Live", func() (string, error) { return Live(tenant, client) }, "fabric.live.acme_1-x.c0ffee"},
 		{"LiveTenant", func() (string, error) { return LiveTenant(tenant) }, "fabric.live.acme_1-x.*"},
@@ -47,7 +48,8 @@ func TestRejectsBadTokens_EVENT056(t *testing.T) {
 	badTenants := []string{"", "a.b", "*", ">", "a b", "a\tb", "a\x00", "A", "é", "a\nb", strings.Repeat("a", MaxTenantLen+1), "a/b"}
 	for _, bad := range badTenants {
 		for name, build := range map[string]func() (string, error){
-			"Input":      func() (string, error) { return Input(bad, group) },
+			"Input":      func() (string, error) { return Input(bad, group, msgID) },
+			"InputByID":  func() (string, error) { return InputByID(bad, msgID) },
 			"Events":     func() (string, error) { return Events(bad, client) },
 			"Live":       func() (string, error) { return Live(bad, client) },
 			"LiveTenant": func() (string, error) { return LiveTenant(bad) },
@@ -60,8 +62,10 @@ func TestRejectsBadTokens_EVENT056(t *testing.T) {
 	}
 	badHex := []string{"", "0", "0g", "AB", "a.", "**", "> ", "0\x00", strings.Repeat("ab", MaxGroupHexLen)}
 	for _, bad := range badHex {
-		s, err := Input(tenant, bad)
+		s, err := Input(tenant, bad, msgID)
 		checkInvalid(t, "Input", bad, s, err, RoleGroup)
+		s, err = StoredInput(tenant, bad, msgID)
+		checkInvalid(t, "StoredInput", bad, s, err, RoleGroup)
 		s, err = Events(tenant, bad)
 		checkInvalid(t, "Events", bad, s, err, RoleClient)
 		s, err = Outcome(tenant, bad)
@@ -98,14 +102,14 @@ func checkInvalid(t *testing.T, name, bad, s string, err error, role string) {
 }
 
 func TestParseRoundTrip(t *testing.T) {
-	in, _ := Input(tenant, group)
-	if tn, g, err := ParseInput(in); err != nil || tn != tenant || g != group {
-		t.Errorf("ParseInput = %q %q %v", tn, g, err)
+	in, _ := Input(tenant, group, msgID)
+	if got, err := ParseInput(in); err != nil || got != (InputSubject{Tenant: tenant, GroupHex: group, MessageIDHex: msgID}) {
+		t.Errorf("ParseInput = %+v %v", got, err)
 	}
-	st, _ := StoredInput(tenant, group)
+	st, _ := StoredInput(tenant, group, msgID)
 	p, _ := Partition(tenant, group)
-	if pp, tn, g, err := ParseStoredInput(st); err != nil || pp != p || tn != tenant || g != group {
-		t.Errorf("ParseStoredInput = %d %q %q %v", pp, tn, g, err)
+	if got, err := ParseStoredInput(st); err != nil || got != (InputSubject{Partition: p, Tenant: tenant, GroupHex: group, MessageIDHex: msgID}) {
+		t.Errorf("ParseStoredInput = %+v %v", got, err)
 	}
 	ev, _ := Events(tenant, client)
 	if tn, c, err := ParseEvents(ev); err != nil || tn != tenant || c != client {
@@ -135,19 +139,20 @@ func TestParseRoundTrip(t *testing.T) {
 
 func TestParseRejects(t *testing.T) {
 	for _, s := range []string{
-		"", "fabric.in", "fabric.in.acme", "fabric.in.acme.00.extra", "fabric.ev.acme.00ff",
-		"fabric.in.acme.*", "fabric.in.acme.>", "fabric.in.Acme.00", "fabric.in..00",
-		"fabric.in.acme.0", "other.in.acme.00",
+		"", "fabric.in", "fabric.in.acme", "fabric.in.acme.00", "fabric.in.acme.00." + msgID + ".extra",
+		"fabric.ev.acme.00ff." + msgID, "fabric.in.acme.*." + msgID, "fabric.in.acme.00.>", "fabric.in.Acme.00." + msgID,
+		"fabric.in..00." + msgID, "fabric.in.acme.0." + msgID, "fabric.in.acme.00.0123", "other.in.acme.00." + msgID,
 	} {
-		if _, _, err := ParseInput(s); err == nil {
+		if _, err := ParseInput(s); err == nil {
 			t.Errorf("ParseInput(%q) succeeded", s)
 		}
 	}
-	in, _ := StoredInput(tenant, group)
+	in, _ := StoredInput(tenant, group, msgID)
 	p, _ := Partition(tenant, group)
 	wrong := strings.Replace(in, ".in."+itoa(p)+".", ".in."+itoa((p+1)%Partitions)+".", 1)
-	for _, s := range []string{wrong, "fabric.in.064." + tenant + "." + group, "fabric.in.64." + tenant + "." + group, "fabric.in.-1." + tenant + "." + group} {
-		if _, _, _, err := ParseStoredInput(s); err == nil {
+	tail := "." + tenant + "." + group + "." + msgID
+	for _, s := range []string{wrong, "fabric.in.064" + tail, "fabric.in.64" + tail, "fabric.in.-1" + tail, "fabric.in." + itoa(p) + "." + tenant + "." + group} {
+		if _, err := ParseStoredInput(s); err == nil {
 			t.Errorf("ParseStoredInput(%q) succeeded", s)
 		}
 	}
