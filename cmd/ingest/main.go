@@ -2,7 +2,7 @@
 // (POST /v1/tenants/{tenant}/transport) and NATS (fabric.intake.<tenant>,
 // queue group "ingest"), peels, classifies and deduplicates them, records
 // every outcome, and publishes what enters convergence onto
-// fabric.in.<tenant>.<group>. Workers are stateless: run as many as the load
+// fabric.in.<tenant>.<group>.<message_id>. Workers are stateless: run as many as the load
 // needs. See docs/ingest.md.
 //
 // Configuration is by flags, each with a FABRIC_ environment variable:

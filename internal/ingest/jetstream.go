@@ -22,7 +22,8 @@ const (
 	streamGroups = "KV_" + bucketGroups
 )
 
-// Headers ingest sets on fabric.in.<tenant>.<group> (docs/ingest.md).
+// Headers ingest sets on fabric.in.<tenant>.<group>.<message_id>
+// (docs/ingest.md).
 const (
 	// HeaderClass carries the input class (schema.InputClass).
 	HeaderClass = "Fabric-Class"
