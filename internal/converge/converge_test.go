@@ -181,7 +181,7 @@ func TestThreeHostedMembersEachOwnView(t *testing.T) {
 		}
 	}
 	for _, m := range []testpeer.Message{welcome, m1, m5, c2, leave, c3, c5} {
-		if o := e.outcome(m.ID); o.Disposition != schema.DispositionAccepted || o.Status != schema.StatusQueued {
+		if o := e.settledOutcome(m.ID); o.Disposition != schema.DispositionAccepted || o.Status != schema.StatusQueued {
 			t.Errorf("outcome %+v, want accepted", o)
 		}
 	}

@@ -191,6 +191,19 @@ func kinds(evs []eventbus.Delivered) []schema.EventKind {
 	return out
 }
 
+// settledOutcome waits up to 10 s for an input's outcome to carry a
+// disposition other than deferred: outcome records are stored after the
+// events they go with, so a test that saw the events may read too early.
+func (e *env) settledOutcome(id []byte) schema.Outcome {
+	e.t.Helper()
+	o := e.outcome(id)
+	for deadline := time.Now().Add(10 * time.Second); (o.Disposition == "" || o.Disposition == schema.DispositionDeferred) && o.Status != schema.StatusRejected && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		o = e.outcome(id)
+	}
+	return o
+}
+
 // outcome reads an input's current outcome record.
 func (e *env) outcome(id []byte) schema.Outcome {
 	e.t.Helper()

@@ -66,7 +66,7 @@ func TestThroughIngestSealed(t *testing.T) {
 	if r := evs[1].Event.MessageReceived; r == nil || !r.MessageID.Equal(m.ID) || r.SenderInboxID != alice.InboxID() {
 		t.Fatalf("second event %s", describe(evs[1].Event))
 	}
-	if o := e.outcome(m.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
+	if o := e.settledOutcome(m.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
 		t.Fatalf("outcome %+v, want accepted after ingest's queued record", o)
 	}
 }

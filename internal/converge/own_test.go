@@ -118,7 +118,7 @@ func TestOwnMessagesSkipped(t *testing.T) {
 	if r := ev2[1].Event.MessageReceived; r == nil || !r.MessageID.Equal(own.ID) || r.SenderInboxID != u1.InboxID() {
 		t.Fatalf("h2 event 1 %s", describe(ev2[1].Event))
 	}
-	if o := e.outcome(own.ID); o.Disposition != schema.DispositionAccepted {
+	if o := e.settledOutcome(own.ID); o.Disposition != schema.DispositionAccepted {
 		t.Fatalf("own message outcome %+v", o)
 	}
 }

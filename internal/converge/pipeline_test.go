@@ -55,7 +55,7 @@ func pipelinedRun(t *testing.T, running bool) {
 		}
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
-		if o := e.outcome(sent[i].ID); o.Disposition != schema.DispositionAccepted {
+		if o := e.settledOutcome(sent[i].ID); o.Disposition != schema.DispositionAccepted {
 			t.Fatalf("message %d outcome %s/%s", i, o.Status, o.Disposition)
 		}
 	}

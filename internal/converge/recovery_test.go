@@ -258,18 +258,6 @@ func TestOutcomeDispositionsLinear(t *testing.T) {
 	})
 }
 
-// outcomeSettled waits up to 10 s for an input's outcome to leave deferred,
-// and returns the last record read.
-func outcomeSettled(e *env, id []byte) schema.Outcome {
-	e.t.Helper()
-	o := e.outcome(id)
-	for deadline := time.Now().Add(10 * time.Second); o.Disposition == schema.DispositionDeferred && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		o = e.outcome(id)
-	}
-	return o
-}
-
 type dispositionsWant struct {
 	aheadCategory schema.Category
 	old           schema.Disposition
@@ -311,10 +299,10 @@ func outcomeDispositions(t *testing.T, cfg func(*Config), want dispositionsWant)
 		t.Fatalf("no message.received for the message ahead: %v", kinds(evs))
 	}
 	// Outcome records are stored after the events they go with.
-	if o := outcomeSettled(e, ahead.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
+	if o := e.settledOutcome(ahead.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
 		t.Fatalf("ahead after the commit: %+v", o)
 	}
-	if o := outcomeSettled(e, old.ID); o.Disposition != want.old || o.Category != want.oldCategory {
+	if o := e.settledOutcome(old.ID); o.Disposition != want.old || o.Category != want.oldCategory {
 		t.Fatalf("old: %+v, want %s %q", o, want.old, want.oldCategory)
 	}
 
