@@ -49,42 +49,24 @@ const (
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 20000x -count 3 ./internal/ingest/
 func BenchmarkIngest(b *testing.B) {
-	e := newEnv(b, envOpts{limits: Limits{RatePerTenant: -1}})
-	g := newBenchGroup(b)
-	e.hostGroup(g.ID())
-	subj, err := subject.Input(testTenant, hex.EncodeToString(g.ID()), strings.Repeat("00", sha256.Size))
-	if err != nil {
-		b.Fatal(err)
-	}
-	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		b.Fatal(err)
-	}
-	plain := func(msgs []schema.TransportMessage) error {
-		for _, m := range msgs {
-			if _, err := js.PublishAsync(subj, m.Payload, jetstream.WithStallWait(stallWait)); err != nil {
-				return err
-			}
-		}
-		return awaitAsync(js)
-	}
-
 	b.Run("jetstream-one-write", func(b *testing.B) {
-		interleaved(b, g, plain, func(bt batch) error {
+		r := newBenchRig(b)
+		interleaved(b, r.group, r.plain, func(bt batch) error {
 			for _, m := range bt.raw {
-				if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
+				if _, err := r.js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
 					return err
 				}
 			}
 			return nil
-		}, func() error { return awaitAsync(js) })
+		}, func() error { return awaitAsync(r.js) })
 	})
-	w := e.workers[0]
-	tok := benchToken(b)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchCallers}}
-	defer client.CloseIdleConnections()
 	b.Run("http-msgpack", func(b *testing.B) {
-		interleaved(b, g, plain, func(bt batch) error {
+		r := newBenchRig(b)
+		w := r.env.workers[0]
+		tok := benchToken(b)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchCallers}}
+		defer client.CloseIdleConnections()
+		interleaved(b, r.group, r.plain, func(bt batch) error {
 			req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", bytes.NewReader(bt.body))
 			if err != nil {
 				return err
@@ -96,29 +78,65 @@ func BenchmarkIngest(b *testing.B) {
 				return err
 			}
 			defer resp.Body.Close()
-			var r Response
-			if err := decodeResponse(resp, &r); err != nil {
+			var res Response
+			if err := decodeResponse(resp, &res); err != nil {
 				return err
 			}
-			return checkQueued(r, bt.n)
+			return checkQueued(res, bt.n)
 		}, nil)
 	})
 	b.Run("nats-msgpack", func(b *testing.B) {
-		interleaved(b, g, plain, func(bt batch) error {
+		r := newBenchRig(b)
+		interleaved(b, r.group, r.plain, func(bt batch) error {
 			m := nats.NewMsg(IntakePrefix + testTenant)
 			m.Header.Set(HeaderContentType, httpapi.ContentTypeMsgpack)
 			m.Data = bt.body
-			reply, err := e.nc.RequestMsg(m, 30*time.Second)
+			reply, err := r.env.nc.RequestMsg(m, 30*time.Second)
 			if err != nil {
 				return err
 			}
-			var r Response
-			if err := decodeMsgpack(reply.Data, &r); err != nil {
+			var res Response
+			if err := decodeMsgpack(reply.Data, &res); err != nil {
 				return err
 			}
-			return checkQueued(r, bt.n)
+			return checkQueued(res, bt.n)
 		}, nil)
 	})
+}
+
+// benchRig is one sub-benchmark's server, ingest worker and hosted group.
+// Each sub-benchmark has its own, so none runs against a stream and a heap
+// the one before it filled.
+type benchRig struct {
+	env   *env
+	group *testpeer.Group
+	js    jetstream.JetStream
+}
+
+func newBenchRig(b *testing.B) *benchRig {
+	r := &benchRig{env: newEnv(b, envOpts{limits: Limits{RatePerTenant: -1}}), group: newBenchGroup(b)}
+	r.env.hostGroup(r.group.ID())
+	js, err := jetstream.New(r.env.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.js = js
+	return r
+}
+
+// plain publishes msgs to one input subject of the group, asynchronously,
+// and awaits them.
+func (r *benchRig) plain(msgs []schema.TransportMessage) error {
+	subj, err := subject.Input(testTenant, hex.EncodeToString(r.group.ID()), strings.Repeat("00", sha256.Size))
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if _, err := r.js.PublishAsync(subj, m.Payload, jetstream.WithStallWait(stallWait)); err != nil {
+			return err
+		}
+	}
+	return awaitAsync(r.js)
 }
 
 // interleaved runs b.N messages through send, in batches from

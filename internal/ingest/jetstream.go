@@ -44,22 +44,19 @@ const (
 const stallWait = 5 * time.Second
 
 // isWrongLast reports whether err is a failed create-if-absent: the subject
-// already holds a message, or (replicated streams) another write to it is in
-// flight, which is treated the same way: someone else created it.
+// already holds a message.
 func isWrongLast(err error) bool {
 	var ae *jetstream.APIError
-	if !errors.As(err, &ae) {
-		return false
-	}
-	return ae.ErrorCode == errCodeWrongLastSeq || ae.ErrorCode == errCodeProposalFlight
+	return errors.As(err, &ae) && ae.ErrorCode == errCodeWrongLastSeq
 }
 
-// isInProcess reports whether err says that a write with the same
-// Nats-Msg-Id, by another worker, is being stored right now (replicated
-// streams). Once it is stored, the same publish reports a duplicate.
+// isInProcess reports whether err says that another worker's write to the
+// same subject (or of the same Nats-Msg-Id) is being stored right now
+// (replicated streams). It may still fail, so it is waited out: once it
+// settles, the same publish is stored or reports that it exists.
 func isInProcess(err error) bool {
 	var ae *jetstream.APIError
-	return errors.As(err, &ae) && ae.ErrorCode == errCodeMsgIDInProcess
+	return errors.As(err, &ae) && (ae.ErrorCode == errCodeMsgIDInProcess || ae.ErrorCode == errCodeProposalFlight)
 }
 
 // inProcessAttempts bounds the waits for another worker's write of the
@@ -67,8 +64,8 @@ func isInProcess(err error) bool {
 const inProcessAttempts = 10
 
 // publishSettled publishes m, waiting out another worker's write of the
-// same Nats-Msg-Id if one is in process, so the answer is either stored or
-// duplicate.
+// same subject or Nats-Msg-Id if one is in process, so the answer is either
+// stored or duplicate.
 func publishSettled(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
 	for attempt := 1; ; attempt++ {
 		ack, err := js.PublishMsg(ctx, m)
@@ -112,9 +109,9 @@ func publishAsync(js jetstream.JetStream, m *nats.Msg) pending {
 	return pending{msg: m, fut: f, err: err}
 }
 
-// await waits for p's acknowledgement. A message whose Nats-Msg-Id another
-// worker is storing right now (replicated streams) is published again once
-// that settles, so the answer is stored or duplicate.
+// await waits for p's acknowledgement. A message whose subject or
+// Nats-Msg-Id another worker is storing right now (replicated streams) is
+// published again once that settles, so the answer is stored or duplicate.
 func (p pending) await(ctx context.Context, js jetstream.JetStream) pubResult {
 	if p.err != nil {
 		return pubResult{err: p.err}

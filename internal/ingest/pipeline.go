@@ -335,10 +335,13 @@ func admitted(l *latest) bool {
 //     input (see admitted) is a duplicate and is not published, whatever
 //     the age of the first delivery;
 //  2. every input published asynchronously on
-//     fabric.in.<tenant>.<group>.<message_id> with Nats-Msg-Id
-//     <tenant>.<message_id> and Nats-Expected-Last-Subject-Sequence 0: a
-//     duplicate acknowledgement (inside the window) or a wrong last
-//     sequence (10071, the input is already stored) means duplicate;
+//     fabric.in.<tenant>.<group>.<message_id> with
+//     Nats-Expected-Last-Subject-Sequence 0: a wrong last sequence (10071,
+//     the input is already stored, however long ago) means duplicate. The
+//     subject is the dedup key, inside JetStream's window and beyond it, so
+//     the write carries no Nats-Msg-Id: a second dedup map on the server
+//     would cost a third of the write and decide nothing the subject does
+//     not;
 //  3. only an input that already had a pre-convergence record (an earlier
 //     unknown_group, transport_deferred or misrouted delivery) gets a queued
 //     record on top of it, so the lookup does not answer the stale one.
@@ -381,7 +384,7 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 	for _, e := range batch {
 		r := e.pub.await(ctx, s.js)
 		switch {
-		case isWrongLast(r.err) || r.err == nil && r.ack.Duplicate:
+		case isWrongLast(r.err):
 			e.in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)
 		case r.err != nil:
 			return fmt.Errorf("publish input: %w", r.err)
@@ -428,7 +431,6 @@ func inputMsg(tenant string, in *input) (*nats.Msg, error) {
 	}
 	m := nats.NewMsg(subj)
 	m.Data = in.mls
-	m.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Header.Set(HeaderClass, string(in.class))
 	m.Header.Set(HeaderMessageID, idHex)
