@@ -66,7 +66,16 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxBody
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var b []byte
+	var err error
+	if n := r.ContentLength; n >= 0 && n <= limit {
+		// The size is announced: one buffer of it, no regrowth. A body
+		// that is not the length it announced fails in the server's read.
+		b = make([]byte, n)
+		_, err = io.ReadFull(r.Body, b)
+	} else {
+		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
 	if err != nil {
 		return nil, BadRequest("read body: %v", err)
 	}

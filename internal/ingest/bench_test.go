@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -291,7 +292,7 @@ func decodeResponse(resp *http.Response, r *Response) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
-	body, err := httpapi.ReadBody(&http.Request{Body: resp.Body}, 64<<20)
+	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err
 	}

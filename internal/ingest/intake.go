@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -29,6 +30,53 @@ type Result struct {
 // Response is the body of an intake answer.
 type Response struct {
 	Results []Result `json:"results" msgpack:"results"`
+}
+
+// EncodeMsgpack writes r as the struct tags say, without reflection: an
+// answer has a result per message, up to the batch limit, on every request.
+func (r Response) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := enc.EncodeMapLen(1); err != nil {
+		return err
+	}
+	if err := enc.EncodeString("results"); err != nil {
+		return err
+	}
+	if r.Results == nil {
+		return enc.EncodeNil()
+	}
+	if err := enc.EncodeArrayLen(len(r.Results)); err != nil {
+		return err
+	}
+	for _, res := range r.Results {
+		n := 2
+		if res.Category != "" {
+			n = 3
+		}
+		if err := enc.EncodeMapLen(n); err != nil {
+			return err
+		}
+		if err := enc.EncodeString("message_id"); err != nil {
+			return err
+		}
+		if err := enc.EncodeBytes(res.MessageID); err != nil {
+			return err
+		}
+		if err := enc.EncodeString("status"); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(string(res.Status)); err != nil {
+			return err
+		}
+		if n == 3 {
+			if err := enc.EncodeString("category"); err != nil {
+				return err
+			}
+			if err := enc.EncodeString(string(res.Category)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Error codes of intake refusals; each is also a label value of the
@@ -226,16 +274,15 @@ func quoteMember(name string) string {
 }
 
 func decodeIntakeMsgpack(body []byte, lim Limits) (msgs []schema.TransportMessage, batch bool, err error) {
-	r := bytes.NewReader(body)
-	dec := msgpack.NewDecoder(r)
-	n, err := dec.DecodeMapLen()
+	d := newBodyDecoder(body)
+	n, err := d.dec.DecodeMapLen()
 	if err != nil || n < 0 {
 		return nil, false, httpapi.BadRequest("malformed msgpack: want a map")
 	}
 	single := schema.TransportMessage{}
 	present := map[string]bool{}
 	for i := 0; i < n; i++ {
-		name, err := dec.DecodeString()
+		name, err := d.dec.DecodeString()
 		if err != nil {
 			return nil, false, httpapi.BadRequest("malformed msgpack: member name: want a string")
 		}
@@ -247,17 +294,17 @@ func decodeIntakeMsgpack(body []byte, lim Limits) (msgs []schema.TransportMessag
 			if n != 1 {
 				return nil, false, httpapi.BadRequest("malformed msgpack: a batch has only the member \"messages\"")
 			}
-			msgs, err = decodeBatchMsgpack(dec, lim)
+			msgs, err = decodeBatchMsgpack(d, lim)
 			if err != nil {
 				return nil, true, err
 			}
 			continue
 		}
-		if err := decodeMemberMsgpack(dec, &single, name, "message"); err != nil {
+		if err := decodeMemberMsgpack(d, &single, name, -1); err != nil {
 			return nil, true, err
 		}
 	}
-	if r.Len() != 0 {
+	if d.r.Len() != 0 {
 		return nil, false, httpapi.BadRequest("malformed msgpack: trailing data after the value")
 	}
 	if msgs != nil {
@@ -271,8 +318,50 @@ func decodeIntakeMsgpack(body []byte, lim Limits) (msgs []schema.TransportMessag
 	return []schema.TransportMessage{single}, false, nil
 }
 
-func decodeBatchMsgpack(dec *msgpack.Decoder, lim Limits) ([]schema.TransportMessage, error) {
-	n, err := dec.DecodeArrayLen()
+// bodyDecoder reads msgpack from a request body it holds whole, so bin
+// members (group, payload) are taken as slices of the body rather than
+// copied: the body lives as long as the request's inputs and is never
+// written to.
+type bodyDecoder struct {
+	body []byte
+	r    *bytes.Reader
+	dec  *msgpack.Decoder
+}
+
+func newBodyDecoder(body []byte) *bodyDecoder {
+	r := bytes.NewReader(body)
+	// bytes.Reader is an io.ByteScanner, so the decoder reads it without
+	// buffering and r's position is the decoder's.
+	return &bodyDecoder{body: body, r: r, dec: msgpack.NewDecoder(r)}
+}
+
+// bin reads a bin (or str) value as a slice of the body; nil stays nil.
+func (d *bodyDecoder) bin() ([]byte, error) {
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	off := len(d.body) - d.r.Len()
+	if n > d.r.Len() {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if _, err := d.r.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	return d.body[off : off+n : off+n], nil
+}
+
+// Transport message members, as bits of a set.
+const (
+	memberV = 1 << iota
+	memberGroup
+	memberKind
+	memberPayload
+	memberAll = memberV | memberGroup | memberKind | memberPayload
+)
+
+func decodeBatchMsgpack(d *bodyDecoder, lim Limits) ([]schema.TransportMessage, error) {
+	n, err := d.dec.DecodeArrayLen()
 	if err != nil || n < 0 {
 		return nil, badField("messages", "want an array of transport messages")
 	}
@@ -284,63 +373,83 @@ func decodeBatchMsgpack(dec *msgpack.Decoder, lim Limits) ([]schema.TransportMes
 	}
 	msgs := make([]schema.TransportMessage, n)
 	for i := range msgs {
-		field := fieldOf(true, i)
-		k, err := dec.DecodeMapLen()
+		k, err := d.dec.DecodeMapLen()
 		if err != nil || k < 0 {
-			return nil, badField(field, "want a map")
+			return nil, badField(fieldOf(true, i), "want a map")
 		}
-		present := map[string]bool{}
+		present := 0
 		for j := 0; j < k; j++ {
-			name, err := dec.DecodeString()
+			name, err := d.dec.DecodeString()
 			if err != nil {
-				return nil, badField(field, "member name: want a string")
+				return nil, badField(fieldOf(true, i), "member name: want a string")
 			}
-			if present[name] {
-				return nil, badField(field, "duplicate member %s", quoteMember(name))
+			bit := memberBit(name)
+			if present&bit != 0 {
+				return nil, badField(fieldOf(true, i), "duplicate member %s", quoteMember(name))
 			}
-			present[name] = true
-			if err := decodeMemberMsgpack(dec, &msgs[i], name, field); err != nil {
+			if err := decodeMemberMsgpack(d, &msgs[i], name, i); err != nil {
 				return nil, err
 			}
+			present |= bit
 		}
-		for _, name := range requiredMembers {
-			if !present[name] {
-				return nil, badField(field+"."+name, "missing")
+		if present != memberAll {
+			for _, name := range requiredMembers {
+				if present&memberBit(name) == 0 {
+					return nil, badField(fieldOf(true, i)+"."+name, "missing")
+				}
 			}
 		}
 	}
 	return msgs, nil
 }
 
-func decodeMemberMsgpack(dec *msgpack.Decoder, m *schema.TransportMessage, name, field string) error {
-	f := field + "." + name
+// memberBit is a known member's bit; 0 for any other name.
+func memberBit(name string) int {
 	switch name {
 	case "v":
-		v, err := dec.DecodeInt()
+		return memberV
+	case "group":
+		return memberGroup
+	case "kind":
+		return memberKind
+	case "payload":
+		return memberPayload
+	}
+	return 0
+}
+
+// decodeMemberMsgpack decodes one member of a transport message: of the
+// single message when i < 0, else of messages[i]. Field names for errors
+// are made only when there is an error.
+func decodeMemberMsgpack(d *bodyDecoder, m *schema.TransportMessage, name string, i int) error {
+	field := func() string { return fieldOf(i >= 0, i) + "." + name }
+	switch name {
+	case "v":
+		v, err := d.dec.DecodeInt()
 		if err != nil {
-			return badField(f, "want an integer")
+			return badField(field(), "want an integer")
 		}
 		m.V = v
 	case "group":
-		b, err := dec.DecodeBytes()
+		b, err := d.bin()
 		if err != nil {
-			return badField(f, "want bin")
+			return badField(field(), "want bin")
 		}
 		m.Group = b
 	case "kind":
-		s, err := dec.DecodeString()
+		s, err := d.dec.DecodeString()
 		if err != nil {
-			return badField(f, "want a string")
+			return badField(field(), "want a string")
 		}
 		m.Kind = schema.TransportKind(s)
 	case "payload":
-		b, err := dec.DecodeBytes()
+		b, err := d.bin()
 		if err != nil {
-			return badField(f, "want bin")
+			return badField(field(), "want bin")
 		}
 		m.Payload = b
 	default:
-		return badField(field, "unknown member %s", quoteMember(name))
+		return badField(fieldOf(i >= 0, i), "unknown member %s", quoteMember(name))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 type errorBody struct {
@@ -387,5 +388,32 @@ func TestLargeBatchInInputOrder(t *testing.T) {
 	}
 	for i := 0; i < n; i += 3 {
 		w.wantOutcome(t, ids[i], schema.StatusQueued, "", schema.ClassApplication)
+	}
+}
+
+// The hand-written msgpack answer is byte for byte what the struct tags
+// give.
+func TestResponseMsgpackMatchesTags(t *testing.T) {
+	type tagged Response // the same fields and tags, without EncodeMsgpack
+	for _, r := range []Response{
+		{},
+		{Results: []Result{}},
+		{Results: []Result{
+			{MessageID: bytes.Repeat([]byte{7}, 32), Status: schema.StatusQueued},
+			{MessageID: bytes.Repeat([]byte{9}, 32), Status: schema.StatusRejected, Category: schema.CategoryDuplicate},
+			{Status: schema.StatusDeferred, Category: schema.CategoryTransportDeferred},
+		}},
+	} {
+		got, err := msgpack.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := msgpack.Marshal(tagged(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%+v:\n got %x\nwant %x", r, got, want)
+		}
 	}
 }

@@ -162,7 +162,7 @@ func (s *Service) retryRetained(ctx context.Context, k retryKey) error {
 		if err := s.recordTransportID(ctx, k.tenant, in); err != nil {
 			return err
 		}
-		s.count("retained", in)
+		s.count("retained", []*input{in})
 		s.deleteRetained(ctx, m.Sequence, k.reason)
 	}
 }

@@ -239,13 +239,26 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	results := make([]Result, len(ins))
 	for i, in := range ins {
 		results[i] = in.res
-		s.count(transport, in)
 	}
+	s.count(transport, ins)
 	return results, nil
 }
 
-func (s *Service) count(transport string, in *input) {
-	s.m.inputs.WithLabelValues(transport, string(in.class), string(in.res.Status), string(in.res.Category)).Inc()
+// count adds a request's inputs to the inputs metric, one update per label
+// set rather than one per input.
+func (s *Service) count(transport string, ins []*input) {
+	type labels struct {
+		class    schema.InputClass
+		status   schema.OutcomeStatus
+		category schema.Category
+	}
+	n := make(map[labels]int, 2)
+	for _, in := range ins {
+		n[labels{in.class, in.res.Status, in.res.Category}]++
+	}
+	for l, c := range n {
+		s.m.inputs.WithLabelValues(transport, string(l.class), string(l.status), string(l.category)).Add(float64(c))
+	}
 }
 
 // rateLimited is a 429 with the time until the tenant's bucket allows the
