@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,6 +99,9 @@ func TestComposeAndKubernetesParse(t *testing.T) {
 			out, _ := exec.Command(filepath.Join(bin, name), append(slices.Clone(sub), "-h")...).CombinedOutput()
 			help[key] = string(out)
 		}
+		if name == "converge" && !slices.Contains(args, "-max-batch="+strconv.Itoa(deployMaxBatch)) {
+			t.Errorf("%s: converge without -max-batch=%d, the NATS servers' batch limit", c.where, deployMaxBatch)
+		}
 		for _, a := range args {
 			flagName, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 			if !strings.HasPrefix(a, "-") || !strings.Contains(help[key], "  -"+flagName+" ") && !strings.Contains(help[key], "  -"+flagName+"\n") {
@@ -106,6 +110,10 @@ func TestComposeAndKubernetesParse(t *testing.T) {
 		}
 	}
 }
+
+// deployMaxBatch is the atomic batch limit of deploy/'s NATS servers and
+// the -max-batch of its converge workers.
+const deployMaxBatch = 10000
 
 // TestNATSConfigsLoad parses each node's configuration the way nats-server
 // does, with the passwords the environment would give.
@@ -121,6 +129,10 @@ func TestNATSConfigsLoad(t *testing.T) {
 		}
 		if !opts.JetStream || opts.Cluster.Name != "fabric" || len(opts.Routes) != 3 {
 			t.Errorf("%s: jetstream %v cluster %q routes %d", path, opts.JetStream, opts.Cluster.Name, len(opts.Routes))
+		}
+		// converge's -max-batch in compose and kubernetes is this limit.
+		if got := opts.JetStreamLimits.MaxBatchSize; got != deployMaxBatch {
+			t.Errorf("%s: atomic batch limit %d, want %d as converge's -max-batch", path, got, deployMaxBatch)
 		}
 		users := map[string]*server.User{}
 		for _, u := range opts.Users {

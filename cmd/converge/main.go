@@ -11,6 +11,7 @@
 //	-lease-ttl         partition lease lifetime
 //	-cleanup-interval  disappearing-messages cleanup period
 //	-snapshot-every    transactions between member state writes (default 1)
+//	-max-batch         the NATS servers' atomic batch limit in messages (default 1000)
 //	-linear-history    apply input in stream order instead of Marmot branch selection
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
@@ -36,6 +37,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/converge"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/ops"
 	"github.com/fabric-mls/fabric/internal/subject"
 )
@@ -57,6 +59,7 @@ type options struct {
 	leaseTTL        time.Duration
 	cleanupInterval time.Duration
 	snapshotEvery   int
+	maxBatch        int
 	linearHistory   bool
 	masterKeyFile   string
 }
@@ -73,6 +76,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Duration(fs, &errs, &o.leaseTTL, "lease-ttl", converge.DefaultLeaseTTL, "partition lease lifetime; a dead worker's partitions move within about 4/3 of it")
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
+	config.Int(fs, &errs, &o.maxBatch, "max-batch", eventbus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
 	config.Bool(fs, &errs, &o.linearHistory, "linear-history", false, "apply input in stream order on one branch instead of Marmot branch selection (cannot resolve forks)")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +86,9 @@ func parse(args []string) (options, []byte, error) {
 	config.ValidateListen(&errs, o.listen)
 	if o.snapshotEvery < 1 {
 		errs.Addf("-snapshot-every: %d; use 1 or more", o.snapshotEvery)
+	}
+	if o.maxBatch < 2 {
+		errs.Addf("-max-batch: %d; use 2 or more (events and a checkpoint)", o.maxBatch)
 	}
 	if _, err := parsePartitions(o.partitions); err != nil {
 		errs.Addf("-partitions: %v", err)
@@ -158,6 +165,7 @@ func run(args []string, log *slog.Logger) error {
 		LeaseTTL:        o.leaseTTL,
 		CleanupInterval: o.cleanupInterval,
 		SnapshotEvery:   o.snapshotEvery,
+		MaxBatch:        o.maxBatch,
 		LinearHistory:   o.linearHistory,
 		Metrics:         converge.NewMetrics(reg),
 		Logger:          log,

@@ -153,7 +153,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.conv, err = converge.New(ctx, converge.Config{JS: js, MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
+	if f.conv, err = converge.New(ctx, converge.Config{JS: js, MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
 		return nil, err
 	}
 	if f.gw, err = fanout.New(fanout.Config{NATS: f.nc, Verifier: verifier, DMKeys: &fanout.KVDMKeys{NATS: f.nc, Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {

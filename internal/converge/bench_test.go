@@ -13,6 +13,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -89,7 +90,8 @@ func benchConverge(b *testing.B, n, every int) {
 		}
 		states[i] = st
 	}
-	e.worker("bench", func(c *Config) { c.SnapshotEvery = every })
+	// The atomic batch limit deploy/ and the embedded servers configure.
+	e.worker("bench", func(c *Config) { c.SnapshotEvery, c.MaxBatch = every, natsserver.DefaultMaxAtomicBatch })
 	e.publish(welcome)
 	e.waitAccepted(welcome.ID, time.Minute)
 	msgs := make([]testpeer.Message, b.N)
@@ -143,7 +145,7 @@ func inputMsg(b testing.TB, m testpeer.Message) *nats.Msg {
 	}
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
-	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set(ingest.HeaderClass, string(c.Class))
 	msg.Header.Set(ingest.HeaderMessageID, idHex)
 	return msg

@@ -48,7 +48,7 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			w.purge(ctx, written)
 			return err
 		}
-		ckSeq, err := commitBatch(ctx, w.js, tenant, groupHex, g.ckSeq, next, events)
+		ckSeq, err := commitBatch(ctx, w.js, w.cfg.MaxBatch, tenant, groupHex, g.ckSeq, next, events)
 		delete(part.groups, key)
 		if err != nil && !errors.Is(err, ErrFenced) {
 			// The batch may have been stored even so (a lost ack): the
@@ -405,7 +405,7 @@ func (w *Worker) commitShared(ctx context.Context, part *partition, runs []*grou
 		if s == nil {
 			continue
 		}
-		if n := len(s.events) + 1; size+n > eventbus.MaxBatch {
+		if n := len(s.events) + 1; size+n > w.cfg.MaxBatch {
 			w.flush(ctx, part, batch)
 			batch, size = nil, 0
 		}
@@ -491,7 +491,7 @@ func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
 func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, error) {
 	if len(batch) == 1 {
 		s := batch[0]
-		seq, err := commitBatch(ctx, w.js, s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next, s.events)
+		seq, err := commitBatch(ctx, w.js, w.cfg.MaxBatch, s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next, s.events)
 		return []uint64{seq}, err
 	}
 	var msgs []*nats.Msg

@@ -91,14 +91,15 @@ func readCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 	return c, seq, nil
 }
 
-// commitBatch stores the events and the checkpoint as one atomic batch,
-// fenced on the checkpoint sequence the worker loaded (DESIGN section 5).
-func commitBatch(ctx context.Context, js jetstream.JetStream, tenant, groupHex string, expect uint64, ck checkpoint, events []eventbus.Event) (uint64, error) {
+// commitBatch stores the events and the checkpoint as one atomic batch of
+// at most maxBatch messages, fenced on the checkpoint sequence the worker
+// loaded (DESIGN section 5).
+func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tenant, groupHex string, expect uint64, ck checkpoint, events []eventbus.Event) (uint64, error) {
 	body, err := encodeCheckpoint(ck)
 	if err != nil {
 		return 0, err
 	}
-	seq, err := eventbus.PublishBatch(ctx, js, events, eventbus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect})
+	seq, err := eventbus.PublishBatch(ctx, js, events, eventbus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect}, eventbus.WithMaxBatch(maxBatch))
 	if errors.Is(err, eventbus.ErrFenced) || errors.Is(err, eventbus.ErrDuplicateEvent) || isConflict(err) {
 		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
 	}

@@ -99,7 +99,7 @@ func (e *env) publish(m testpeer.Message) {
 	}
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
-	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set(ingest.HeaderClass, string(c.Class))
 	msg.Header.Set(ingest.HeaderMessageID, idHex)
 	if _, err := e.js.PublishMsg(e.ctx, msg); err != nil {

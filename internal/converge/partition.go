@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -381,7 +380,7 @@ func (w *Worker) applyRun(ctx context.Context, t *txn, g *loadedGroup, ins []inp
 			used++
 			continue
 		}
-		if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > eventbus.MaxBatch-1) {
+		if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > w.cfg.MaxBatch-1) {
 			break
 		}
 		if err := w.policy().run(ctx, t, in); err != nil {

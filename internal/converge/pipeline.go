@@ -64,7 +64,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 		t := w.newTxn(r.tenant, g)
 		from, applied := i, false
 		for i < len(r.ins) || (applied && more()) {
-			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > eventbus.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
+			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
 				break
 			}
 			used, app, err := w.applyRun(ctx, t, g, r.ins[i:i+1])
@@ -181,7 +181,7 @@ func (w *Worker) launch(ctx context.Context, f *flight) {
 	f.stored, f.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(f.done)
-		f.seq, f.err = commitBatch(ctx, w.js, f.g.tenant, f.g.groupHex, f.g.ckSeq, f.next, f.events)
+		f.seq, f.err = commitBatch(ctx, w.js, w.cfg.MaxBatch, f.g.tenant, f.g.groupHex, f.g.ckSeq, f.next, f.events)
 		close(f.stored)
 		if f.after != nil {
 			<-f.after.done

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
 )
@@ -59,6 +60,14 @@ type Config struct {
 	// groups with many hosted members, and a restart then ratchets forward
 	// from the older snapshot.
 	SnapshotEvery int
+	// MaxBatch is the atomic batch limit of the NATS servers (their
+	// jetstream { limits { batch { max_msgs } } }), in messages: a
+	// transaction's events and its checkpoint fit in one batch, so a
+	// larger limit lets one transaction, and one state write per member,
+	// cover more messages of a group with many hosted members.
+	// eventbus.DefaultMaxBatch (the servers' default) when zero; it must
+	// not exceed what the servers allow.
+	MaxBatch int
 	// LinearHistory applies input in stream order on one branch instead of
 	// selecting one canonical branch per group with Marmot convergence
 	// (forks, rollback, witness quorum; DESIGN section 5), which is the
@@ -133,6 +142,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	if cfg.SnapshotEvery <= 0 {
 		cfg.SnapshotEvery = 1
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = eventbus.DefaultMaxBatch
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)

@@ -18,9 +18,27 @@ import (
 	"github.com/fabric-mls/fabric/internal/subject"
 )
 
-// MaxBatch is the server's limit on messages in one atomic batch; a batch
-// holds the events plus one checkpoint.
-const MaxBatch = 1000
+// DefaultMaxBatch is nats-server's default limit on messages in one atomic
+// batch (jetstream { limits { batch { max_msgs } } }); a batch holds the
+// events plus one checkpoint.
+const DefaultMaxBatch = 1000
+
+// BatchOpt configures PublishBatch.
+type BatchOpt func(*batchOpts)
+
+type batchOpts struct {
+	max int
+}
+
+// WithMaxBatch sets the server's atomic batch limit, when its operator
+// raised it above DefaultMaxBatch: fewer, larger batches per group.
+func WithMaxBatch(n int) BatchOpt {
+	return func(o *batchOpts) {
+		if n > 0 {
+			o.max = n
+		}
+	}
+}
 
 // Errors PublishBatch returns, for errors.Is. Both mean the batch was not
 // stored now; whether an earlier attempt stored it, the caller learns by
@@ -38,12 +56,14 @@ var (
 // BatchTooLargeError reports a batch over the server's atomic batch limit.
 // The caller must split the work into several checkpointed batches.
 type BatchTooLargeError struct {
-	// Events is how many events the batch had; at most MaxBatch-1 fit.
+	// Events is how many events the batch had; at most Limit-1 fit.
 	Events int
+	// Limit is the atomic batch limit in messages.
+	Limit int
 }
 
 func (e *BatchTooLargeError) Error() string {
-	return fmt.Sprintf("eventbus: batch of %d events exceeds the atomic batch limit of %d events plus a checkpoint", e.Events, MaxBatch-1)
+	return fmt.Sprintf("eventbus: batch of %d events exceeds the atomic batch limit of %d events plus a checkpoint", e.Events, e.Limit-1)
 }
 
 // Checkpoint is converge's state checkpoint for a group, committed with the
@@ -74,9 +94,16 @@ type Checkpoint struct {
 // own fsynced file store, about 15 ms per batch on the test machine
 // whatever its size (BenchmarkPublishBatch100); on R3 it stages in memory.
 // Put all the events of one pass in one batch rather than many small ones.
-func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, ck Checkpoint) (ckSeq uint64, err error) {
-	if len(events)+1 > MaxBatch {
-		return 0, &BatchTooLargeError{Events: len(events)}
+//
+// A batch holds at most DefaultMaxBatch messages, or what WithMaxBatch says
+// the server allows.
+func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, ck Checkpoint, opts ...BatchOpt) (ckSeq uint64, err error) {
+	o := batchOpts{max: DefaultMaxBatch}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(events)+1 > o.max {
+		return 0, &BatchTooLargeError{Events: len(events), Limit: o.max}
 	}
 	ckSubj, err := subject.Checkpoint(ck.Tenant, ck.GroupID)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/goleak"
 
+	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
@@ -366,17 +367,46 @@ func TestBatchFence(t *testing.T) {
 	if _, err := PublishBatch(e.ctx, e.js, dup, ck); !errors.As(err, &ie) || ie.Field != "id" {
 		t.Fatalf("batch with a repeated id: %v", err)
 	}
-	big := make([]Event, MaxBatch)
+	big := make([]Event, DefaultMaxBatch)
 	var tooLarge *BatchTooLargeError
-	if _, err := PublishBatch(e.ctx, e.js, big, ck); !errors.As(err, &tooLarge) || tooLarge.Events != MaxBatch {
+	if _, err := PublishBatch(e.ctx, e.js, big, ck); !errors.As(err, &tooLarge) || tooLarge.Events != DefaultMaxBatch || tooLarge.Limit != DefaultMaxBatch {
 		t.Fatalf("oversized batch: %v", err)
 	}
-	full := make([]Event, MaxBatch-1)
+	full := make([]Event, DefaultMaxBatch-1)
 	for i := range full {
 		full[i] = event(1000+i, hmacUpdated())
 	}
 	if _, err := PublishBatch(e.ctx, e.js, full, ck); err != nil {
 		t.Fatalf("batch at the limit: %v", err)
+	}
+}
+
+// A server whose operator raised the atomic batch limit takes a batch
+// that large with WithMaxBatch, and still refuses one beyond it.
+func TestPublishBatchWithRaisedLimit(t *testing.T) {
+	e := setup(t)
+	limit := natsserver.DefaultMaxAtomicBatch
+	ck := Checkpoint{Tenant: tenant, GroupID: group.String(), Data: []byte("ck")}
+	evs := make([]Event, limit-1)
+	for i := range evs {
+		evs[i] = event(i+1, received(1))
+	}
+	seq, err := PublishBatch(e.ctx, e.js, evs, ck, WithMaxBatch(limit))
+	if err != nil {
+		t.Fatalf("batch of %d events at a server limit of %d: %v", len(evs), limit, err)
+	}
+	info, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().State.Msgs; got != uint64(limit) {
+		t.Errorf("stream holds %d messages, want %d events and the checkpoint", got, limit)
+	}
+	ck.ExpectedSeq = seq
+	var tooLarge *BatchTooLargeError
+	over := make([]Event, limit)
+	if _, err := PublishBatch(e.ctx, e.js, over, ck, WithMaxBatch(limit)); !errors.As(err, &tooLarge) || tooLarge.Limit != limit {
+		t.Fatalf("batch over the raised limit: %v", err)
 	}
 }
 

@@ -27,6 +27,13 @@ const DefaultHost = "127.0.0.1"
 // RandomPort asks for a port chosen by the operating system.
 const RandomPort = -1
 
+// DefaultMaxAtomicBatch is the atomic batch limit (messages per batch) an
+// embedded server allows unless Options.MaxAtomicBatch says otherwise:
+// ten times nats-server's default, so converge can commit the events of
+// many messages of a large group with one checkpoint (deploy/nats sets the
+// same for real servers; converge's -max-batch must not exceed it).
+const DefaultMaxAtomicBatch = 10000
+
 // defaultReadyTimeout bounds how long Start waits for the server to accept
 // clients when the context has no deadline.
 const defaultReadyTimeout = 10 * time.Second
@@ -50,6 +57,9 @@ type Options struct {
 	// bytes; 0 lets the server choose.
 	MaxMemory int64
 	MaxStore  int64
+	// MaxAtomicBatch is the most messages one atomic batch publish may
+	// hold; DefaultMaxAtomicBatch when 0.
+	MaxAtomicBatch int
 	// SyncAlways makes the file store fsync every write instead of every
 	// two minutes, trading throughput for durability across power loss.
 	SyncAlways bool
@@ -135,6 +145,10 @@ func (s *Server) serverOptions() *server.Options {
 	}
 	if s.opts.SyncAlways {
 		o.SyncAlways = true
+	}
+	o.JetStreamLimits.MaxBatchSize = DefaultMaxAtomicBatch
+	if s.opts.MaxAtomicBatch > 0 {
+		o.JetStreamLimits.MaxBatchSize = s.opts.MaxAtomicBatch
 	}
 	if c := s.opts.Cluster; c != nil {
 		host := c.Host
