@@ -85,6 +85,18 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		return nil
 	}
 	id := engine.MessageID(in.MessageID)
+	// Each member's view admits the input on its own (decryption and
+	// replay, the costly part, in parallel: every view is its own state);
+	// what the views did is then taken in members' order.
+	type admission struct {
+		m      *hostedMember
+		cg     *convergence.Group
+		lead   bool
+		before components.Set
+		res    convergence.Result
+		err    error
+	}
+	var ads []*admission
 	for i, m := range active {
 		s.lead = i == 0
 		cg, err := p.group(t, m)
@@ -102,20 +114,26 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 			}
 			continue
 		}
-		before := tipComponents(cg)
-		res, err := cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
-		if errors.Is(err, convergence.ErrID) || errors.Is(err, convergence.ErrClass) {
+		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: tipComponents(cg)})
+	}
+	parallel(len(ads), func(i int) {
+		a := ads[i]
+		a.res, a.err = a.cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
+	})
+	for _, a := range ads {
+		s.lead = a.lead
+		if errors.Is(a.err, convergence.ErrID) || errors.Is(a.err, convergence.ErrClass) {
 			s.note(rejectedNote(in.MessageID, in.Class, schema.CategoryInvalidEncoding, in.Time))
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("admit: %w", err)
+		if a.err != nil {
+			return fmt.Errorf("admit: %w", a.err)
 		}
-		s.effects(m, before, in.MessageID, res)
+		s.effects(a.m, a.before, in.MessageID, a.res)
 		if s.lead && in.Class == schema.ClassProposal {
-			p.leaveRequest(ctx, t, cg, in.Data)
+			p.leaveRequest(ctx, t, a.cg, in.Data)
 		}
-		if err := p.save(t, m, cg); err != nil {
+		if err := p.save(t, a.m, a.cg); err != nil {
 			return err
 		}
 	}
