@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -46,20 +47,31 @@ const (
 // be with the CPU to itself.
 // jetstream-one-write is the bound: the one write an admitted input costs
 // (the input on its per-message subject with its headers, created only if
-// absent), raw, without ingest. plain publishes to one subject of the group.
+// absent), sent as ingest sends it (batchPublisher), without ingest's
+// intake, peel, classify or dedup read. plain publishes to one subject of
+// the group with the JetStream client's async publish.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 20000x -count 3 ./internal/ingest/
 func BenchmarkIngest(b *testing.B) {
 	b.Run("jetstream-one-write", func(b *testing.B) {
 		r := newBenchRig(b)
+		p := newBatchPublisher(r.env.nc)
+		if err := p.start(); err != nil {
+			b.Fatal(err)
+		}
+		defer p.stop()
 		interleaved(b, r.group, r.plain, func(bt batch) error {
-			for _, m := range bt.raw {
-				if _, err := r.js.PublishMsgAsync(m, jetstream.WithStallWait(stallWait)); err != nil {
-					return err
+			res, err := p.publish(context.Background(), r.js, bt.raw)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if r.err != nil {
+					return r.err
 				}
 			}
 			return nil
-		}, func() error { return awaitAsync(r.js) })
+		}, true)
 	})
 	b.Run("http-msgpack", func(b *testing.B) {
 		r := newBenchRig(b)
@@ -84,7 +96,7 @@ func BenchmarkIngest(b *testing.B) {
 				return err
 			}
 			return checkQueued(res, bt.n)
-		}, nil)
+		}, false)
 	})
 	b.Run("nats-msgpack", func(b *testing.B) {
 		r := newBenchRig(b)
@@ -101,7 +113,7 @@ func BenchmarkIngest(b *testing.B) {
 				return err
 			}
 			return checkQueued(res, bt.n)
-		}, nil)
+		}, false)
 	})
 }
 
@@ -142,13 +154,12 @@ func (r *benchRig) plain(msgs []schema.TransportMessage) error {
 
 // interleaved runs b.N messages through send, in batches from
 // benchCallers goroutines, and b.N other messages through plain, alternating
-// rounds of the two and timing each apart. done, if set, runs at the end of
-// each round of send (to await what send left in flight), and the batches
-// carry raw writes instead of request bodies.
-func interleaved(b *testing.B, g *testpeer.Group, plain func([]schema.TransportMessage) error, send func(batch) error, done func() error) {
+// rounds of the two and timing each apart. With raw the batches carry the
+// writes admission makes instead of request bodies.
+func interleaved(b *testing.B, g *testpeer.Group, plain func([]schema.TransportMessage) error, send func(batch) error, raw bool) {
 	msgs := benchMessages(b, g, 2*b.N)
 	plainMsgs := msgs[:b.N]
-	bodies := encodeBatches(b, msgs[b.N:], done != nil)
+	bodies := encodeBatches(b, msgs[b.N:], raw)
 	b.SetBytes(int64(len(msgs[0].Payload)))
 	var tPlain, tSend, cPlain, cSend time.Duration
 	runtime.GC() // the garbage of making the messages is no one's cost
@@ -168,11 +179,6 @@ func interleaved(b *testing.B, g *testpeer.Group, plain func([]schema.TransportM
 		off += n
 		start, c0 = time.Now(), cpuNow()
 		fanIn(b, round, send)
-		if done != nil {
-			if err := done(); err != nil {
-				b.Fatal(err)
-			}
-		}
 		tSend += time.Since(start)
 		cSend += cpuNow() - c0
 	}

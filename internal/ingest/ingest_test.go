@@ -547,26 +547,32 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 	m2 := text(t, g, "known")
 	wantResult(t, w.submitOne(t, m2.Transport), m2.ID, schema.StatusQueued, "")
 
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
 	forbidden := []string{testTenant, hex.EncodeToString(g.ID()), hex.EncodeToString(m.ID), hex.EncodeToString(m2.ID)}
-	for _, f := range families {
-		for _, metric := range f.GetMetric() {
-			key := f.GetName()
-			for _, l := range metric.GetLabel() {
-				for _, bad := range forbidden {
-					if strings.Contains(l.GetValue(), bad) {
-						t.Errorf("metric %s label %s carries an id", f.GetName(), l.GetName())
-					}
-				}
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			got[key] = metric.GetCounter().GetValue() + metric.GetGauge().GetValue()
+	gather := func() map[string]float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
 		}
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, metric := range f.GetMetric() {
+				key := f.GetName()
+				for _, l := range metric.GetLabel() {
+					for _, bad := range forbidden {
+						if strings.Contains(l.GetValue(), bad) {
+							t.Errorf("metric %s label %s carries an id", f.GetName(), l.GetName())
+						}
+					}
+					key += "," + l.GetName() + "=" + l.GetValue()
+				}
+				got[key] = metric.GetCounter().GetValue() + metric.GetGauge().GetValue()
+			}
+		}
+		return got
 	}
+	// The release is counted just after the object is removed.
+	eventually(t, "release counted", func() bool { return gather()["fabric_ingest_released_total,reason=unknown_group"] == 1 })
+	got := gather()
 	for key, want := range map[string]float64{
 		"fabric_ingest_inputs_total,category=,class=application,status=queued,transport=http":                1,
 		"fabric_ingest_inputs_total,category=unknown_group,class=application,status=rejected,transport=http": 1,

@@ -363,9 +363,9 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 	type entry struct {
 		in   *input
 		prev *latest
-		pub  pending
 	}
 	batch := make([]entry, 0, len(ins))
+	msgs := make([]*nats.Msg, 0, len(ins))
 	first := make(map[[sha256.Size]byte]bool, len(ins))
 	for _, in := range ins {
 		prev := prevs[in.id]
@@ -378,11 +378,16 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 		if err != nil {
 			return err
 		}
-		batch = append(batch, entry{in: in, prev: prev, pub: publishAsync(s.js, m)})
+		batch = append(batch, entry{in: in, prev: prev})
+		msgs = append(msgs, m)
+	}
+	results, err := s.pub.publish(ctx, s.js, msgs)
+	if err != nil {
+		return err
 	}
 	var recs []pending
-	for _, e := range batch {
-		r := e.pub.await(ctx, s.js)
+	for i, e := range batch {
+		r := results[i]
 		switch {
 		case isWrongLast(r.err):
 			e.in.settle(stepDone, schema.StatusRejected, schema.CategoryDuplicate)

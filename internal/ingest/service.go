@@ -23,6 +23,7 @@ type Service struct {
 	log     *slog.Logger
 	m       *metrics
 	js      jetstream.JetStream
+	pub     *batchPublisher // the inputs' writes
 	dir     *directory
 	retry   *retrier
 	limiter *tenantLimiter
@@ -64,6 +65,7 @@ func New(cfg Config) (*Service, error) {
 		log:      cfg.Logger,
 		m:        m,
 		js:       js,
+		pub:      newBatchPublisher(cfg.Conn),
 		dir:      newDirectory(),
 		retry:    newRetrier(),
 		limiter:  newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
@@ -121,6 +123,12 @@ func (s *Service) Start(ctx context.Context) error {
 		stop()
 		return fmt.Errorf("ingest: watch %s: %w", bucketGroups, err)
 	}
+	if err := s.pub.start(); err != nil {
+		_ = kw.Stop()
+		_ = gw.Stop()
+		stop()
+		return fmt.Errorf("ingest: %w", err)
+	}
 	s.bg.Add(3)
 	go func() { defer s.bg.Done(); s.watchKV(runCtx, kw, s.applyGroupKeys, keysReady) }()
 	go func() { defer s.bg.Done(); s.watchKV(runCtx, gw, s.applyGroup, groupsReady) }()
@@ -152,6 +160,7 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) halt() {
 	s.stop()
 	s.bg.Wait()
+	s.pub.stop()
 }
 
 // Ready reports whether the worker takes input: started and not draining.
