@@ -508,6 +508,7 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if !ok {
 		return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotApplication)
 	}
+	s.changes++ // the ratchet may advance even when decryption then fails
 	pt, aad, leaf, err := s.g.ReceiveApplicationMessage(pm)
 	if err != nil {
 		return nil, classifyMLSGoError(op, err)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -164,4 +165,33 @@ func FuzzRestore(f *testing.F) {
 			t.Fatalf("restored state does not restore again: %v", err)
 		}
 	})
+}
+
+// TestChangesTrackSnapshot: a State whose change count is unchanged
+// snapshots to the same bytes (what callers caching snapshots rely on), and
+// every decryption, even one that fails, counts as a change.
+func TestChangesTrackSnapshot(t *testing.T) {
+	w := newWorld(t)
+	before := must[[]byte](t)(w.state.Snapshot())
+	n := w.state.Changes()
+	upd := must[testpeer.Message](t)(w.alice.Commit())
+	if _, _, err := w.state.ProcessHandshake(upd.MLS); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.state.GroupEventKey(); err != nil {
+		t.Fatal(err)
+	}
+	if w.state.Changes() != n || !slices.Equal(must[[]byte](t)(w.state.Snapshot()), before) {
+		t.Fatal("a non-mutating call changed the state or its count")
+	}
+	msg := must[testpeer.Message](t)(w.bob.SendText("hi"))
+	if _, err := w.state.Decrypt(msg.MLS); err != nil {
+		t.Fatal(err)
+	}
+	if w.state.Changes() != n+1 || slices.Equal(must[[]byte](t)(w.state.Snapshot()), before) {
+		t.Fatal("a decryption advanced the ratchet without counting a change")
+	}
+	if _, err := w.state.Decrypt(msg.MLS); err == nil || w.state.Changes() != n+2 {
+		t.Fatalf("a failed decryption was not counted: %v, %d changes", err, w.state.Changes()-n)
+	}
 }

@@ -27,7 +27,15 @@ const (
 // tree in place. A State is not safe for concurrent use.
 type State struct {
 	g *group.Group
+	// changes counts in-place mutations (see [State.Changes]).
+	changes uint64
 }
+
+// Changes counts the calls that may have changed s in place (every
+// [State.Decrypt] that reached the secret tree, successful or not). Equal
+// counts mean s still serializes to what an earlier [State.Snapshot]
+// returned, so a caller may reuse those bytes instead of re-encoding.
+func (s *State) Changes() uint64 { return s.changes }
 
 // Member is one leaf of a group.
 type Member struct {
