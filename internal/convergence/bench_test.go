@@ -115,3 +115,62 @@ func BenchmarkCompare(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAdmitMarshalAfter measures what a caller pays per app message in
+// a long epoch: Admit one message to a 50-member group that already holds K
+// delivered messages of the same epoch, then Marshal the whole group (what
+// internal/converge persists every transaction). at=anchor is an epoch with
+// no commit since the join; at=above-anchor follows a commit, so the
+// messages may still be withdrawn and keep their payloads. marshal-B/op is
+// the size of the persisted bytes at the end.
+//
+//	go test -run '^$' -bench AdmitMarshalAfter -benchtime 100x -count 3 ./internal/convergence/
+func BenchmarkAdmitMarshalAfter(b *testing.B) {
+	ag, joined := bigGroup(b)
+	for _, at := range []string{"anchor", "above-anchor"} {
+		for _, k := range []int{100, 1000, 5000} {
+			b.Run(fmt.Sprintf("at=%s/K=%d", at, k), func(b *testing.B) {
+				st := must[*engine.State](b)(joined.Clone())
+				send := clone(b, ag)
+				g := must[*Group](b)(New(V1, st))
+				if at == "above-anchor" {
+					admit(b, g, t0, commit(b, send))
+					if r := settle(b, g); len(r.Applied) != 1 {
+						b.Fatal("the commit was not applied")
+					}
+				}
+				for range k {
+					if r, err := g.Admit(input(text(b, send, "earlier")), t0); err != nil || len(r.Delivered) != 1 {
+						b.Fatalf("not delivered: %v", err)
+					}
+				}
+				if _, err := g.Marshal(); err != nil {
+					b.Fatal(err)
+				}
+				var msgs []Input
+				size := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					if len(msgs) == 0 {
+						b.StopTimer()
+						for range 256 {
+							msgs = append(msgs, input(text(b, send, "hello")))
+						}
+						b.StartTimer()
+					}
+					in := msgs[0]
+					msgs = msgs[1:]
+					if r, err := g.Admit(in, t0); err != nil || len(r.Delivered) != 1 {
+						b.Fatalf("not delivered: %v", err)
+					}
+					raw, err := g.Marshal()
+					if err != nil {
+						b.Fatal(err)
+					}
+					size = len(raw)
+				}
+				b.ReportMetric(float64(size), "marshal-B/op")
+			})
+		}
+	}
+}

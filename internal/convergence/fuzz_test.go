@@ -3,6 +3,8 @@ package convergence
 import (
 	"errors"
 	"testing"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // FuzzUnmarshal: persisted bytes from storage never panic the decoder; they
@@ -15,7 +17,15 @@ func FuzzUnmarshal(f *testing.F) {
 	admit(f, g, t0, x...)
 	settle(f, g)
 	admit(f, g, t0.Add(10e9), y...)
-	for _, seed := range []*Group{w.fresh(), g} {
+	// Settled inputs in chunks: app messages delivered at the anchor and a
+	// rejected input.
+	settled := w.fresh()
+	sender := clone(f, w.alice)
+	admit(f, settled, t0, text(f, sender, "one"), text(f, sender, "two"))
+	if _, err := settled.Admit(Input{ID: idFor([]byte{1}), Class: schema.ClassApplication, Data: []byte{1}}, t0); err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []*Group{w.fresh(), g, settled} {
 		b, err := seed.Marshal()
 		if err != nil {
 			f.Fatal(err)

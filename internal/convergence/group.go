@@ -116,6 +116,10 @@ type node struct {
 	// witnesses are the distinct sender identities of valid app payloads
 	// that decrypt at this node.
 	witnesses map[string]bool
+	// snap is state's last snapshot, taken when state had snapAt changes
+	// (engine.State.Changes): Marshal reuses it while nothing decrypted here.
+	snap   []byte
+	snapAt uint64
 }
 
 // record is one admitted input and its current outcome.
@@ -132,6 +136,7 @@ type record struct {
 	delivered bool
 	terminal  bool // rejected or stale for good; never retried
 	queued    bool // admitted after a cutoff, not yet processed
+	frozen    bool // settled: held in a chunk, not in Group.live
 }
 
 // pass is an open convergence pass.
@@ -159,7 +164,10 @@ type Group struct {
 	root      *node // the retained anchor
 	tip       *node // the canonical tip
 	inputs    map[ID]*record
-	queue     []ID // admitted after the cutoff, in admission order
+	live      map[ID]*record // the inputs not settled
+	chunks    []*chunk       // the settled inputs, in the order they settled
+	queue     []ID           // admitted after the cutoff, in admission order
+	size      int            // of the last Marshal
 	lifecycle Lifecycle
 	pass      *pass
 }
@@ -180,6 +188,7 @@ func New(p Policy, canonical *engine.State) (*Group, error) {
 		root:      root,
 		tip:       root,
 		inputs:    map[ID]*record{},
+		live:      map[ID]*record{},
 		lifecycle: Stable,
 	}, nil
 }
@@ -264,6 +273,7 @@ func (g *Group) Admit(in Input, now time.Time) (Result, error) {
 	r := &record{in: Input{ID: in.ID, Class: in.Class, Data: slices.Clone(in.Data)}}
 	r.out = Outcome{ID: in.ID, Class: in.Class}
 	g.inputs[in.ID] = r
+	g.live[in.ID] = r
 	if g.lifecycle == Unrecoverable || (g.pass != nil && g.pass.frozen) {
 		r.queued = true
 		g.queue = append(g.queue, in.ID)
@@ -310,7 +320,7 @@ func (g *Group) try(r *record, now time.Time, res *Result) bool {
 func (g *Group) retry(now time.Time, res *Result) {
 	for progress := true; progress; {
 		progress = false
-		for _, r := range g.sortedRecords() {
+		for _, r := range g.sortedLive() {
 			if r.terminal || r.queued || r.hasNode || r.out.Disposition != schema.DispositionDeferred || !r.hasEp {
 				continue
 			}
@@ -486,6 +496,9 @@ func (g *Group) tryApp(r *record, now time.Time, res *Result) {
 		}
 		r.node, r.hasNode = n.id, true
 		r.sender, r.payload = app.Sender, app.Payload
+		// A message decrypts on one branch only, once: its bytes are never
+		// needed again.
+		r.in.Data = nil
 		counted := n.witnesses[app.Sender.InboxID] || len(n.witnesses) >= g.policy.WitnessQuorumSendersPerEpoch
 		n.witnesses[app.Sender.InboxID] = true
 		if !counted && !g.canonical(n) {
@@ -533,6 +546,7 @@ func (g *Group) decideApp(r *record, res *Result) {
 			res.Delivered = append(res.Delivered, Delivery{ID: r.in.ID, Epoch: r.epoch, Sender: r.sender, Payload: slices.Clone(r.payload)})
 		}
 	}
+	g.freezeIfSettled(r)
 }
 
 // relevant records selection-relevant input: it opens a pass, or restarts
@@ -598,8 +612,13 @@ func (g *Group) sortedNodes() []*node {
 	return out
 }
 
-func (g *Group) sortedRecords() []*record {
-	out := slices.Collect(maps.Values(g.inputs))
+func (g *Group) sortedRecords() []*record { return sortByID(slices.Collect(maps.Values(g.inputs))) }
+
+// sortedLive returns the inputs not settled, by id: the only ones a retry,
+// a redecision or Marshal's live list has to look at.
+func (g *Group) sortedLive() []*record { return sortByID(slices.Collect(maps.Values(g.live))) }
+
+func sortByID(out []*record) []*record {
 	slices.SortFunc(out, func(a, b *record) int { return bytes.Compare(a.in.ID[:], b.in.ID[:]) })
 	return out
 }
@@ -621,6 +640,7 @@ func (g *Group) reject(r *record, c schema.Category, res *Result) {
 	r.terminal = true
 	r.in.Data = nil
 	g.set(r, "", c, "", res)
+	g.freezeIfSettled(r)
 }
 
 func (g *Group) stale(r *record, named schema.NamedOutcome, res *Result) {
@@ -628,6 +648,7 @@ func (g *Group) stale(r *record, named schema.NamedOutcome, res *Result) {
 	r.in.Data = nil
 	r.payload = nil
 	g.set(r, schema.DispositionStale, schema.CategoryStaleEpoch, named, res)
+	g.freezeIfSettled(r)
 }
 
 // identify reports whether n's epoch secrets authenticate msg (its

@@ -73,6 +73,9 @@ func (g *Group) Apply(c Cutoff, now time.Time) (Result, error) {
 		})
 	}
 	g.tip = best
+	if len(res.Superseded) > 0 {
+		g.rechunk()
+	}
 	g.pass = nil
 	if g.lifecycle == Recovering {
 		g.lifecycle = Stable
@@ -141,7 +144,7 @@ func (g *Group) redecide(res *Result) {
 			consumed[id] = true
 		}
 	}
-	for _, r := range g.sortedRecords() {
+	for _, r := range g.sortedLive() {
 		if r.terminal || r.queued || !r.hasNode {
 			continue
 		}
@@ -229,4 +232,5 @@ func (g *Group) prune(res *Result) {
 			delete(g.inputs, id)
 		}
 	}
+	g.rechunk()
 }

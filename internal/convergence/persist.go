@@ -12,23 +12,55 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// persistVersion is the version of the Marshal format.
-const persistVersion = 1
+// persistVersion is the version of the Marshal format. Version 2 holds
+// settled inputs in chunks (pSettled); Unmarshal still reads version 1,
+// which holds every input in Inputs.
+const persistVersion = 2
 
 // persisted is everything a restart needs (Marmot durability.md): the
-// retained candidate states, every admitted input with its bytes, its
-// dependencies and its live disposition, the lifecycle, and the open or
-// frozen pass with its batch membership.
+// retained candidate states, every admitted input with its bytes (until
+// it no longer needs them), its dependencies and its live disposition, the
+// lifecycle, and the open or frozen pass with its batch membership.
 type persisted struct {
-	V         int           `msgpack:"v"`
-	Lifecycle Lifecycle     `msgpack:"lifecycle"`
-	Root      []byte        `msgpack:"root"`
-	Tip       []byte        `msgpack:"tip"`
-	Nodes     []pNode       `msgpack:"nodes"`
-	Inputs    []pInput      `msgpack:"inputs"`
-	Queue     [][]byte      `msgpack:"queue,omitempty"`
-	Pass      *pPass        `msgpack:"pass,omitempty"`
-	Policy    pPolicyMarker `msgpack:"policy"`
+	V         int                  `msgpack:"v"`
+	Lifecycle Lifecycle            `msgpack:"lifecycle"`
+	Root      []byte               `msgpack:"root"`
+	Tip       []byte               `msgpack:"tip"`
+	Nodes     []pNode              `msgpack:"nodes"`
+	Inputs    []pInput             `msgpack:"inputs"`
+	Settled   []msgpack.RawMessage `msgpack:"settled,omitempty"` // each a pSettled
+	Queue     [][]byte             `msgpack:"queue,omitempty"`
+	Pass      *pPass               `msgpack:"pass,omitempty"`
+	Policy    pPolicyMarker        `msgpack:"policy"`
+}
+
+// pSettled is one chunk of settled inputs: their shared fields once, then
+// their ids, 32 bytes each, and for messages delivered above the anchor
+// their payloads and senders by index (From[i] indexes Senders, the
+// chunk's distinct senders: at most chunkCap). Its encoding is cached
+// until an input joins it, so an epoch's delivered messages are not
+// encoded again every time.
+type pSettled struct {
+	Class       schema.InputClass   `msgpack:"class"`
+	Epoch       uint64              `msgpack:"epoch"`
+	HasEpoch    bool                `msgpack:"has_epoch,omitempty"`
+	Disposition schema.Disposition  `msgpack:"disposition,omitempty"`
+	Category    schema.Category     `msgpack:"category,omitempty"`
+	Named       schema.NamedOutcome `msgpack:"named,omitempty"`
+	Node        []byte              `msgpack:"node,omitempty"`
+	Delivered   bool                `msgpack:"delivered,omitempty"`
+	Terminal    bool                `msgpack:"terminal,omitempty"`
+	IDs         []byte              `msgpack:"ids"`
+	Senders     []pSender           `msgpack:"senders,omitempty"`
+	From        []byte              `msgpack:"from,omitempty"`
+	Payloads    [][]byte            `msgpack:"payloads,omitempty"`
+}
+
+// pSender is an engine.Member.
+type pSender struct {
+	Leaf  uint32 `msgpack:"leaf"`
+	Inbox string `msgpack:"inbox"`
+	Key   []byte `msgpack:"key"`
 }
 
 // pPolicyMarker records the policy values so a restore under another
@@ -89,7 +121,11 @@ func (p Policy) marker() pPolicyMarker {
 // Marshal serializes the group for durable storage. The bytes hold MLS
 // epoch secrets, private keys and decrypted payloads: the caller seals them
 // (engine.Vault.SealState) before they leave the process. The encoding is
-// deterministic for a given state.
+// deterministic for a given state. Marshal reuses what has not changed
+// since it last ran: the snapshot of each retained state nothing decrypted
+// at, and the encoding of each chunk of settled inputs nothing joined, so
+// its work does not grow with the messages an epoch has seen beyond
+// copying their persisted form.
 func (g *Group) Marshal() ([]byte, error) {
 	p := persisted{V: persistVersion, Lifecycle: g.lifecycle, Root: g.root.id[:], Tip: g.tip.id[:], Policy: g.policy.marker()}
 	for _, n := range g.sortedNodes() {
@@ -98,11 +134,14 @@ func (g *Group) Marshal() ([]byte, error) {
 			pn.Parent = n.parent.id[:]
 		}
 		if n.state != nil {
-			b, err := n.state.Snapshot()
-			if err != nil {
-				return nil, fmt.Errorf("convergence: marshal: %w", err)
+			if n.snap == nil || n.snapAt != n.state.Changes() {
+				b, err := n.state.Snapshot()
+				if err != nil {
+					return nil, fmt.Errorf("convergence: marshal: %w", err)
+				}
+				n.snap, n.snapAt = b, n.state.Changes()
 			}
-			pn.State = b
+			pn.State = n.snap
 		}
 		for _, c := range n.consumed {
 			pn.Consumed = append(pn.Consumed, c[:])
@@ -114,7 +153,7 @@ func (g *Group) Marshal() ([]byte, error) {
 		pn.Witnesses = sortedKeys(n.witnesses)
 		p.Nodes = append(p.Nodes, pn)
 	}
-	for _, r := range g.sortedRecords() {
+	for _, r := range g.sortedLive() {
 		pi := pInput{
 			ID: r.in.ID[:], Class: r.in.Class, Data: r.in.Data, Epoch: r.epoch, HasEpoch: r.hasEp,
 			Disposition: r.out.Disposition, Category: r.out.Category, Named: r.out.NamedOutcome,
@@ -126,6 +165,16 @@ func (g *Group) Marshal() ([]byte, error) {
 		}
 		p.Inputs = append(p.Inputs, pi)
 	}
+	for _, c := range g.chunks {
+		if c.enc == nil {
+			b, err := c.encode()
+			if err != nil {
+				return nil, err
+			}
+			c.enc = b
+		}
+		p.Settled = append(p.Settled, c.enc)
+	}
 	for _, id := range g.queue {
 		p.Queue = append(p.Queue, id[:])
 	}
@@ -136,9 +185,42 @@ func (g *Group) Marshal() ([]byte, error) {
 		}
 		p.Pass = pp
 	}
-	b, err := msgpack.Marshal(&p)
-	if err != nil {
+	// Sized like the last result: the bytes are copied once, not regrown.
+	var buf bytes.Buffer
+	buf.Grow(g.size + g.size/8)
+	if err := msgpack.NewEncoder(&buf).Encode(&p); err != nil {
 		return nil, fmt.Errorf("convergence: marshal: %w", err)
+	}
+	g.size = buf.Len()
+	return buf.Bytes(), nil
+}
+
+func (c *chunk) encode() ([]byte, error) {
+	f := c.fixed
+	ps := pSettled{
+		Class: f.class, Epoch: f.epoch, HasEpoch: f.hasEp, Disposition: f.out.Disposition, Category: f.out.Category, Named: f.out.NamedOutcome,
+		Delivered: f.delivered, Terminal: f.terminal, IDs: make([]byte, 0, len(c.ids)*len(ID{})),
+	}
+	if f.hasNode {
+		ps.Node = f.node[:]
+	}
+	for _, id := range c.ids {
+		ps.IDs = append(ps.IDs, id[:]...)
+	}
+	for i, m := range c.senders {
+		at := slices.IndexFunc(ps.Senders, func(s pSender) bool {
+			return s.Leaf == m.Leaf && s.Inbox == m.InboxID && bytes.Equal(s.Key, m.InstallationKey)
+		})
+		if at < 0 {
+			at = len(ps.Senders)
+			ps.Senders = append(ps.Senders, pSender{Leaf: m.Leaf, Inbox: m.InboxID, Key: m.InstallationKey})
+		}
+		ps.From = append(ps.From, byte(at))
+		ps.Payloads = append(ps.Payloads, c.payloads[i])
+	}
+	b, err := msgpack.Marshal(&ps)
+	if err != nil {
+		return nil, fmt.Errorf("convergence: marshal settled inputs: %w", err)
 	}
 	return b, nil
 }
@@ -174,7 +256,7 @@ func Unmarshal(p Policy, b []byte) (g *Group, err error) {
 	if rd.Len() != 0 {
 		return nil, fmt.Errorf("%w: trailing bytes", ErrCorrupt)
 	}
-	if in.V != persistVersion {
+	if in.V != persistVersion && (in.V != 1 || in.Settled != nil) {
 		return nil, fmt.Errorf("%w: version %d", ErrCorrupt, in.V)
 	}
 	if in.Policy != p.marker() {
@@ -185,7 +267,7 @@ func Unmarshal(p Policy, b []byte) (g *Group, err error) {
 	default:
 		return nil, fmt.Errorf("%w: lifecycle", ErrCorrupt)
 	}
-	g = &Group{policy: p, nodes: map[ID]*node{}, inputs: map[ID]*record{}, lifecycle: in.Lifecycle}
+	g = &Group{policy: p, nodes: map[ID]*node{}, inputs: map[ID]*record{}, live: map[ID]*record{}, lifecycle: in.Lifecycle}
 	var lost []*node
 	parents := map[ID]ID{}
 	for _, pn := range in.Nodes {
@@ -200,6 +282,8 @@ func Unmarshal(p Policy, b []byte) (g *Group, err error) {
 				lost = append(lost, n)
 			} else if st.Epoch() != pn.Epoch {
 				return nil, fmt.Errorf("%w: node epoch", ErrCorrupt)
+			} else {
+				n.snap, n.snapAt = slices.Clone(pn.State), st.Changes()
 			}
 			n.state = st
 		}
@@ -254,7 +338,19 @@ func Unmarshal(p Policy, b []byte) (g *Group, err error) {
 		if err != nil {
 			return nil, err
 		}
+		if in.V != 1 && g.settled(r) {
+			return nil, fmt.Errorf("%w: settled input stored live", ErrCorrupt)
+		}
 		g.inputs[r.in.ID] = r
+		g.live[r.in.ID] = r
+	}
+	for _, raw := range in.Settled {
+		if err := g.restoreChunk(raw); err != nil {
+			return nil, err
+		}
+	}
+	if in.V == 1 {
+		g.rechunk()
 	}
 	for _, q := range in.Queue {
 		id, ok := toID(q)
@@ -306,10 +402,61 @@ func (g *Group) restoreInput(pi pInput) (*record, error) {
 		}
 		r.node, r.hasNode = nid, true
 	}
-	if !r.terminal && r.in.Data == nil {
+	// A decrypted app message (placed at its node) needs no bytes again.
+	if !r.terminal && r.in.Data == nil && (r.in.Class != schema.ClassApplication || !r.hasNode) {
 		return nil, fmt.Errorf("%w: live input without bytes", ErrCorrupt)
 	}
 	return r, nil
+}
+
+// restoreChunk restores one chunk of settled inputs as Marshal wrote it, so
+// its cached encoding stays valid.
+func (g *Group) restoreChunk(raw []byte) error {
+	var ps pSettled
+	dec := msgpack.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields(true)
+	if err := dec.Decode(&ps); err != nil {
+		return fmt.Errorf("%w: settled inputs: %v", ErrCorrupt, err)
+	}
+	n := len(ps.IDs) / len(ID{})
+	if n == 0 || n > chunkCap || len(ps.IDs)%len(ID{}) != 0 || len(ps.Payloads) != len(ps.From) || len(ps.Senders) > len(ps.From) {
+		return fmt.Errorf("%w: settled ids", ErrCorrupt)
+	}
+	c := &chunk{enc: slices.Clone(raw)}
+	for i := range n {
+		pi := pInput{
+			ID: ps.IDs[i*len(ID{}) : (i+1)*len(ID{})], Class: ps.Class, Epoch: ps.Epoch, HasEpoch: ps.HasEpoch,
+			Disposition: ps.Disposition, Category: ps.Category, Named: ps.Named, Node: ps.Node,
+			Delivered: ps.Delivered, Terminal: ps.Terminal,
+		}
+		r, err := g.restoreInput(pi)
+		if err != nil {
+			return err
+		}
+		if !g.settled(r) {
+			return fmt.Errorf("%w: unsettled input stored settled", ErrCorrupt)
+		}
+		want := 0
+		if g.rewindable(r) {
+			want = n
+		}
+		if len(ps.From) != want || (want > 0 && int(ps.From[i]) >= len(ps.Senders)) {
+			return fmt.Errorf("%w: settled senders", ErrCorrupt)
+		}
+		if want > 0 {
+			s := ps.Senders[ps.From[i]]
+			r.sender, r.payload = engine.Member{Leaf: s.Leaf, InboxID: s.Inbox, InstallationKey: s.Key}, ps.Payloads[i]
+			c.senders, c.payloads = append(c.senders, r.sender), append(c.payloads, r.payload)
+		}
+		r.frozen = true
+		if i == 0 {
+			c.fixed = fixedOf(r)
+		}
+		c.ids = append(c.ids, r.in.ID)
+		g.inputs[r.in.ID] = r
+	}
+	g.chunks = append(g.chunks, c)
+	return nil
 }
 
 // reaches reports whether from descends from to.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -112,4 +114,184 @@ func TestUnmarshalRejectsDamage(t *testing.T) {
 	if _, err := Unmarshal(other, b); !errors.Is(err, ErrCorrupt) {
 		t.Fatal("restored under another policy")
 	}
+}
+
+// restarted persists g and restores it, checking that the restored group
+// persists to the same bytes and that exactly the settled inputs are held
+// in chunks.
+func restarted(t testing.TB, g *Group) *Group {
+	t.Helper()
+	checkSettled(t, g)
+	b := must[[]byte](t)(g.Marshal())
+	r := must[*Group](t)(Unmarshal(V1, b))
+	checkSettled(t, r)
+	if !bytes.Equal(must[[]byte](t)(r.Marshal()), b) {
+		t.Fatal("a restored group persists to other bytes")
+	}
+	return r
+}
+
+// checkSettled: an input is in a chunk exactly when it has settled, and in
+// the live set otherwise.
+func checkSettled(t testing.TB, g *Group) {
+	t.Helper()
+	inChunks := map[ID]bool{}
+	for _, c := range g.chunks {
+		for _, id := range c.ids {
+			inChunks[id] = true
+		}
+	}
+	for id, r := range g.inputs {
+		if r.frozen != g.settled(r) || inChunks[id] != r.frozen || (g.live[id] != nil) == r.frozen {
+			t.Fatalf("input %x: frozen %v, settled %v, in a chunk %v", id[:4], r.frozen, g.settled(r), inChunks[id])
+		}
+	}
+	if len(inChunks)+len(g.live) != len(g.inputs) {
+		t.Fatal("chunks or live set hold inputs the group does not")
+	}
+}
+
+// TestSettledInputsCompact: app messages delivered at the anchor settle
+// into chunks of ids: the persisted state grows by about an id per message,
+// not by their bytes and payloads; a restart still knows them as accepted
+// duplicates.
+func TestSettledInputsCompact(t *testing.T) {
+	w := newWorld(t)
+	g := w.fresh()
+	sender := clone(t, w.alice)
+	var sent []testpeer.Message
+	size := func() int { return len(must[[]byte](t)(g.Marshal())) }
+	admit(t, g, t0, text(t, sender, "first"))
+	before := size()
+	for range 2 * chunkCap {
+		m := text(t, sender, "a payload of some length, repeated in every message")
+		sent = append(sent, m)
+		if r := admit(t, g, t0, m); len(r.Delivered) != 1 {
+			t.Fatal("not delivered")
+		}
+	}
+	if grew := size() - before; grew > len(sent)*(len(ID{})+1) {
+		t.Fatalf("persisted state grew %d bytes for %d settled messages", grew, len(sent))
+	}
+	g = restarted(t, g)
+	for _, m := range sent {
+		wantOutcome(t, g, m, schema.DispositionAccepted, "", "")
+		if r := must[Result](t)(g.Admit(input(m), t0)); !r.Duplicate {
+			t.Fatal("a settled message is not a duplicate after a restart")
+		}
+	}
+}
+
+// TestReadsVersion1: a state persisted before settled inputs were chunked
+// (every input in Inputs, with its bytes) restores to the same decisions,
+// its settled inputs chunked.
+func TestReadsVersion1(t *testing.T) {
+	w, x, y := crashWorld(t)
+	g := w.fresh()
+	sender := clone(t, w.alice)
+	early := []testpeer.Message{text(t, sender, "one"), text(t, sender, "two")}
+	admit(t, g, t0, early...)
+	admit(t, g, t0, x...)
+	settle(t, g)
+	admit(t, g, t0.Add(10*time.Second), y...)
+	var p persisted
+	if err := msgpack.Unmarshal(must[[]byte](t)(g.Marshal()), &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Settled) == 0 {
+		t.Fatal("no settled inputs to write as version 1")
+	}
+	for _, raw := range p.Settled {
+		var ps pSettled
+		if err := msgpack.Unmarshal(raw, &ps); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(ps.IDs); i += len(ID{}) {
+			p.Inputs = append(p.Inputs, pInput{
+				ID: ps.IDs[i : i+len(ID{})], Class: ps.Class, Epoch: ps.Epoch, HasEpoch: ps.HasEpoch, Disposition: ps.Disposition,
+				Node: ps.Node, Delivered: ps.Delivered, Terminal: ps.Terminal, Data: []byte("version 1 kept the bytes"),
+			})
+		}
+	}
+	p.V, p.Settled = 1, nil
+	v1 := must[*Group](t)(Unmarshal(V1, must[[]byte](t)(msgpack.Marshal(&p))))
+	checkSettled(t, v1)
+	if len(v1.chunks) == 0 {
+		t.Fatal("version 1 inputs were not chunked")
+	}
+	for _, m := range append(early, append(x, y...)...) {
+		want, _ := g.Outcome(idOf(m))
+		if got, ok := v1.Outcome(idOf(m)); !ok || got != want {
+			t.Fatalf("outcome %+v after reading version 1, want %+v", got, want)
+		}
+	}
+	d, _ := g.Deadline()
+	r1 := must[Result](t)(g.Tick(d))
+	r2 := must[Result](t)(v1.Tick(d))
+	wantIDs(t, "withdrawn", r2.Withdrawn, r1.Withdrawn)
+	wantIDs(t, "applied", appliedIDs(r2), appliedIDs(r1))
+	wantIDs(t, "delivered", deliveredIDs(r2), deliveredIDs(r1))
+}
+
+// TestMarshalReusesUnchangedSnapshots: Marshal snapshots again only the
+// retained states a message decrypted at since it last ran.
+func TestMarshalReusesUnchangedSnapshots(t *testing.T) {
+	w, x, _ := crashWorld(t)
+	g := w.fresh()
+	admit(t, g, t0, x...)
+	settle(t, g)
+	must[[]byte](t)(g.Marshal())
+	root, tip := g.root.snap, g.tip.snap
+	if r := admit(t, g, t0.Add(10*time.Second), text(t, w.carol, "at the tip")); len(r.Delivered) != 1 {
+		t.Fatal("not delivered")
+	}
+	must[[]byte](t)(g.Marshal())
+	if &g.root.snap[0] != &root[0] {
+		t.Fatal("an unchanged state was snapshotted again")
+	}
+	if &g.tip.snap[0] == &tip[0] || bytes.Equal(g.tip.snap, tip) {
+		t.Fatal("the state a message decrypted at kept its old snapshot")
+	}
+}
+
+// TestSettledMessageWithdrawnAndDeliveredAgain: a message delivered above
+// the anchor is settled, yet a later winner withdraws it, and when its
+// branch wins again it is delivered again with the same payload and
+// sender; a restart at every step changes none of it.
+func TestSettledMessageWithdrawnAndDeliveredAgain(t *testing.T) {
+	w := newWorld(t)
+	a := clone(t, w.alice)
+	x1 := commit(t, w.bob)
+	w.deliverPeers(x1, w.carol)
+	xw := text(t, w.carol, "on x")
+	y1, y2 := commit(t, a), commit(t, a)
+	x2 := commit(t, w.bob)
+	w.deliverPeers(x2, w.carol)
+	x3 := commit(t, w.bob)
+
+	g := w.fresh()
+	admit(t, g, t0, x1)
+	settle(t, g)
+	first := admit(t, g, t0.Add(10*time.Second), xw)
+	wantIDs(t, "delivered", deliveredIDs(first), ids(xw))
+	if r := g.inputs[idOf(xw)]; !r.frozen || r.payload == nil {
+		t.Fatal("a message delivered above the anchor is not settled with its payload")
+	}
+	g = restarted(t, g)
+
+	admit(t, g, t0.Add(20*time.Second), y1, y2)
+	r := settle(t, g)
+	wantIDs(t, "withdrawn", r.Withdrawn, ids(xw))
+	wantOutcome(t, g, xw, schema.DispositionInvalidated, "", "")
+	g = restarted(t, g)
+
+	admit(t, g, t0.Add(30*time.Second), x2, x3)
+	r = settle(t, g)
+	wantIDs(t, "applied", appliedIDs(r), ids(x1, x2, x3))
+	wantIDs(t, "delivered again", deliveredIDs(r), ids(xw))
+	if d, f := r.Delivered[0], first.Delivered[0]; !bytes.Equal(d.Payload, f.Payload) || d.Sender.InboxID != f.Sender.InboxID || !bytes.Equal(d.Sender.InstallationKey, f.Sender.InstallationKey) {
+		t.Fatal("delivered again with another payload or sender")
+	}
+	g = restarted(t, g)
+	wantOutcome(t, g, xw, schema.DispositionAccepted, "", "")
 }
