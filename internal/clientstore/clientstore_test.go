@@ -6,9 +6,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -703,5 +705,56 @@ func TestMetricsCountEventsAndRefusals(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("unauthenticated")); got != 1 {
 		t.Errorf("refusals: %v", got)
+	}
+}
+
+// A KeyPackage a stored join used is retired (Marmot joining.md steps
+// 11–12): its private keys leave the sealed installation and its index
+// entry goes; the others stay; doing it again changes nothing.
+func TestConsumeKeyPackageRetiresOnlyThatOne(t *testing.T) {
+	e := newEnv(t)
+	s, srv := e.store()
+	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(3)})
+	var ans KeyPackagesAnswer
+	if status, raw := do(t, http.MethodPost, clientURL(srv.URL, tenant, ci.ClientID)+"/key-packages", adminToken(t, tenant), KeyPackagesRequest{Count: 2}, &ans); status != http.StatusOK {
+		t.Fatalf("key-packages: %d %s", status, raw)
+	}
+	used, err := engine.KeyPackageRef(ans.KeyPackages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := engine.KeyPackageRef(ans.KeyPackages[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, ci.ClientID, used); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Lookup(ctx, tenant, ci.ClientID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := e.vault.Open(rec.Installation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := inst.KeyPackageMessage(used); ok {
+			t.Fatal("the used KeyPackage's keys are still in the installation")
+		}
+		if _, ok := inst.KeyPackageMessage(kept); !ok {
+			t.Fatal("another KeyPackage was retired too")
+		}
+		if _, err := LookupKeyPackage(ctx, s.Clients(), tenant, hex.EncodeToString(used)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("used KeyPackage still indexed: %v", err)
+		}
+		if id, err := LookupKeyPackage(ctx, s.Clients(), tenant, hex.EncodeToString(kept)); err != nil || id != ci.ClientID {
+			t.Fatalf("kept KeyPackage index: %q %v", id, err)
+		}
+	}
+	// A client that is gone has nothing to retire.
+	if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, strings.Repeat("ab", 32), used); err != nil {
+		t.Fatalf("unknown client: %v", err)
 	}
 }

@@ -81,7 +81,7 @@ func (w *Worker) newTxn(tenant string, g *loadedGroup) *txn {
 // and events. Nothing it writes is current until the checkpoint commits;
 // it returns the keys it wrote, so a failed commit can remove them.
 func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []eventbus.Event, []string, error) {
-	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: t.name, Members: map[string]string{}, Outcomes: t.notes, Worker: w.cfg.WorkerID}
+	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: t.name, Members: map[string]string{}, Outcomes: t.notes, Consumed: t.consumed, Worker: w.cfg.WorkerID}
 	if t.inputSeq != 0 {
 		next.InputSeq = t.inputSeq
 	}
@@ -241,7 +241,22 @@ func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup,
 	if t.groupChanged && err == nil {
 		err = w.publishGroup(ctx, g.tenant, g.groupHex, t.g, ckSeq)
 	}
+	if err == nil {
+		err = w.consumeKeyPackages(ctx, g.tenant, next.Consumed)
+	}
 	return ow, err
+}
+
+// consumeKeyPackages retires the KeyPackages a stored transaction's joins
+// used (Marmot joining.md steps 11–12). An error leaves the input not
+// done: its retry finds them in the checkpoint and retires them again.
+func (w *Worker) consumeKeyPackages(ctx context.Context, tenant string, kps []consumedKeyPackage) error {
+	for _, kp := range kps {
+		if err := w.dir.consumeKeyPackage(ctx, tenant, kp.ClientID, kp.Ref); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // afterCommit does what follows a committed batch except the outcome records and

@@ -3,15 +3,29 @@ package converge
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/engine"
 )
 
-// kvDirectory finds hosted clients in fabric-clients.
+// kvDirectory finds hosted clients in fabric-clients, and retires the
+// KeyPackages their joins used.
 type kvDirectory struct {
-	kv jetstream.KeyValue
+	kv    jetstream.KeyValue
+	vault *engine.Vault // nil without EngineMLS: nothing to retire
+}
+
+func (d kvDirectory) consumeKeyPackage(ctx context.Context, tenant, clientID string, ref []byte) error {
+	if d.vault == nil {
+		return nil
+	}
+	if err := clientstore.ConsumeKeyPackage(ctx, d.kv, d.vault, tenant, clientID, ref); err != nil {
+		return fmt.Errorf("retire key package: %w", err)
+	}
+	return nil
 }
 
 func (d kvDirectory) ByKeyPackage(ctx context.Context, tenant, refHex string) (string, bool, error) {

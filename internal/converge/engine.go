@@ -57,7 +57,7 @@ func (e EngineMLS) Join(_ context.Context, c Client, welcome []byte) (MemberStat
 	if err != nil {
 		return nil, Joined{}, err
 	}
-	return &engineState{st: st, vault: e.Vault}, Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID}, nil
+	return &engineState{st: st, vault: e.Vault}, Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef}, nil
 }
 
 // Restore opens a sealed snapshot.

@@ -47,8 +47,18 @@ type checkpoint struct {
 	// published after the batch; a retry finds them here and republishes
 	// them under the same Nats-Msg-Id.
 	Outcomes []outcomeNote `msgpack:"outcomes,omitempty"`
+	// Consumed are the KeyPackages this transaction's joins used. They
+	// are retired after the batch (Marmot joining.md steps 11–12); a
+	// retry finds them here and retires them again, which is idempotent.
+	Consumed []consumedKeyPackage `msgpack:"consumed,omitempty"`
 	// Worker is the worker that wrote it (diagnostics only).
 	Worker string `msgpack:"worker"`
+}
+
+// consumedKeyPackage is a KeyPackage of a hosted client a join used.
+type consumedKeyPackage struct {
+	ClientID string `msgpack:"client_id"`
+	Ref      []byte `msgpack:"ref"`
 }
 
 func encodeCheckpoint(c checkpoint) ([]byte, error) {

@@ -48,7 +48,9 @@ type txn struct {
 	events  []emission
 	next    map[string]int // next event index by client and cause
 	notes   []outcomeNote
-	now     int64 // emission time (unix ms), for expiry decisions
+	// consumed are the KeyPackages this transaction's joins used.
+	consumed []consumedKeyPackage
+	now      int64 // emission time (unix ms), for expiry decisions
 	// inputSeq is the stream sequence of the last input applied, 0 for a
 	// transaction of no input (a cleanup pass); name names the
 	// transaction in its checkpoint.
@@ -233,6 +235,9 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 		}
 		t.recordKey(st)
 		t.emit(clientID, in.MessageID, project.Joined(t.g.GroupID, comps, schema.OriginWelcomed, info.AdderInboxID))
+		if info.KeyPackageRef != nil {
+			t.consumed = append(t.consumed, consumedKeyPackage{ClientID: clientID, Ref: info.KeyPackageRef})
+		}
 		joined = true
 	}
 	if !joined {

@@ -39,6 +39,9 @@ type Joined struct {
 	// AdderInboxID is the inbox of the Welcome's author: the GroupInfo
 	// signer (JOIN-025).
 	AdderInboxID string
+	// KeyPackageRef is the KeyPackage the join used, retired once the
+	// join is stored (Marmot joining.md steps 11–12).
+	KeyPackageRef []byte
 }
 
 // MemberState is one hosted member's MLS state of one group.

@@ -403,7 +403,10 @@ func (w *Worker) republish(ctx context.Context, g *loadedGroup) error {
 	if err := w.publishOutcomes(ctx, g.tenant, g.ck.Outcomes); err != nil {
 		return err
 	}
-	return w.publishGroup(ctx, g.tenant, g.groupHex, g.state, g.ckSeq)
+	if err := w.publishGroup(ctx, g.tenant, g.groupHex, g.state, g.ckSeq); err != nil {
+		return err
+	}
+	return w.consumeKeyPackages(ctx, g.tenant, g.ck.Consumed)
 }
 
 // cleanupRounds bounds the transactions one group gets in one cleanup

@@ -255,6 +255,10 @@ func (w *Worker) land(ctx context.Context, part *partition, f *flight) bool {
 			return false
 		}
 	}
+	if err := w.consumeKeyPackages(ctx, f.g.tenant, f.next.Consumed); err != nil {
+		delete(part.groups, key)
+		return false
+	}
 	f.landed = true
 	return true
 }

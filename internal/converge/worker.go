@@ -172,6 +172,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("converge: bucket %s: %w", name, err)
 		}
 	}
+	if e, ok := cfg.MLS.(EngineMLS); ok {
+		w.dir.vault = e.Vault
+	}
 	w.leases = newLeases(w.conv, cfg.WorkerID, cfg.LeaseTTL, cfg.Partitions)
 	w.leases.now = cfg.Now
 	return w, nil
