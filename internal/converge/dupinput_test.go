@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/subject"
@@ -22,12 +21,7 @@ func TestSecondCopyOfMessageIDIsDuplicate(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	e.worker("w1", nil)
-	alice := peer(t, "alice")
-	g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
-	_, welcome, err := g.Invite(h.kps[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, welcome := e.invited(peer(t, "alice"), h)
 	e.publish(welcome)
 	e.waitEvents(h.rec.ClientID, 1)
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/ingest"
@@ -83,6 +84,21 @@ func (e *env) register(account [32]byte, n int) hosted {
 		e.t.Fatal(err)
 	}
 	return hosted{rec: rec, kps: kps}
+}
+
+// invited makes a group administered by admin and a Welcome of h into it,
+// to h's first KeyPackage.
+func (e *env) invited(admin *testpeer.Peer, h hosted) (*testpeer.Group, testpeer.Message) {
+	e.t.Helper()
+	g, err := admin.CreateGroup(components.Set{Admins: []components.AccountID{admin.AccountID()}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	_, welcome, err := g.Invite(h.kps[0])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g, welcome
 }
 
 // publish puts a peer's message onto FABRIC_IN the way ingest does.

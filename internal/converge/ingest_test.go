@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -34,11 +33,7 @@ func TestThroughIngestSealed(t *testing.T) {
 	e.worker("w1", nil)
 
 	alice := peer(t, "alice")
-	g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
-	_, welcome, err := g.Invite(h.kps[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, welcome := e.invited(alice, h)
 	submit := func(m testpeer.Message) ingest.Result {
 		t.Helper()
 		res, err := svc.Submit(e.ctx, tenant, "test", []schema.TransportMessage{m.Transport})

@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/clientstore"
-	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -30,12 +28,7 @@ func TestJoinRetiresItsKeyPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	alice := peer(t, "alice")
-	g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
-	_, welcome, err := g.Invite(h.kps[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, welcome := e.invited(peer(t, "alice"), h)
 	e.publish(welcome)
 	e.waitEvents(h.rec.ClientID, 1)
 	if o := e.settledOutcome(welcome.ID); o.Disposition != schema.DispositionAccepted {
@@ -65,12 +58,7 @@ func TestJoinRetiresItsKeyPackage(t *testing.T) {
 	}
 
 	// Another group invites the same KeyPackage: nobody hosted holds it.
-	carol := peer(t, "carol")
-	g2 := must[*testpeer.Group](t)(carol.CreateGroup(components.Set{Admins: []components.AccountID{carol.AccountID()}}))
-	_, again, err := g2.Invite(h.kps[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, again := e.invited(peer(t, "carol"), h)
 	e.publish(again)
 	if o := e.settledOutcome(again.ID); o.Status != schema.StatusRejected || o.Category != schema.CategoryWrongRecipient {
 		t.Fatalf("second Welcome to a retired KeyPackage: %+v", o)
