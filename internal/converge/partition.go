@@ -180,20 +180,27 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			if carry != nil || !open {
 				return false
 			}
+			var m jetstream.Msg
+			var ok bool
+			// An input already here is taken even when stop is closed.
 			select {
-			case m, ok := <-msgs:
-				if !ok {
-					open = false
+			case m, ok = <-msgs:
+			default:
+				select {
+				case m, ok = <-msgs:
+				case <-stop:
 					return false
 				}
-				if !take(m) {
-					carry = m
-					return false
-				}
-				return true
-			case <-stop:
+			}
+			if !ok {
+				open = false
 				return false
 			}
+			if !take(m) {
+				carry = m
+				return false
+			}
+			return true
 		}
 		for open || carry != nil {
 			first := carry

@@ -64,7 +64,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 		t := w.newTxn(r.tenant, g)
 		from, applied := i, false
 		for i < len(r.ins) || (applied && more()) {
-			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored())) {
+			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored() && i-from >= minPipelineInputs)) {
 				break
 			}
 			used, app, err := w.applyRun(ctx, t, g, r.ins[i:i+1])
@@ -143,6 +143,13 @@ func (w *Worker) inputBudget(t *txn, in input) int {
 // waits until one arrives or stop is closed, and reports whether take took
 // it (a message take refuses is kept for the next batch of the fetch).
 type puller func(take func(jetstream.Msg) bool, stop <-chan struct{}) bool
+
+// minPipelineInputs is how many inputs a pipelined transaction takes, when
+// they are there, before the batch before it being stored cuts it: every
+// transaction writes the state of each member it touched, so a group of
+// many hosted members whose batches store fast would otherwise pay those
+// writes every few inputs.
+const minPipelineInputs = 64
 
 // maxPipelineInputs bounds the inputs of one pipelined transaction. One
 // event per input per member must fit one atomic batch anyway; the bound
