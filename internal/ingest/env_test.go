@@ -258,6 +258,24 @@ func eventually(t testing.TB, what string, cond func() bool) {
 }
 
 // inputs returns every message on FABRIC_IN.
+// wantInputs fails the test unless FABRIC_IN holds n inputs.
+func (e *env) wantInputs(n int) {
+	e.t.Helper()
+	if got := len(e.inputs()); got != n {
+		e.t.Fatalf("FABRIC_IN holds %d messages, want %d", got, n)
+	}
+}
+
+// hostedGroup starts an environment with one worker and a group a hosted
+// client holds.
+func hostedGroup(t *testing.T) (*env, *worker, *testpeer.Group) {
+	t.Helper()
+	e := newEnv(t, envOpts{})
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	return e, e.workers[0], g
+}
+
 func (e *env) inputs() []*jetstream.RawStreamMsg {
 	e.t.Helper()
 	ctx := context.Background()

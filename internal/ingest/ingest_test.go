@@ -23,10 +23,7 @@ import (
 // An application message of a hosted group is queued on the group's input
 // subject with its class and id in headers, and its outcome is recorded.
 func TestQueuedOntoGroupSubject(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	m := text(t, g, "hello")
 
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
@@ -65,10 +62,7 @@ func TestQueuedOntoGroupSubject(t *testing.T) {
 // sealed and in the clear is one input (inbound-processing.md, "Message
 // identity").
 func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	e.setGroupKeys(g.ID(), g)
 	eventually(t, "key set loaded", func() bool {
 		k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(g.ID()))
@@ -82,26 +76,19 @@ func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
 	plain := schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: m.MLS}
 	wantResult(t, w.submitOne(t, plain), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
-	if n := len(e.inputs()); n != 1 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
-	}
+	e.wantInputs(1)
 }
 
 // A second delivery inside the JetStream window is a duplicate and is not
 // published again.
 func TestDuplicateInsideWindow(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	m := text(t, g, "twice")
 	res := w.submit(t, m.Transport, m.Transport)
 	wantResult(t, res[0], m.ID, schema.StatusQueued, "")
 	wantResult(t, res[1], m.ID, schema.StatusRejected, schema.CategoryDuplicate)
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
-	if n := len(e.inputs()); n != 1 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
-	}
+	e.wantInputs(1)
 	// The duplicate did not overwrite the input's own outcome.
 	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
 }
@@ -125,9 +112,7 @@ func TestDuplicateBeyondWindow(t *testing.T) {
 	res = w.submit(t, waiting.Transport, decided.Transport)
 	wantResult(t, res[0], waiting.ID, schema.StatusRejected, schema.CategoryDuplicate)
 	wantResult(t, res[1], decided.ID, schema.StatusRejected, schema.CategoryDuplicate)
-	if n := len(e.inputs()); n != 2 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 2", n)
-	}
+	e.wantInputs(2)
 	w.wantOutcome(t, waiting.ID, schema.StatusQueued, "", schema.ClassApplication)
 	if o, _ := w.outcome(t, decided.ID); o.Disposition != schema.DispositionAccepted {
 		t.Fatalf("converge's record replaced: %s/%s", o.Status, o.Category)
@@ -169,10 +154,7 @@ func (e *env) converged(id []byte, class schema.InputClass) {
 // record: the outcome lookup answers queued from the stored input, and the
 // next delivery is a duplicate that is not published again.
 func TestStoredInputIsItsOwnRecord(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	m := text(t, g, "died before the answer")
 	in := &input{msg: m.Transport}
 	w.svc.prepare(testTenant, in)
@@ -187,19 +169,14 @@ func TestStoredInputIsItsOwnRecord(t *testing.T) {
 		t.Errorf("derived record: revision %d, id match %v", o.Revision, bytes.Equal(o.MessageID, m.ID))
 	}
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryDuplicate)
-	if n := len(e.inputs()); n != 1 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
-	}
+	e.wantInputs(1)
 	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
 }
 
 // An admitted input costs one write: it is on FABRIC_IN, and FABRIC_OUTCOMES
 // holds nothing about it until converge decides.
 func TestAdmittedInputWritesNoRecord(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	m := text(t, g, "one write")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
 	subj, err := subject.Outcome(testTenant, hex.EncodeToString(m.ID))
@@ -209,9 +186,7 @@ func TestAdmittedInputWritesNoRecord(t *testing.T) {
 	if l, err := w.svc.readOutcome(t.Context(), subj); err != nil || l != nil {
 		t.Fatalf("outcome record written on the hot path: %v, %v", l, err)
 	}
-	if n := len(e.inputs()); n != 1 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
-	}
+	e.wantInputs(1)
 	// The lookup finds stored inputs by id only: an id never submitted is
 	// not found.
 	if _, ok := w.outcome(t, bytes.Repeat([]byte{7}, 32)); ok {
@@ -222,10 +197,7 @@ func TestAdmittedInputWritesNoRecord(t *testing.T) {
 // A record written between ingest's read and its write (converge deciding
 // fast, another worker) is not overwritten by the queued record.
 func TestQueuedRecordNeverOverwritesADecision(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	m := text(t, g, "decided first")
 	e.converged(m.ID, schema.ClassApplication)
 	in := &input{msg: m.Transport}
@@ -244,10 +216,7 @@ func TestQueuedRecordNeverOverwritesADecision(t *testing.T) {
 // Bytes that are not an MLSMessage fail closed with invalid_encoding, and
 // so does a sealed payload too short to hold a tag.
 func TestMalformedInput(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	junk := []byte{0x00, 0x01, 0x00}
 	res := w.submit(t,
 		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: junk},
@@ -258,18 +227,13 @@ func TestMalformedInput(t *testing.T) {
 	w.wantOutcome(t, id[:], schema.StatusRejected, schema.CategoryInvalidEncoding, schema.ClassMalformed)
 	short := sha256.Sum256(make([]byte, 20))
 	wantResult(t, res[1], short[:], schema.StatusRejected, schema.CategoryInvalidEncoding)
-	if n := len(e.inputs()); n != 0 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 0", n)
-	}
+	e.wantInputs(0)
 }
 
 // Input of a protocol version or wire format the fabric does not process
 // fails closed with unsupported_required_feature.
 func TestUnsupportedInput(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	_, w, g := hostedGroup(t)
 	m := text(t, g, "v2")
 	v2 := slices.Clone(m.MLS)
 	v2[0], v2[1] = 0x00, 0x02 // protocol version mls20
@@ -410,9 +374,7 @@ func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
 	if n := e.retained(); n != 0 {
 		t.Fatalf("FABRIC_RETAINED holds %d objects, want 0", n)
 	}
-	if n := len(e.inputs()); n != 2 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 2", n)
-	}
+	e.wantInputs(2)
 
 	// A group without a record is still unknown_group after the read.
 	other := newGroup(t)
@@ -470,10 +432,7 @@ func TestWelcomeGoesToHintedGroup(t *testing.T) {
 // and retried when the group's key set changes (inbound-processing.md,
 // "Transport-deferred input").
 func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	stranger := newGroup(t)
 	e.setGroupKeys(g.ID(), stranger) // keys that do not open g's messages
 	key := testTenant + "." + hex.EncodeToString(g.ID())
@@ -516,9 +475,7 @@ func TestRetentionBoundRefuses(t *testing.T) {
 	e.hostGroup(g.ID())
 	eventually(t, "backfill", func() bool { return len(e.inputs()) == 1 })
 	wantResult(t, w.submitOne(t, second.Transport), second.ID, schema.StatusQueued, "")
-	if n := len(e.inputs()); n != 2 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 2", n)
-	}
+	e.wantInputs(2)
 }
 
 // The outcome endpoint answers 404 for an id with no record and 400 for
@@ -590,10 +547,7 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 // A fabric-groups record that names no hosted member leaves the group
 // unknown.
 func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, groupRecord{CheckpointSeq: 2}))
 	key := testTenant + "." + hex.EncodeToString(g.ID())
 	eventually(t, "group unknown", func() bool { return !w.svc.dir.known(key) })

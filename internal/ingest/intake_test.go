@@ -149,10 +149,7 @@ func TestLimits(t *testing.T) {
 
 // msgpack bodies work both ways, and batch results come in input order.
 func TestMsgpackBatchInInputOrder(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	_, w, g := hostedGroup(t)
 	a, b := text(t, g, "a"), text(t, g, "b")
 	junk := []byte{9, 9, 9}
 	batch := map[string]any{"messages": []map[string]any{
@@ -333,10 +330,7 @@ func TestTwoWorkersExactlyOnce(t *testing.T) {
 // After Shutdown a worker refuses new requests with 503, and requests
 // finished before it are kept.
 func TestShutdownRefusesNewInput(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	w := e.workers[0]
-	g := newGroup(t)
-	e.hostGroup(g.ID())
+	e, w, g := hostedGroup(t)
 	m := text(t, g, "before")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
 	if err := w.svc.Shutdown(t.Context()); err != nil {
@@ -348,9 +342,7 @@ func TestShutdownRefusesNewInput(t *testing.T) {
 	body, _ := json.Marshal(wire{V: 1, Group: g.ID(), Kind: "mls", Payload: text(t, g, "after").MLS})
 	status, b, _ := w.post(t, testTenant, token(t, testTenant, auth.ScopeIngest), "", body)
 	wantError(t, status, b, http.StatusServiceUnavailable, codeUnavailable, "")
-	if n := len(e.inputs()); n != 1 {
-		t.Fatalf("FABRIC_IN holds %d messages, want 1", n)
-	}
+	e.wantInputs(1)
 }
 
 // A batch large enough to be peeled on several goroutines keeps input
