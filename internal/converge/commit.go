@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -132,9 +135,17 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		return checkpoint{}, nil, nil, err
 	}
 	blobs[next.State] = sb
-	written, err := w.putBlobs(ctx, blobs)
+	written, parts, err := w.putBlobs(ctx, blobs)
 	if err != nil {
 		return checkpoint{}, nil, written, err
+	}
+	for _, k := range next.Members {
+		if n := g.ck.Parts[k]; n > 0 && parts[k] == 0 {
+			parts[k] = n // a blob kept from the checkpoint before
+		}
+	}
+	if len(parts) > 0 {
+		next.Parts = parts
 	}
 	next.NextExpiry = t.g.nextExpiry()
 	// A group that becomes hosted is made known to ingest before its
@@ -175,7 +186,8 @@ func (w *Worker) unnamed(ctx context.Context, tenant, groupHex string, written [
 	}
 	var out []string
 	for _, k := range written {
-		if k != ck.State && !slices.Contains(slices.Collect(maps.Values(ck.Members)), k) {
+		base := blobOf(k)
+		if base != ck.State && !slices.Contains(slices.Collect(maps.Values(ck.Members)), base) {
 			out = append(out, k)
 		}
 	}
@@ -199,19 +211,43 @@ func (w *Worker) purge(ctx context.Context, keys []string) {
 func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // putBlobs writes state blobs to fabric-converge in parallel and waits for
-// every acknowledgement. It returns the keys written, also on failure.
-func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]string, error) {
+// every acknowledgement. A blob larger than one message may be (a member of
+// a large group with thousands of messages in its retained epochs) is
+// written as parts, <key>.p0 … <key>.p<n-1>, with a manifest at <key>;
+// parts counts them by key. It returns the keys written, parts included,
+// also on failure.
+func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) (written []string, parts map[string]int, err error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(blobs))
-	written := make([]string, 0, len(blobs))
+	parts = map[string]int{}
 	var first error
-	for k, b := range blobs {
+	put := func(k string, b []byte) bool {
 		f, err := w.js.PublishAsync(kvSubject(streams.BucketConverge, k), b)
 		if err != nil {
 			first = fmt.Errorf("write state blob: %w", err)
-			break
+			return false
 		}
 		written = append(written, k)
 		futures = append(futures, f)
+		return true
+	}
+write:
+	for k, b := range blobs {
+		if len(b) <= w.partBytes {
+			if !put(k, b) {
+				break
+			}
+			continue
+		}
+		n := (len(b) + w.partBytes - 1) / w.partBytes
+		for i := range n {
+			if !put(partKey(k, i), b[i*w.partBytes:min((i+1)*w.partBytes, len(b))]) {
+				break write
+			}
+		}
+		if !put(k, append([]byte(blobManifest), strconv.Itoa(n)...)) {
+			break
+		}
+		parts[k] = n
 	}
 	for _, f := range futures {
 		select {
@@ -226,7 +262,54 @@ func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) ([]strin
 			}
 		}
 	}
-	return written, first
+	return written, parts, first
+}
+
+// blobManifest begins the value of a blob stored in parts; the part count
+// follows in decimal. No whole blob begins so: a group state is a msgpack
+// map, a member state is sealed or branch-prefixed.
+const blobManifest = "fabric.blob-parts/1:"
+
+// partKey is the key of part i of the blob at key.
+func partKey(key string, i int) string { return key + ".p" + strconv.Itoa(i) }
+
+// blobOf is the blob key a part key belongs to, or key itself.
+func blobOf(key string) string {
+	i := strings.LastIndex(key, ".p")
+	if i < 0 {
+		return key
+	}
+	if _, err := strconv.Atoi(key[i+2:]); err != nil {
+		return key
+	}
+	return key[:i]
+}
+
+// getBlob reads a state blob, joining its parts when it was stored in
+// parts.
+func (w *Worker) getBlob(ctx context.Context, key string) ([]byte, error) {
+	e, err := w.conv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	v := e.Value()
+	count, ok := bytes.CutPrefix(v, []byte(blobManifest))
+	if !ok {
+		return v, nil
+	}
+	n, err := strconv.Atoi(string(count))
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("blob %s: malformed manifest", key)
+	}
+	var out []byte
+	for i := range n {
+		p, err := w.conv.Get(ctx, partKey(key, i))
+		if err != nil {
+			return nil, fmt.Errorf("blob %s part %d: %w", key, i, err)
+		}
+		out = append(out, p.Value()...)
+	}
+	return out, nil
 }
 
 // committed does what follows a committed batch: the cache, metrics,
@@ -273,12 +356,18 @@ func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGrou
 		w.metrics.disposition(n)
 	}
 	var stale []string
+	drop := func(k string) {
+		stale = append(stale, k)
+		for i := range g.ck.Parts[k] {
+			stale = append(stale, partKey(k, i))
+		}
+	}
 	if g.ck.State != "" && g.ck.State != next.State {
-		stale = append(stale, g.ck.State)
+		drop(g.ck.State)
 	}
 	for c, bk := range g.ck.Members {
 		if next.Members[c] != bk {
-			stale = append(stale, bk)
+			drop(bk)
 		}
 	}
 	w.purge(ctx, stale)

@@ -51,6 +51,9 @@ type checkpoint struct {
 	// are retired after the batch (Marmot joining.md steps 11–12); a
 	// retry finds them here and retires them again, which is idempotent.
 	Consumed []consumedKeyPackage `msgpack:"consumed,omitempty"`
+	// Parts counts the parts of each blob it names that was too large for
+	// one message (see putBlobs), so the parts go when the blob does.
+	Parts map[string]int `msgpack:"parts,omitempty"`
 	// Worker is the worker that wrote it (diagnostics only).
 	Worker string `msgpack:"worker"`
 }

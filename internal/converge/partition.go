@@ -485,19 +485,19 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 		}
 		g.state = newGroupState(tenant, gid)
 	} else {
-		e, err := w.conv.Get(ctx, ck.State)
+		b, err := w.getBlob(ctx, ck.State)
 		if err != nil {
 			return nil, fmt.Errorf("load group state: %w", err)
 		}
-		if g.state, err = decodeGroupState(e.Value()); err != nil {
+		if g.state, err = decodeGroupState(b); err != nil {
 			return nil, err
 		}
 		for client, bk := range ck.Members {
-			e, err := w.conv.Get(ctx, bk)
+			b, err := w.getBlob(ctx, bk)
 			if err != nil {
 				return nil, fmt.Errorf("load member state: %w", err)
 			}
-			st, err := w.restoreMember(ctx, Client{Tenant: tenant, ClientID: client}, e.Value())
+			st, err := w.restoreMember(ctx, Client{Tenant: tenant, ClientID: client}, b)
 			if err != nil {
 				return nil, fmt.Errorf("restore member state: %w", err)
 			}

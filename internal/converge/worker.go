@@ -24,6 +24,10 @@ const (
 	DefaultCleanupInterval = time.Second
 	// fetchBatch is how many inputs one pull asks for.
 	fetchBatch = 1024
+	// blobPartHeadroom is what a blob part leaves of max_payload for its
+	// subject and headers; minBlobPart floors a part's size.
+	blobPartHeadroom = 4 << 10
+	minBlobPart      = 64 << 10
 	// commitAttempts bounds the retries of one transaction that lost the
 	// fence to an earlier attempt or another worker.
 	commitAttempts = 5
@@ -97,6 +101,8 @@ type Worker struct {
 	groupsKV jetstream.KeyValue
 	keysKV   jetstream.KeyValue
 	dir      kvDirectory
+	// partBytes is the most bytes of a state blob one message carries.
+	partBytes int
 
 	mu      sync.Mutex
 	running map[int]*partitionRun
@@ -175,6 +181,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if e, ok := cfg.MLS.(EngineMLS); ok {
 		w.dir.vault = e.Vault
 	}
+	// A blob part leaves room under the server's max_payload for the
+	// message's subject and headers.
+	w.partBytes = max(int(cfg.JS.Conn().MaxPayload())-blobPartHeadroom, minBlobPart)
 	w.leases = newLeases(w.conv, cfg.WorkerID, cfg.LeaseTTL, cfg.Partitions)
 	w.leases.now = cfg.Now
 	return w, nil
