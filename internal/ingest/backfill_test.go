@@ -21,18 +21,7 @@ func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
-	bob, err := testpeer.New("bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := bob.KeyPackage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, welcome, err := g.Invite(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	welcome := invite(t, g)
 	commit, err := g.Commit()
 	if err != nil {
 		t.Fatal(err)

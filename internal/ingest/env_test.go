@@ -353,6 +353,30 @@ func (e *env) putKV(bucket string, groupID, value []byte) {
 }
 
 // newGroup makes a remote group of two peers and returns the creator's view.
+// remoteKeyPackage is a KeyPackage of a peer no worker hosts.
+func remoteKeyPackage(t testing.TB) []byte {
+	t.Helper()
+	bob, err := testpeer.New("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := bob.KeyPackage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// invite adds a remote peer to g and returns the Welcome.
+func invite(t testing.TB, g *testpeer.Group) testpeer.Message {
+	t.Helper()
+	_, welcome, err := g.Invite(remoteKeyPackage(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return welcome
+}
+
 func newGroup(t testing.TB) *testpeer.Group {
 	t.Helper()
 	alice, err := testpeer.New("alice")

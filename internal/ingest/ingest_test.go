@@ -13,7 +13,6 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -237,14 +236,7 @@ func TestUnsupportedInput(t *testing.T) {
 	m := text(t, g, "v2")
 	v2 := slices.Clone(m.MLS)
 	v2[0], v2[1] = 0x00, 0x02 // protocol version mls20
-	bob, err := testpeer.New("bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := bob.KeyPackage()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kp := remoteKeyPackage(t)
 	res := w.submit(t,
 		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: v2},
 		schema.TransportMessage{V: 1, Group: g.ID(), Kind: schema.TransportMLS, Payload: kp},
@@ -404,18 +396,7 @@ func TestWelcomeGoesToHintedGroup(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
-	bob, err := testpeer.New("bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := bob.KeyPackage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, welcome, err := g.Invite(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	welcome := invite(t, g)
 	wantResult(t, w.submitOne(t, welcome.Transport), welcome.ID, schema.StatusQueued, "")
 	w.wantOutcome(t, welcome.ID, schema.StatusQueued, "", schema.ClassWelcome)
 	in := e.inputs()
