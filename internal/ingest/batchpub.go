@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// batchPublisher publishes a request's inputs as plain NATS publishes whose
-// JetStream acknowledgements all come back to one wildcard subscription of
-// the worker. An admitted input then costs its write and a few
-// nanoseconds of bookkeeping, not a future with channels and a JSON decode
-// of a routine acknowledgement each (docs/ingest.md, "Figures"): the
-// inputs are the hot path of ingest, one per message sent.
+// batchPublisher publishes a request's writes (its inputs, and the objects
+// it retains) as plain NATS publishes whose JetStream acknowledgements all
+// come back to one wildcard subscription of the worker. An admitted input
+// then costs its write and a few nanoseconds of bookkeeping, not a future
+// with channels and a JSON decode of a routine acknowledgement each
+// (docs/ingest.md, "Throughput"): the inputs are the hot path of ingest,
+// one per message sent.
 type batchPublisher struct {
 	nc     *nats.Conn
 	prefix string // <inbox>. ; the reply of publish n is prefix + n

@@ -286,7 +286,11 @@ func TestLastMsgsReadsInChunks(t *testing.T) {
 			msgs = append(msgs, m)
 		}
 	}
-	for i, r := range publishAll(ctx, e.js, msgs) {
+	res, err := e.workers[0].svc.pub.publish(ctx, e.js, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
 		if r.err != nil {
 			t.Fatalf("publish %d: %v", i, r.err)
 		}

@@ -129,22 +129,3 @@ func (p pending) await(ctx context.Context, js jetstream.JetStream) pubResult {
 		return pubResult{err: ctx.Err()}
 	}
 }
-
-// publishAll publishes every non-nil message asynchronously, so a batch
-// costs one round trip rather than one per message, and waits for every
-// acknowledgement.
-func publishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) []pubResult {
-	ps := make([]pending, len(msgs))
-	for i, m := range msgs {
-		if m != nil {
-			ps[i] = publishAsync(js, m)
-		}
-	}
-	res := make([]pubResult, len(msgs))
-	for i, p := range ps {
-		if p.msg != nil {
-			res[i] = p.await(ctx, js)
-		}
-	}
-	return res
-}

@@ -61,7 +61,10 @@ func (s *Service) retain(ctx context.Context, tenant string, ins []*input) error
 		}
 		n++
 	}
-	res := publishAll(ctx, s.js, msgs)
+	res, err := s.pub.publish(ctx, s.js, msgs)
+	if err != nil {
+		return fmt.Errorf("retain: %w", err)
+	}
 	records := make([]pendingOutcome, len(ins))
 	for i, in := range ins {
 		switch err := res[i].err; {
