@@ -127,7 +127,13 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		blobs[keys[i]] = snaps[i]
 	}
 	// The group state goes last: the loop above counts unsaved ratchets.
-	sb, err := t.g.encode()
+	chunks, chunkBlobs, stored, err := t.g.storeIndex(g.tenant, g.groupHex, g.ck.Chunks)
+	if err != nil {
+		return checkpoint{}, nil, nil, err
+	}
+	next.Chunks = chunks
+	maps.Copy(blobs, chunkBlobs)
+	sb, err := stored.encode()
 	if err != nil {
 		return checkpoint{}, nil, nil, err
 	}
@@ -139,7 +145,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	if err != nil {
 		return checkpoint{}, nil, written, err
 	}
-	for _, k := range next.Members {
+	for _, k := range next.named() {
 		if n := g.ck.Parts[k]; n > 0 && parts[k] == 0 {
 			parts[k] = n // a blob kept from the checkpoint before
 		}
@@ -185,9 +191,9 @@ func (w *Worker) unnamed(ctx context.Context, tenant, groupHex string, written [
 		return nil // unsure: keep them
 	}
 	var out []string
+	named := ck.named()
 	for _, k := range written {
-		base := blobOf(k)
-		if base != ck.State && !slices.Contains(slices.Collect(maps.Values(ck.Members)), base) {
+		if !slices.Contains(named, blobOf(k)) {
 			out = append(out, k)
 		}
 	}
@@ -362,12 +368,10 @@ func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGrou
 			stale = append(stale, partKey(k, i))
 		}
 	}
-	if g.ck.State != "" && g.ck.State != next.State {
-		drop(g.ck.State)
-	}
-	for c, bk := range g.ck.Members {
-		if next.Members[c] != bk {
-			drop(bk)
+	named := next.named()
+	for _, k := range g.ck.named() {
+		if !slices.Contains(named, k) {
+			drop(k)
 		}
 	}
 	w.purge(ctx, stale)

@@ -51,11 +51,30 @@ type checkpoint struct {
 	// are retired after the batch (Marmot joining.md steps 11–12); a
 	// retry finds them here and retires them again, which is idempotent.
 	Consumed []consumedKeyPackage `msgpack:"consumed,omitempty"`
+	// Chunks name the blobs of the group's message index chunks, in
+	// order (index.go).
+	Chunks []chunkRef `msgpack:"chunks,omitempty"`
 	// Parts counts the parts of each blob it names that was too large for
 	// one message (see putBlobs), so the parts go when the blob does.
 	Parts map[string]int `msgpack:"parts,omitempty"`
 	// Worker is the worker that wrote it (diagnostics only).
 	Worker string `msgpack:"worker"`
+}
+
+// named returns the keys of the blobs c names: the group state, the
+// members' states and the message index chunks.
+func (c checkpoint) named() []string {
+	var out []string
+	if c.State != "" {
+		out = append(out, c.State)
+	}
+	for _, k := range c.Members {
+		out = append(out, k)
+	}
+	for _, r := range c.Chunks {
+		out = append(out, r.Key)
+	}
+	return out
 }
 
 // consumedKeyPackage is a KeyPackage of a hosted client a join used.

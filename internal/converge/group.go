@@ -452,7 +452,7 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 		t.emit(m.ClientID, cause, evs...)
 	}
 	if deleted != nil {
-		deleted.Deleted = true
+		t.g.deleteMessage(t.g.messageIndex(deleted.ID))
 	}
 	t.g.addMessage(msg)
 }
@@ -467,7 +467,7 @@ func (t *txn) expire() bool {
 		if s.Deleted || s.ExpiresAt == 0 || s.ExpiresAt > t.now {
 			continue
 		}
-		s.Deleted = true
+		t.g.deleteMessage(i)
 		any = true
 		cause := append([]byte("expired:"), s.ID...)
 		for _, m := range t.g.active() {

@@ -235,8 +235,8 @@ func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res
 		s.rollBack(sup.ID)
 	}
 	for _, id := range res.Withdrawn {
-		if sm := t.g.message(id[:]); sm != nil {
-			sm.Deleted = true
+		if i := t.g.messageIndex(id[:]); i >= 0 {
+			t.g.deleteMessage(i)
 		}
 		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
 		s.rollBack(id)

@@ -492,6 +492,9 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 		if g.state, err = decodeGroupState(b); err != nil {
 			return nil, err
 		}
+		if err := g.state.loadIndex(ck.Chunks, func(key string) ([]byte, error) { return w.getBlob(ctx, key) }); err != nil {
+			return nil, err
+		}
 		for client, bk := range ck.Members {
 			b, err := w.getBlob(ctx, bk)
 			if err != nil {

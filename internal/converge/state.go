@@ -31,8 +31,10 @@ const (
 	maxRollbacks = 1024
 )
 
-// stateVersion is the version of the group state blob format.
-const stateVersion = 1
+// stateVersion is the version of the group state blob format. Version 2
+// keeps the message index's full chunks in blobs of their own (index.go);
+// version 1, read still, keeps the whole index inline.
+const stateVersion = 2
 
 // groupState is one group's canonical state as converge keeps it, beside
 // each hosted member's engine state (kept in blobs of their own).
@@ -51,7 +53,14 @@ type groupState struct {
 	// Remove proposal of their own leaf) and are still members (EVENT-006).
 	LeaveRequests []string `msgpack:"leave_requests,omitempty"`
 	// Messages is the index of stored application messages, oldest first.
+	// In memory it is whole; stored, it holds only the entries after the
+	// last full chunk (index.go).
 	Messages []storedMessage `msgpack:"messages,omitempty"`
+	// MessageBase is the ordinal of Messages[0]: how many messages the
+	// index has dropped, oldest first, since the group began.
+	MessageBase uint64 `msgpack:"message_base,omitempty"`
+	// touched are the chunks of the index changed since they were stored.
+	touched map[uint64]bool
 	// Deferred holds inputs that cannot be processed yet, in stream order.
 	Deferred []deferredInput `msgpack:"deferred,omitempty"`
 	// Keys are the candidate group event keys, oldest first.
@@ -160,7 +169,7 @@ func decodeGroupState(b []byte) (*groupState, error) {
 	if err := msgpack.Unmarshal(b, &g); err != nil {
 		return nil, fmt.Errorf("decode group state: %w", err)
 	}
-	if g.V != stateVersion {
+	if g.V != 1 && g.V != stateVersion {
 		return nil, fmt.Errorf("decode group state: unknown version %d", g.V)
 	}
 	if g.Members == nil {
@@ -204,24 +213,6 @@ func (g *groupState) addLeaveRequest(inbox string) {
 	if !g.leaveRequested(inbox) {
 		g.LeaveRequests = append(g.LeaveRequests, inbox)
 		slices.Sort(g.LeaveRequests)
-	}
-}
-
-// message finds a stored message by id.
-func (g *groupState) message(id []byte) *storedMessage {
-	for i := range g.Messages {
-		if bytes.Equal(g.Messages[i].ID, id) {
-			return &g.Messages[i]
-		}
-	}
-	return nil
-}
-
-// addMessage indexes a message, dropping the oldest beyond the bound.
-func (g *groupState) addMessage(m storedMessage) {
-	g.Messages = append(g.Messages, m)
-	if len(g.Messages) > maxMessages {
-		g.Messages = slices.Delete(g.Messages, 0, len(g.Messages)-maxMessages)
 	}
 }
 
