@@ -19,6 +19,11 @@ import (
 // secrets and private keys.
 type EngineMLS struct {
 	Vault *engine.Vault
+	// Signatures, when set, is shared by every member state the seam
+	// opens, so the hosted members of a group verify a message's sender
+	// signature once between them (engine.SignatureCache). New sets one
+	// when it is nil.
+	Signatures *engine.SignatureCache
 }
 
 var _ MLS = EngineMLS{}
@@ -57,6 +62,7 @@ func (e EngineMLS) Join(_ context.Context, c Client, welcome []byte) (MemberStat
 	if err != nil {
 		return nil, Joined{}, err
 	}
+	st.ShareSignatures(e.Signatures)
 	return &engineState{st: st, vault: e.Vault}, Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef}, nil
 }
 
@@ -71,6 +77,7 @@ func (e EngineMLS) Restore(_ context.Context, _ Client, snapshot []byte) (Member
 	if err != nil {
 		return nil, err
 	}
+	st.ShareSignatures(e.Signatures)
 	return &engineState{st: st, vault: e.Vault}, nil
 }
 

@@ -408,6 +408,9 @@ func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte) (Memb
 	if cg.Tip() == nil {
 		return nil, errors.New("restore branch state: no canonical state")
 	}
+	for _, st := range cg.Retained() {
+		st.ShareSignatures(e.Signatures)
+	}
 	return &branchState{engineState: &engineState{st: cg.Tip(), vault: e.Vault}, cg: cg}, nil
 }
 

@@ -310,7 +310,7 @@ func BenchmarkBranchSelection(b *testing.B) {
 				ins := make([]*nats.Msg, b.N)
 				var last []byte
 				for i := range ins {
-					m := must[testpeer.Message](b)(g.SendText("benchmark message"))
+					m := must[testpeer.Message](b)(g.SendText(benchText(i)))
 					ins[i], last = inputMsg(b, m), m.ID
 				}
 				done := e.acceptedSignal(last)

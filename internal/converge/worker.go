@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
@@ -137,8 +138,13 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("converge: partition %d out of range", p)
 		}
 	}
-	if _, ok := cfg.MLS.(EngineMLS); !cfg.LinearHistory && !ok {
+	e, ok := cfg.MLS.(EngineMLS)
+	if !cfg.LinearHistory && !ok {
 		return nil, errBranchSelectionMLS
+	}
+	if ok && e.Signatures == nil {
+		e.Signatures = engine.NewSignatureCache(0)
+		cfg.MLS = e
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL

@@ -88,7 +88,7 @@ func BenchmarkDecrypt(b *testing.B) {
 	const batch = 4096
 	msgs := make([][]byte, batch)
 	for i := range msgs {
-		m, err := ag.SendText("hello, this is a chat message of a typical length")
+		m, err := ag.SendText(fmt.Sprintf("hello, this is chat message %d, of a typical length", i))
 		if err != nil {
 			b.Fatal(err)
 		}

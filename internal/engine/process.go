@@ -481,9 +481,12 @@ type Application struct {
 	AAD       []byte // authenticated_data
 }
 
-// Decrypt decrypts an application PrivateMessage of this epoch. It advances
-// the sender's ratchet in s (RFC 9420 §9: each key is used once), so
-// decrypting the same message twice fails; snapshot s afterwards.
+// Decrypt decrypts an application PrivateMessage of this epoch (RFC 9420
+// §6.3) and checks its sender's signature, as mls-go's
+// group.ReceiveApplicationMessage does, but through s's signature cache
+// when it has one ([State.ShareSignatures]). It advances the sender's
+// ratchet in place (RFC 9420 §9: each key is used once), so decrypting the
+// same message twice fails; snapshot s afterwards.
 func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	const op = "decrypt"
 	defer recoverDecode(op, &err)
@@ -508,14 +511,46 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if !ok {
 		return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotApplication)
 	}
-	s.changes++ // the ratchet may advance even when decryption then fails
-	pt, aad, leaf, err := s.g.ReceiveApplicationMessage(pm)
-	if err != nil {
-		return nil, classifyMLSGoError(op, err)
+	if s.g.State() != group.StateOperational {
+		return nil, classifyMLSGoError(op, group.ErrGroupNotOperational)
 	}
-	sender, ok := s.Member(uint32(leaf))
+	secrets, tree := s.g.EpochSecrets(), s.g.SecretTree()
+	if secrets == nil || secrets.SenderDataSecret == nil || tree == nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, errors.New("epoch secrets missing"))
+	}
+	s.changes++ // the ratchet may advance even when decryption then fails
+	ac, err := framing.Decrypt(pm, framing.DecryptParams{
+		CipherSuite:      s.g.CipherSuite(),
+		SenderDataSecret: secrets.SenderDataSecret,
+		SecretTree:       tree,
+		GroupContext:     s.g.GroupContext().Marshal(),
+	})
+	if err != nil {
+		return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "message", Err: err})
+	}
+	leaf := ac.Content.Sender.LeafIndex
+	node := s.g.GetTreeLeaf(group.LeafNodeIndex(leaf))
+	switch {
+	case node == nil:
+		return nil, classifyMLSGoError(op, &group.ErrUnknownMember{LeafIndex: leaf})
+	case node.State != treesync.NodeStatePresent || node.LeafData == nil:
+		return nil, classifyMLSGoError(op, group.ErrSenderNotActive)
+	}
+	key := node.LeafData.SigKeyBytes()
+	if len(key) == 0 {
+		return nil, classifyMLSGoError(op, group.ErrMissingSenderSignature)
+	}
+	scheme := s.g.CipherSuite().SignatureScheme()
+	if err := s.sigs.verify(scheme, key, ac.MarshalTBS(), ac.Auth.Signature); err != nil {
+		return nil, classifyMLSGoError(op, &group.ErrInvalidSignature{Context: "private message", Err: err})
+	}
+	data, ok := ac.Content.ApplicationData()
+	if !ok {
+		return nil, classifyMLSGoError(op, group.ErrNotApplicationData)
+	}
+	sender, ok := s.Member(leaf)
 	if !ok {
 		return nil, fail(op, schema.CategoryInvalidSignature, errors.New("sender leaf is blank"))
 	}
-	return &Application{MessageID: c.MessageID, Epoch: c.Epoch, Sender: sender, Payload: pt, AAD: aad}, nil
+	return &Application{MessageID: c.MessageID, Epoch: c.Epoch, Sender: sender, Payload: data, AAD: ac.Content.AuthenticatedData}, nil
 }

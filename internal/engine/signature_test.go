@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/thomas-vilte/mls-go/ciphersuite"
@@ -60,5 +61,62 @@ func TestForgedAppSignatureIsInvalidSignature(t *testing.T) {
 	}
 	if app.Sender.InboxID != w.bob.Peer().InboxID() {
 		t.Fatalf("sender %+v", app.Sender)
+	}
+}
+
+// States that share a SignatureCache verify a message's signature once:
+// the second state to decrypt it finds it there, a different message is
+// verified afresh, and a forged signature is never remembered.
+func TestSharedSignaturesVerifiedOnce(t *testing.T) {
+	w := newWorld(t)
+	cache := NewSignatureCache(0)
+	w.state.ShareSignatures(cache)
+	other := must[*State](t)(w.state.Clone()) // derived: shares the cache
+	forged := forgeApp(t, w.state, w.bob.OwnLeaf(), "not from bob")
+	for _, st := range []*State{w.state, other} {
+		if _, err := st.Decrypt(forged); CategoryOf(err) != schema.CategoryInvalidSignature {
+			t.Fatalf("forged message with a shared cache: %v", err)
+		}
+	}
+	if len(cache.ok) != 0 {
+		t.Fatalf("a forged signature was remembered (%d entries)", len(cache.ok))
+	}
+	must[testpeer.Message](t)(w.bob.SendText("the key the forgery spent"))
+	for i, want := range []int{1, 2} {
+		msg := must[testpeer.Message](t)(w.bob.SendText(fmt.Sprintf("hello %d", i))).MLS
+		for _, st := range []*State{w.state, other} {
+			app, err := st.Decrypt(msg)
+			if err != nil || app.Sender.InboxID != w.bob.Peer().InboxID() {
+				t.Fatalf("message %d: %+v, %v", i, app, err)
+			}
+		}
+		if len(cache.ok) != want {
+			t.Fatalf("after message %d the cache holds %d signatures, want %d", i, len(cache.ok), want)
+		}
+	}
+}
+
+// A SignatureCache keeps its newest n signatures.
+func TestSignatureCacheBounded(t *testing.T) {
+	w := newWorld(t)
+	cache := NewSignatureCache(2)
+	w.state.ShareSignatures(cache)
+	var ids [][32]byte
+	for i := range 3 {
+		if _, err := w.state.Decrypt(must[testpeer.Message](t)(w.bob.SendText(fmt.Sprintf("hello %d", i))).MLS); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, cache.ring[(cache.next+len(cache.ring)-1)%len(cache.ring)])
+	}
+	if len(cache.ok) != 2 {
+		t.Fatalf("cache of 2 holds %d", len(cache.ok))
+	}
+	if _, ok := cache.ok[ids[0]]; ok {
+		t.Fatal("the oldest signature was kept")
+	}
+	for _, id := range ids[1:] {
+		if _, ok := cache.ok[id]; !ok {
+			t.Fatal("a newer signature was dropped")
+		}
 	}
 }

@@ -29,6 +29,8 @@ type State struct {
 	g *group.Group
 	// changes counts in-place mutations (see [State.Changes]).
 	changes uint64
+	// sigs, when set, remembers verified signatures ([State.ShareSignatures]).
+	sigs *SignatureCache
 }
 
 // Changes counts the calls that may have changed s in place (every
@@ -210,7 +212,12 @@ func (s *State) Clone() (*State, error) {
 		return nil, err
 	}
 	defer clear(b)
-	return restore(b, false)
+	c, err := restore(b, false)
+	if err != nil {
+		return nil, err
+	}
+	c.sigs = s.sigs
+	return c, nil
 }
 
 // String describes the state without ids or secrets.
