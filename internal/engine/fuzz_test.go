@@ -46,6 +46,7 @@ func FuzzProcessInput(f *testing.F) {
 	f.Add(welcome.MLS)
 	f.Add(app.MLS)
 	f.Add(commit.MLS)
+	sigs := NewSignatureCache(64)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if _, _, err := st.ProcessHandshake(b); err != nil && CategoryOf(err) == "" {
 			t.Fatalf("handshake error without category: %v", err)
@@ -66,6 +67,7 @@ func FuzzProcessInput(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		s.ShareSignatures(sigs)
 		if _, err := s.Decrypt(b); err != nil && CategoryOf(err) == "" {
 			t.Fatalf("decrypt error without category: %v", err)
 		}
