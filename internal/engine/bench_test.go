@@ -137,6 +137,51 @@ func BenchmarkDecrypt(b *testing.B) {
 	})
 }
 
+// BenchmarkDecryptTenMembers decrypts each message with ten states of the
+// group, as ten hosted members do, with and without a shared
+// SignatureCache; one op is one message for all ten.
+func BenchmarkDecryptTenMembers(b *testing.B) {
+	st, ag := benchGroup(b, 3)
+	const batch = 512
+	msgs := make([][]byte, batch)
+	for i := range msgs {
+		m, err := ag.SendText(fmt.Sprintf("hello, this is chat message %d, of a typical length", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs[i] = m.MLS
+	}
+	for _, shared := range []bool{false, true} {
+		b.Run(fmt.Sprintf("shared-signatures=%v", shared), func(b *testing.B) {
+			states := make([]*State, 10)
+			i := 0
+			for b.Loop() {
+				if i%batch == 0 {
+					b.StopTimer()
+					var sigs *SignatureCache
+					if shared {
+						sigs = NewSignatureCache(0)
+					}
+					for k := range states {
+						var err error
+						if states[k], err = st.Clone(); err != nil {
+							b.Fatal(err)
+						}
+						states[k].ShareSignatures(sigs)
+					}
+					b.StartTimer()
+				}
+				for _, s := range states {
+					if _, err := s.Decrypt(msgs[i%batch]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				i++
+			}
+		})
+	}
+}
+
 func BenchmarkSnapshot100(b *testing.B) {
 	st, _ := benchGroup(b, 100)
 	snap, err := st.Snapshot()
