@@ -37,6 +37,9 @@ type chunkRef struct {
 
 // messageIndex returns the position in Messages of the message id, or -1.
 func (g *groupState) messageIndex(id []byte) int {
+	if len(id) == 0 {
+		return -1 // most messages reference nothing: no scan
+	}
 	return slices.IndexFunc(g.Messages, func(m storedMessage) bool { return bytes.Equal(m.ID, id) })
 }
 
