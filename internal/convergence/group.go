@@ -168,6 +168,7 @@ type Group struct {
 	chunks    []*chunk       // the settled inputs, in the order they settled
 	queue     []ID           // admitted after the cutoff, in admission order
 	size      int            // of the last Marshal
+	headSize  int            // of the last MarshalSplit head
 	lifecycle Lifecycle
 	pass      *pass
 }

@@ -127,6 +127,32 @@ func (p Policy) marker() pPolicyMarker {
 // its work does not grow with the messages an epoch has seen beyond
 // copying their persisted form.
 func (g *Group) Marshal() ([]byte, error) {
+	return g.marshal(true)
+}
+
+// MarshalSplit is Marshal with the settled inputs held apart: head is the
+// rest of the group, chunks the encodings of its chunks of settled inputs,
+// oldest first. A chunk's encoding stays as it is until an input joins it
+// (only the newest chunk of a run takes inputs) or the chunk goes, so a
+// caller can store each chunk once, beside a head whose size does not grow
+// with the epoch's messages, and store again only the chunks whose bytes
+// changed.
+// UnmarshalSplit takes both back. The chunks hold payloads and must be
+// sealed like the head.
+func (g *Group) MarshalSplit() (head []byte, chunks [][]byte, err error) {
+	head, err = g.marshal(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range g.chunks {
+		chunks = append(chunks, c.enc)
+	}
+	return head, chunks, nil
+}
+
+// marshal encodes the group, with its settled chunks inline or not; either
+// way every chunk's encoding is brought up to date.
+func (g *Group) marshal(settled bool) ([]byte, error) {
 	p := persisted{V: persistVersion, Lifecycle: g.lifecycle, Root: g.root.id[:], Tip: g.tip.id[:], Policy: g.policy.marker()}
 	for _, n := range g.sortedNodes() {
 		pn := pNode{ID: n.id[:], Epoch: n.epoch, Committer: n.committer, Privileged: n.privileged}
@@ -173,7 +199,9 @@ func (g *Group) Marshal() ([]byte, error) {
 			}
 			c.enc = b
 		}
-		p.Settled = append(p.Settled, c.enc)
+		if settled {
+			p.Settled = append(p.Settled, c.enc)
+		}
 	}
 	for _, id := range g.queue {
 		p.Queue = append(p.Queue, id[:])
@@ -187,11 +215,15 @@ func (g *Group) Marshal() ([]byte, error) {
 	}
 	// Sized like the last result: the bytes are copied once, not regrown.
 	var buf bytes.Buffer
-	buf.Grow(g.size + g.size/8)
+	size := &g.size
+	if !settled {
+		size = &g.headSize
+	}
+	buf.Grow(*size + *size/8)
 	if err := msgpack.NewEncoder(&buf).Encode(&p); err != nil {
 		return nil, fmt.Errorf("convergence: marshal: %w", err)
 	}
-	g.size = buf.Len()
+	*size = buf.Len()
 	return buf.Bytes(), nil
 }
 
@@ -240,25 +272,54 @@ func sortedKeys[V any](m map[string]V) []string {
 // group comes back Unrecoverable and the inputs that needed that state are
 // deferred with MissingRetainedAnchor (retained-history.md, "Late commits").
 func Unmarshal(p Policy, b []byte) (g *Group, err error) {
-	if err := p.validate(); err != nil {
+	in, err := decodePersisted(p, b)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkShape(b); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	return restore(p, in)
+}
+
+// UnmarshalSplit restores a group from MarshalSplit's head and chunks.
+func UnmarshalSplit(p Policy, head []byte, chunks [][]byte) (*Group, error) {
+	in, err := decodePersisted(p, head)
+	if err != nil {
+		return nil, err
 	}
+	if in.V != persistVersion || in.Settled != nil {
+		return nil, fmt.Errorf("%w: head of version %d with settled inputs inline", ErrCorrupt, in.V)
+	}
+	for _, c := range chunks {
+		in.Settled = append(in.Settled, c)
+	}
+	return restore(p, in)
+}
+
+// decodePersisted decodes and checks Marshal bytes (or a MarshalSplit head).
+func decodePersisted(p Policy, b []byte) (persisted, error) {
 	var in persisted
+	if err := p.validate(); err != nil {
+		return in, err
+	}
+	if err := checkShape(b); err != nil {
+		return in, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
 	rd := bytes.NewReader(b)
 	dec := msgpack.NewDecoder(rd)
 	dec.DisallowUnknownFields(true)
 	if err := dec.Decode(&in); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return in, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if rd.Len() != 0 {
-		return nil, fmt.Errorf("%w: trailing bytes", ErrCorrupt)
+		return in, fmt.Errorf("%w: trailing bytes", ErrCorrupt)
 	}
 	if in.V != persistVersion && (in.V != 1 || in.Settled != nil) {
-		return nil, fmt.Errorf("%w: version %d", ErrCorrupt, in.V)
+		return in, fmt.Errorf("%w: version %d", ErrCorrupt, in.V)
 	}
+	return in, nil
+}
+
+// restore rebuilds a group from its decoded persisted form.
+func restore(p Policy, in persisted) (g *Group, err error) {
 	if in.Policy != p.marker() {
 		return nil, fmt.Errorf("%w: persisted under another policy", ErrCorrupt)
 	}

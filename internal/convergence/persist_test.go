@@ -3,6 +3,7 @@ package convergence
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -128,7 +129,60 @@ func restarted(t testing.TB, g *Group) *Group {
 	if !bytes.Equal(must[[]byte](t)(r.Marshal()), b) {
 		t.Fatal("a restored group persists to other bytes")
 	}
+	head, chunks, err := g.MarshalSplit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := must[*Group](t)(UnmarshalSplit(V1, head, chunks))
+	checkSettled(t, split)
+	if !bytes.Equal(must[[]byte](t)(split.Marshal()), b) {
+		t.Fatal("a group restored from its split form persists to other bytes")
+	}
 	return r
+}
+
+// TestSplitHeadStaysSmall: held apart, the settled inputs leave a head that
+// does not grow with them, and admitting one more message changes only the
+// newest chunk's bytes.
+func TestSplitHeadStaysSmall(t *testing.T) {
+	w := newWorld(t)
+	g := w.fresh()
+	sender := clone(t, w.alice)
+	admit(t, g, t0, text(t, sender, "first"))
+	head0, _ := must2(t)(g.MarshalSplit())
+	for i := range 2*chunkCap + 10 {
+		admit(t, g, t0, text(t, sender, fmt.Sprintf("message %d", i)))
+	}
+	head, before := must2(t)(g.MarshalSplit())
+	if len(head) > len(head0)+64 {
+		t.Fatalf("head grew from %d to %d bytes with %d settled messages", len(head0), len(head), 2*chunkCap+10)
+	}
+	if len(before) < 3 {
+		t.Fatalf("%d chunks for %d settled messages", len(before), 2*chunkCap+10)
+	}
+	admit(t, g, t0, text(t, sender, "one more"))
+	_, after := must2(t)(g.MarshalSplit())
+	if len(after) != len(before) {
+		t.Fatalf("chunks %d → %d", len(before), len(after))
+	}
+	for i := range after {
+		if changed := !bytes.Equal(after[i], before[i]); changed != (i == len(after)-1) {
+			t.Fatalf("chunk %d of %d changed: %v", i, len(after), changed)
+		}
+	}
+	if _, err := UnmarshalSplit(V1, must[[]byte](t)(g.Marshal()), nil); err == nil {
+		t.Fatal("a whole Marshal accepted as a split head")
+	}
+}
+
+func must2(t testing.TB) func([]byte, [][]byte, error) ([]byte, [][]byte) {
+	return func(a []byte, b [][]byte, err error) ([]byte, [][]byte) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
 }
 
 // checkSettled: an input is in a chunk exactly when it has settled, and in
