@@ -122,3 +122,61 @@ func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
 		t.Fatalf("last event %s, want the message after the handover", describe(evs[6].Event))
 	}
 }
+
+// A member's settled messages are stored in chunk blobs written once: a
+// later transaction names the same blobs for the chunks it did not change,
+// the member's own blob stays small, and the next worker restores the
+// member from both and goes on.
+func TestMemberChunksWrittenOnce(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	g, welcome := e.invited(peer(t, "alice"), h)
+	_, stop := e.worker("w1", nil)
+	e.publish(welcome)
+	const n = 600 // more than two chunks of 256 settled messages
+	for i := range n {
+		e.publish(must[testpeer.Message](t)(g.SendText(benchText(i))))
+	}
+	e.waitEvents(h.rec.ClientID, n+1)
+	groupHex := hex.EncodeToString(g.ID())
+	ck1, _, err := readCheckpoint(e.ctx, e.js, tenant, groupHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ck1.MemberChunks[h.rec.ClientID]
+	if len(first) < 2 {
+		t.Fatalf("member chunks %v for %d settled messages", first, n)
+	}
+	for i := range 3 {
+		e.publish(must[testpeer.Message](t)(g.SendText(benchText(n + i))))
+	}
+	e.waitEvents(h.rec.ClientID, n+4)
+	ck2, _, err := readCheckpoint(e.ctx, e.js, tenant, groupHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := ck2.MemberChunks[h.rec.ClientID]
+	if len(later) < len(first) || !slices.Equal(later[:len(first)-1], first[:len(first)-1]) {
+		t.Fatalf("full chunks stored again: %v then %v", first, later)
+	}
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := w.getBlob(e.ctx, ck2.Members[h.rec.ClientID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(head) > 16<<10 {
+		t.Fatalf("the member's own blob is %d bytes after %d messages", len(head), n+3)
+	}
+	stop()
+
+	e.worker("w2", nil)
+	last := must[testpeer.Message](t)(g.SendText("after the handover"))
+	e.publish(last)
+	evs := e.waitEvents(h.rec.ClientID, n+5)
+	if r := evs[n+4].Event.MessageReceived; r == nil || !r.MessageID.Equal(last.ID) {
+		t.Fatalf("last event %s, want the message after the handover", describe(evs[n+4].Event))
+	}
+}

@@ -77,7 +77,7 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 
 // newTxn starts a transaction over a loaded group.
 func (w *Worker) newTxn(tenant string, g *loadedGroup) *txn {
-	return &txn{tenant: tenant, g: g.state, members: g.members, dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
+	return &txn{tenant: tenant, g: g.state, members: g.members, chunks: maps.Clone(g.chunks), dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
 }
 
 // prepare writes the state blobs of a transaction and builds its checkpoint
@@ -104,27 +104,38 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 			continue
 		}
 		next.Members[m.ClientID] = bk
+		if keys := g.ck.MemberChunks[m.ClientID]; len(keys) > 0 {
+			next.setMemberChunks(m.ClientID, keys)
+		}
 	}
 	// Members' snapshots are independent of each other: taken and sealed
 	// in parallel (a member of a large group takes about a millisecond).
-	keys := make([]string, len(save))
-	snaps := make([][]byte, len(save))
+	snaps := make([]memberSnapshot, len(save))
 	errs := make([]error, len(save))
 	parallel(len(save), func(i int) {
 		c := save[i].ClientID
-		if snaps[i], errs[i] = t.members[c].Snapshot(); errs[i] != nil {
+		if snaps[i], errs[i] = w.snapshotMember(g, c, t.members[c], t.chunks[c]); errs[i] != nil {
 			errs[i] = fmt.Errorf("snapshot member: %w", errs[i])
-			return
 		}
-		keys[i], errs[i] = blobKey(g.tenant, g.groupHex, c)
 	})
 	if err := errors.Join(errs...); err != nil {
 		return checkpoint{}, nil, nil, err
 	}
 	blobs := make(map[string][]byte, len(save)+1)
 	for i, m := range save {
-		next.Members[m.ClientID] = keys[i]
-		blobs[keys[i]] = snaps[i]
+		s := snaps[i]
+		next.Members[m.ClientID] = s.key
+		maps.Copy(blobs, s.blobs)
+		if len(s.chunks) > 0 {
+			t.chunks[m.ClientID] = s.chunks
+			keys := make([]string, len(s.chunks))
+			for k, c := range s.chunks {
+				keys[k] = c.key
+			}
+			next.setMemberChunks(m.ClientID, keys)
+		} else {
+			delete(t.chunks, m.ClientID)
+		}
 	}
 	// The group state goes last: the loop above counts unsaved ratchets.
 	chunks, chunkBlobs, stored, err := t.g.storeIndex(g.tenant, g.groupHex, g.ck.Chunks)
@@ -353,7 +364,7 @@ func (w *Worker) consumeKeyPackages(ctx context.Context, tenant string, kps []co
 // blobs the new checkpoint no longer names.
 func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
 	key := g.tenant + "." + g.groupHex
-	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members})
+	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members, chunks: t.chunks})
 	part.setExpiry(key, next.NextExpiry)
 	for _, e := range events {
 		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()

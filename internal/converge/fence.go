@@ -54,6 +54,10 @@ type checkpoint struct {
 	// Chunks name the blobs of the group's message index chunks, in
 	// order (index.go).
 	Chunks []chunkRef `msgpack:"chunks,omitempty"`
+	// MemberChunks name, per hosted client whose blob is a split
+	// convergence state, the blobs of its settled chunks, in order
+	// (convergence.Group.MarshalSplit).
+	MemberChunks map[string][]string `msgpack:"member_chunks,omitempty"`
 	// Parts counts the parts of each blob it names that was too large for
 	// one message (see putBlobs), so the parts go when the blob does.
 	Parts map[string]int `msgpack:"parts,omitempty"`
@@ -74,7 +78,18 @@ func (c checkpoint) named() []string {
 	for _, r := range c.Chunks {
 		out = append(out, r.Key)
 	}
+	for _, keys := range c.MemberChunks {
+		out = append(out, keys...)
+	}
 	return out
+}
+
+// setMemberChunks names the settled chunk blobs of client's state.
+func (c *checkpoint) setMemberChunks(client string, keys []string) {
+	if c.MemberChunks == nil {
+		c.MemberChunks = map[string][]string{}
+	}
+	c.MemberChunks[client] = keys
 }
 
 // consumedKeyPackage is a KeyPackage of a hosted client a join used.

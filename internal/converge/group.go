@@ -60,6 +60,9 @@ type txn struct {
 	// changed, so the group's fabric-groups and fabric-group-keys entries
 	// are written again.
 	groupChanged bool
+	// chunks are the settled chunks stored for each member, brought up
+	// to date by prepare.
+	chunks map[string][]storedChunk
 
 	mls MLS
 	dir directory

@@ -362,38 +362,63 @@ func tipComponents(cg *convergence.Group) components.Set {
 	return components.Set{}
 }
 
-// branchPrefix marks a member blob that holds a convergence state, not an
-// engine snapshot.
-var branchPrefix = []byte("fabric-branches-v1\x00")
+// branchPrefix marks a member blob that holds a whole convergence state,
+// not an engine snapshot; splitPrefix one that holds the head of a split
+// convergence state, whose settled chunks are blobs of their own
+// (checkpoint MemberChunks).
+var (
+	branchPrefix = []byte("fabric-branches-v1\x00")
+	splitPrefix  = []byte("fabric-branches-v2\x00")
+)
 
 // branchState is a hosted member's state under branch selection: its
-// convergence state, whose tip is the member's canonical engine state. Its
-// snapshot, the member's blob, is the whole convergence state, sealed.
+// convergence state, whose tip is the member's canonical engine state.
 type branchState struct {
 	*engineState
 	cg *convergence.Group
 }
 
-// Snapshot seals the convergence state (convergence.Group.Marshal): it
-// holds epoch secrets of every retained state.
+// Snapshot seals the whole convergence state (convergence.Group.Marshal):
+// it holds epoch secrets of every retained state. A transaction stores the
+// split form instead (snapshotSplit).
 func (b *branchState) Snapshot() ([]byte, error) {
 	raw, err := b.cg.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("marshal branch state: %w", err)
 	}
+	return b.seal(branchPrefix, raw)
+}
+
+// snapshotSplit seals the head of the convergence state and returns its
+// settled chunks as they are: the caller seals those that changed.
+func (b *branchState) snapshotSplit() (head []byte, chunks [][]byte, err error) {
+	raw, chunks, err := b.cg.MarshalSplit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("marshal branch state: %w", err)
+	}
+	head, err = b.seal(splitPrefix, raw)
+	return head, chunks, err
+}
+
+func (b *branchState) seal(prefix, raw []byte) ([]byte, error) {
 	sealed, err := b.vault.SealState(raw)
 	clear(raw)
 	if err != nil {
 		return nil, fmt.Errorf("seal branch state: %w", err)
 	}
-	return append(slices.Clone(branchPrefix), sealed...), nil
+	return append(slices.Clone(prefix), sealed...), nil
 }
 
 // restoreMember opens a member blob: a convergence state under branch
-// selection, an engine snapshot otherwise.
-func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte) (MemberState, error) {
+// selection, whole or split (with its opened chunks), an engine snapshot
+// otherwise.
+func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte, chunks []storedChunk) (MemberState, error) {
 	e, ok := w.cfg.MLS.(EngineMLS)
-	if !ok || !bytes.HasPrefix(blob, branchPrefix) {
+	split := bytes.HasPrefix(blob, splitPrefix)
+	if !ok || !(split || bytes.HasPrefix(blob, branchPrefix)) {
+		if len(chunks) > 0 {
+			return nil, errors.New("restore member state: chunks beside a blob that is not split")
+		}
 		return w.cfg.MLS.Restore(ctx, c, blob)
 	}
 	raw, err := e.Vault.OpenState(blob[len(branchPrefix):])
@@ -401,7 +426,18 @@ func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte) (Memb
 		return nil, fmt.Errorf("open branch state: %w", err)
 	}
 	defer clear(raw)
-	cg, err := convergence.Unmarshal(convergence.V1, raw)
+	var cg *convergence.Group
+	if split {
+		plain := make([][]byte, len(chunks))
+		for i, ch := range chunks {
+			plain[i] = ch.plain
+		}
+		cg, err = convergence.UnmarshalSplit(convergence.V1, raw, plain)
+	} else if len(chunks) > 0 {
+		err = errors.New("chunks beside a whole convergence state")
+	} else {
+		cg, err = convergence.Unmarshal(convergence.V1, raw)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("restore branch state: %w", err)
 	}
@@ -412,6 +448,84 @@ func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte) (Memb
 		st.ShareSignatures(e.Signatures)
 	}
 	return &branchState{engineState: &engineState{st: cg.Tip(), vault: e.Vault}, cg: cg}, nil
+}
+
+// storedChunk is one settled chunk of a member's split convergence state:
+// the key of its sealed blob and its plain bytes, to tell whether the
+// next transaction must store it again.
+type storedChunk struct {
+	key   string
+	plain []byte
+}
+
+// memberSnapshot is what a transaction stores of one member: the blob at
+// key, and for a split convergence state its chunks, each a kept or a new
+// blob; blobs are the ones to write.
+type memberSnapshot struct {
+	key    string
+	chunks []storedChunk
+	blobs  map[string][]byte
+}
+
+// snapshotMember snapshots client's state for a transaction of g. Under
+// branch selection the settled chunks with the bytes prev stored keep their
+// blobs; only new or changed ones are sealed and written.
+func (w *Worker) snapshotMember(g *loadedGroup, client string, st MemberState, prev []storedChunk) (memberSnapshot, error) {
+	key, err := blobKey(g.tenant, g.groupHex, client)
+	if err != nil {
+		return memberSnapshot{}, err
+	}
+	b, ok := st.(*branchState)
+	if !ok {
+		blob, err := st.Snapshot()
+		if err != nil {
+			return memberSnapshot{}, err
+		}
+		return memberSnapshot{key: key, blobs: map[string][]byte{key: blob}}, nil
+	}
+	head, chunks, err := b.snapshotSplit()
+	if err != nil {
+		return memberSnapshot{}, err
+	}
+	s := memberSnapshot{key: key, blobs: map[string][]byte{key: head}}
+	for i, plain := range chunks {
+		if i < len(prev) && bytes.Equal(prev[i].plain, plain) {
+			s.chunks = append(s.chunks, storedChunk{key: prev[i].key, plain: plain})
+			continue
+		}
+		sealed, err := b.vault.SealState(plain)
+		if err != nil {
+			return memberSnapshot{}, fmt.Errorf("seal settled chunk: %w", err)
+		}
+		k, err := blobKey(g.tenant, g.groupHex, client)
+		if err != nil {
+			return memberSnapshot{}, err
+		}
+		s.chunks = append(s.chunks, storedChunk{key: k, plain: plain})
+		s.blobs[k] = sealed
+	}
+	return s, nil
+}
+
+// loadChunks reads and opens the chunk blobs keys name.
+func (w *Worker) loadChunks(ctx context.Context, keys []string) ([]storedChunk, error) {
+	e, ok := w.cfg.MLS.(EngineMLS)
+	if len(keys) > 0 && !ok {
+		return nil, errBranchSelectionMLS
+	}
+	out := make([]storedChunk, 0, len(keys))
+	for _, k := range keys {
+		b, err := w.getBlob(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("load settled chunk: %w", err)
+		}
+		plain, err := e.Vault.OpenState(b)
+		if err != nil {
+			return nil, fmt.Errorf("open settled chunk: %w", err)
+		}
+		out = append(out, storedChunk{key: k, plain: plain})
+	}
+	return out, nil
 }
 
 // group returns a member's convergence state: the one its state holds, or,

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
@@ -225,26 +224,27 @@ func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := e.js.KeyValue(e.ctx, streams.BucketConverge)
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, err := kv.Get(e.ctx, ck.Members[client])
+	blob, err := w.getBlob(e.ctx, ck.Members[client])
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob, ok := bytes.CutPrefix(entry.Value(), branchPrefix)
+	chunks, err := w.loadChunks(e.ctx, ck.MemberChunks[client])
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.restoreMember(e.ctx, Client{Tenant: tenant, ClientID: client}, blob, chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ok := st.(*branchState)
 	if !ok {
 		t.Fatal("the member blob holds no convergence state")
 	}
-	raw, err := e.vault.OpenState(blob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg, err := convergence.Unmarshal(convergence.V1, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cg := b.cg
 	_, frozen := cg.Frozen()
 	return frozen
 }

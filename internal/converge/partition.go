@@ -124,6 +124,9 @@ type loadedGroup struct {
 	ckSeq            uint64
 	state            *groupState
 	members          map[string]MemberState
+	// chunks are the settled chunks stored for each member, as
+	// ck.MemberChunks names them.
+	chunks map[string][]storedChunk
 }
 
 // maxCachedGroups bounds the groups a partition keeps loaded; beyond it an
@@ -477,7 +480,7 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 	if err != nil {
 		return nil, err
 	}
-	g := &loadedGroup{tenant: tenant, groupHex: groupHex, ck: ck, ckSeq: seq, members: map[string]MemberState{}}
+	g := &loadedGroup{tenant: tenant, groupHex: groupHex, ck: ck, ckSeq: seq, members: map[string]MemberState{}, chunks: map[string][]storedChunk{}}
 	if seq == 0 {
 		gid, err := hex.DecodeString(groupHex)
 		if err != nil {
@@ -500,11 +503,18 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 			if err != nil {
 				return nil, fmt.Errorf("load member state: %w", err)
 			}
-			st, err := w.restoreMember(ctx, Client{Tenant: tenant, ClientID: client}, b)
+			chunks, err := w.loadChunks(ctx, ck.MemberChunks[client])
+			if err != nil {
+				return nil, fmt.Errorf("load member state: %w", err)
+			}
+			st, err := w.restoreMember(ctx, Client{Tenant: tenant, ClientID: client}, b, chunks)
 			if err != nil {
 				return nil, fmt.Errorf("restore member state: %w", err)
 			}
 			g.members[client] = st
+			if len(chunks) > 0 {
+				g.chunks[client] = chunks
+			}
 		}
 	}
 	part.remember(key, g)

@@ -114,7 +114,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 		inFlight = f
 		// The next transaction starts from this one's checkpoint; its
 		// sequence is known when this one is stored.
-		g = &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, state: t.g, members: t.members}
+		g = &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, state: t.g, members: t.members, chunks: t.chunks}
 		if t.groupChanged {
 			ok := w.land(ctx, part, inFlight)
 			if !ok {
