@@ -80,20 +80,28 @@ func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
 	return st, ag
 }
 
+// chatMessages returns n distinct text messages from g: identical ones
+// would share a signature.
+func chatMessages(b *testing.B, g *testpeer.Group, n int) [][]byte {
+	b.Helper()
+	msgs := make([][]byte, n)
+	for i := range msgs {
+		m, err := g.SendText(fmt.Sprintf("hello, this is chat message %d, of a typical length", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs[i] = m.MLS
+	}
+	return msgs
+}
+
 // BenchmarkDecrypt decrypts one application message for one hosted member,
 // beside mls-go's own receive (group.ReceiveApplicationMessage) of the same
 // messages on an identical copy of the state.
 func BenchmarkDecrypt(b *testing.B) {
 	st, ag := benchGroup(b, 3)
 	const batch = 4096
-	msgs := make([][]byte, batch)
-	for i := range msgs {
-		m, err := ag.SendText(fmt.Sprintf("hello, this is chat message %d, of a typical length", i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		msgs[i] = m.MLS
-	}
+	msgs := chatMessages(b, ag, batch)
 	b.Run("engine", func(b *testing.B) {
 		var s *State
 		i := 0
@@ -143,14 +151,7 @@ func BenchmarkDecrypt(b *testing.B) {
 func BenchmarkDecryptTenMembers(b *testing.B) {
 	st, ag := benchGroup(b, 3)
 	const batch = 512
-	msgs := make([][]byte, batch)
-	for i := range msgs {
-		m, err := ag.SendText(fmt.Sprintf("hello, this is chat message %d, of a typical length", i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		msgs[i] = m.MLS
-	}
+	msgs := chatMessages(b, ag, batch)
 	for _, shared := range []bool{false, true} {
 		b.Run(fmt.Sprintf("shared-signatures=%v", shared), func(b *testing.B) {
 			states := make([]*State, 10)
