@@ -2,14 +2,10 @@ package converge
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // The message index (groupState.Messages) is stored in chunks: the entries
@@ -99,7 +95,7 @@ func (g *groupState) storeIndex(tenant, groupHex string, prev []chunkRef) (refs 
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("encode message chunk: %w", err)
 		}
-		key, err := chunkKey(tenant, groupHex)
+		key, err := freshKey(tenant, groupHex, "i") // <tenant>.<group>.i.<nonce>
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -141,14 +137,4 @@ func (g *groupState) loadIndex(refs []chunkRef, get func(key string) ([]byte, er
 	}
 	g.Messages = append(msgs, g.Messages...)
 	return nil
-}
-
-// chunkKey names a fresh fabric-converge key for a message chunk blob:
-// <tenant>.<group>.i.<nonce> (see blobKey).
-func chunkKey(tenant, groupHex string) (string, error) {
-	var n [12]byte
-	if _, err := rand.Read(n[:]); err != nil {
-		return "", fmt.Errorf("blob nonce: %w", err)
-	}
-	return subject.Key(tenant, groupHex, "i", hex.EncodeToString(n[:]))
 }

@@ -414,14 +414,18 @@ func (b *branchState) seal(prefix, raw []byte) ([]byte, error) {
 // otherwise.
 func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte, chunks []storedChunk) (MemberState, error) {
 	e, ok := w.cfg.MLS.(EngineMLS)
-	split := bytes.HasPrefix(blob, splitPrefix)
-	if !ok || !(split || bytes.HasPrefix(blob, branchPrefix)) {
+	sealed, split := bytes.CutPrefix(blob, splitPrefix)
+	whole := false
+	if !split {
+		sealed, whole = bytes.CutPrefix(blob, branchPrefix)
+	}
+	if !ok || !(split || whole) {
 		if len(chunks) > 0 {
 			return nil, errors.New("restore member state: chunks beside a blob that is not split")
 		}
 		return w.cfg.MLS.Restore(ctx, c, blob)
 	}
-	raw, err := e.Vault.OpenState(blob[len(branchPrefix):])
+	raw, err := e.Vault.OpenState(sealed)
 	if err != nil {
 		return nil, fmt.Errorf("open branch state: %w", err)
 	}

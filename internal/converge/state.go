@@ -267,13 +267,17 @@ func cmpU64(a, b uint64) int {
 // its own key, so a blob that a checkpoint names is never overwritten by a
 // worker that lost the fence.
 func blobKey(tenant string, groupHex string, client string) (string, error) {
+	if client == "" {
+		return freshKey(tenant, groupHex, "s")
+	}
+	return freshKey(tenant, groupHex, "m", client)
+}
+
+// freshKey is <tenant>.<parts…>.<nonce>, a key no other write uses.
+func freshKey(tenant string, parts ...string) (string, error) {
 	var n [12]byte
 	if _, err := rand.Read(n[:]); err != nil {
 		return "", fmt.Errorf("blob nonce: %w", err)
 	}
-	nonce := hex.EncodeToString(n[:])
-	if client == "" {
-		return subject.Key(tenant, groupHex, "s", nonce)
-	}
-	return subject.Key(tenant, groupHex, "m", client, nonce)
+	return subject.Key(tenant, append(parts, hex.EncodeToString(n[:]))...)
 }
