@@ -34,16 +34,28 @@ func FuzzUnmarshal(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{0x80})
+	head, _, err := settled.MarshalSplit()
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := Unmarshal(V1, b)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error without ErrCorrupt: %v", err)
 			}
-			return
-		}
-		if _, err := g.Marshal(); err != nil {
+		} else if _, err := g.Marshal(); err != nil {
 			t.Fatalf("restored group does not marshal: %v", err)
+		}
+		// The same bytes as a split head, and as its one chunk.
+		for _, in := range [][2][]byte{{b, nil}, {head, b}} {
+			var chunks [][]byte
+			if in[1] != nil {
+				chunks = [][]byte{in[1]}
+			}
+			if _, err := UnmarshalSplit(V1, in[0], chunks); err != nil && !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("split: error without ErrCorrupt: %v", err)
+			}
 		}
 	})
 }
