@@ -136,9 +136,8 @@ func (g *Group) Marshal() ([]byte, error) {
 // (only the newest chunk of a run takes inputs) or the chunk goes, so a
 // caller can store each chunk once, beside a head whose size does not grow
 // with the epoch's messages, and store again only the chunks whose bytes
-// changed.
-// UnmarshalSplit takes both back. The chunks hold payloads and must be
-// sealed like the head.
+// changed. UnmarshalSplit takes both back. The chunks hold payloads and
+// must be sealed like the head.
 func (g *Group) MarshalSplit() (head []byte, chunks [][]byte, err error) {
 	head, err = g.marshal(false)
 	if err != nil {
