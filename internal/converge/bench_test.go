@@ -82,25 +82,12 @@ func BenchmarkConverge(b *testing.B) {
 func benchConverge(b *testing.B, n, every int) {
 	e := newEnv(b)
 	g, hs, welcome := benchGroup(b, e, n)
-	mls := EngineMLS{Vault: e.vault}
-	states := make([]MemberState, n)
-	for i, h := range hs {
-		st, _, err := mls.Join(e.ctx, Client{Tenant: tenant, ClientID: h.rec.ClientID, Sealed: h.rec.Installation}, welcome.MLS)
-		if err != nil {
-			b.Fatal(err)
-		}
-		states[i] = st
-	}
+	states := benchStates(b, e, hs, welcome)
 	// The atomic batch limit deploy/ and the embedded servers configure.
 	e.worker("bench", func(c *Config) { c.SnapshotEvery, c.MaxBatch = every, natsserver.DefaultMaxAtomicBatch })
 	e.publish(welcome)
 	e.waitAccepted(welcome.ID, time.Minute)
-	msgs := make([]testpeer.Message, b.N)
-	ins := make([]*nats.Msg, b.N)
-	for i := range msgs {
-		msgs[i] = must[testpeer.Message](b)(g.SendText(benchText(i)))
-		ins[i] = inputMsg(b, msgs[i])
-	}
+	msgs, ins := benchInputs(b, g)
 	done := e.acceptedSignal(msgs[len(msgs)-1].ID)
 	b.ResetTimer()
 	cpu := processCPU(b)
@@ -111,19 +98,99 @@ func benchConverge(b *testing.B, n, every int) {
 			b.Fatal(err)
 		}
 	}
-	select {
-	case <-done:
-	case <-e.ctx.Done():
-		b.Fatal("last input not accepted in time")
+	e.wait(done, "last input not accepted in time")
+	report(b, e, n, time.Since(start), processCPU(b)-cpu, states, msgs)
+}
+
+// BenchmarkConvergeBacklog measures converge alone draining a backlog: the
+// Welcome and b.N app messages are stored before the worker starts, so
+// nothing publishes while it runs (ingest's cost is BenchmarkIngest's). The
+// clock starts when the Welcome, the first input, is accepted and stops
+// when the last message is.
+func BenchmarkConvergeBacklog(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			e := newEnv(b)
+			g, hs, welcome := benchGroup(b, e, n)
+			states := benchStates(b, e, hs, welcome)
+			msgs, ins := benchInputs(b, g)
+			e.publish(welcome)
+			for _, m := range ins {
+				if _, err := e.js.PublishMsgAsync(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			e.wait(e.js.PublishAsyncComplete(), "inputs not stored in time")
+			started := e.acceptedSignal(welcome.ID)
+			done := e.acceptedSignal(msgs[len(msgs)-1].ID)
+			// The worker owns the group's partition alone: a worker starting
+			// with all of them would still be creating the others'
+			// consumers while the clock runs.
+			part, err := subject.Partition(tenant, hex.EncodeToString(g.ID()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.worker("bench", func(c *Config) { c.MaxBatch, c.Partitions = natsserver.DefaultMaxAtomicBatch, []int{part} })
+			e.wait(started, "Welcome not accepted in time")
+			b.ResetTimer()
+			cpu := processCPU(b)
+			start := time.Now()
+			e.wait(done, "last input not accepted in time")
+			report(b, e, n, time.Since(start), processCPU(b)-cpu, states, msgs)
+		})
 	}
-	rate := float64(b.N) / time.Since(start).Seconds()
-	// CPU of the whole process (the embedded server, the publisher and
-	// converge) per message, beside the raw decryption's: on a machine of
-	// c cores the rate cannot pass c/cpu-µs-per-msg.
-	convergeCPU := (processCPU(b) - cpu) / time.Duration(b.N)
+}
+
+// benchStates joins every hosted member from the Welcome outside converge,
+// for the raw decryption the rate is compared with. They share no
+// signature cache: each decrypts as a client alone would.
+func benchStates(b *testing.B, e *env, hs []hosted, welcome testpeer.Message) []MemberState {
+	b.Helper()
+	mls := EngineMLS{Vault: e.vault}
+	states := make([]MemberState, len(hs))
+	for i, h := range hs {
+		st, _, err := mls.Join(e.ctx, Client{Tenant: tenant, ClientID: h.rec.ClientID, Sealed: h.rec.Installation}, welcome.MLS)
+		if err != nil {
+			b.Fatal(err)
+		}
+		states[i] = st
+	}
+	return states
+}
+
+// benchInputs makes b.N distinct app messages of g, and their inputs.
+func benchInputs(b *testing.B, g *testpeer.Group) ([]testpeer.Message, []*nats.Msg) {
+	b.Helper()
+	msgs := make([]testpeer.Message, b.N)
+	ins := make([]*nats.Msg, b.N)
+	for i := range msgs {
+		msgs[i] = must[testpeer.Message](b)(g.SendText(benchText(i)))
+		ins[i] = inputMsg(b, msgs[i])
+	}
+	return msgs, ins
+}
+
+// wait waits for c, or fails the benchmark with why when the test's
+// context ends first.
+func (e *env) wait(c <-chan struct{}, why string) {
+	e.t.Helper()
+	select {
+	case <-c:
+	case <-e.ctx.Done():
+		e.t.Fatal(why)
+	}
+}
+
+// report stops the timer, decrypts msgs with every member's state in
+// memory, one member after another (the engine's raw rate), and reports
+// both rates, their ratio, and the CPU of the whole process (the embedded
+// server, any publisher and converge) per message beside the raw
+// decryption's: on a machine of c cores the rate cannot pass
+// c/cpu-µs-per-msg.
+func report(b *testing.B, e *env, n int, took, cpu time.Duration, states []MemberState, msgs []testpeer.Message) {
 	b.StopTimer()
-	cpu = processCPU(b)
-	start = time.Now()
+	rate := float64(b.N) / took.Seconds()
+	rawStart, start := processCPU(b), time.Now()
 	for _, m := range msgs {
 		for _, st := range states {
 			if _, err := st.Decrypt(e.ctx, m.MLS); err != nil {
@@ -132,8 +199,8 @@ func benchConverge(b *testing.B, n, every int) {
 		}
 	}
 	raw := float64(b.N) / time.Since(start).Seconds()
-	rawCPU := (processCPU(b) - cpu) / time.Duration(b.N)
-	b.ReportMetric(float64(convergeCPU.Microseconds()), "cpu-µs/msg")
+	rawCPU := (processCPU(b) - rawStart) / time.Duration(b.N)
+	b.ReportMetric(float64((cpu / time.Duration(b.N)).Microseconds()), "cpu-µs/msg")
 	b.ReportMetric(float64(rawCPU.Microseconds()), "raw-cpu-µs/msg")
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(rate*float64(n), "events/s")
@@ -203,24 +270,13 @@ func BenchmarkEngineDecrypt(b *testing.B) {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			e := newEnv(b)
 			g, hs, welcome := benchGroup(b, e, n)
-			mls := EngineMLS{Vault: e.vault}
-			states := make([]MemberState, n)
-			for i, h := range hs {
-				st, _, err := mls.Join(e.ctx, Client{Tenant: tenant, ClientID: h.rec.ClientID, Sealed: h.rec.Installation}, welcome.MLS)
-				if err != nil {
-					b.Fatal(err)
-				}
-				states[i] = st
-			}
-			msgs := make([][]byte, b.N)
-			for i := range msgs {
-				msgs[i] = must[testpeer.Message](b)(g.SendText(benchText(i))).MLS
-			}
+			states := benchStates(b, e, hs, welcome)
+			msgs, _ := benchInputs(b, g)
 			b.ResetTimer()
 			start := time.Now()
 			for _, m := range msgs {
 				for _, st := range states {
-					if _, err := st.Decrypt(e.ctx, m); err != nil {
+					if _, err := st.Decrypt(e.ctx, m.MLS); err != nil {
 						b.Fatal(err)
 					}
 				}
