@@ -428,10 +428,11 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 	// PROC-037 / CTYPE-018: a deletion applies to a stored message of the
 	// same sender inbox, or by an admin.
 	var deleted *storedMessage
-	if target != nil {
-		if s := t.g.message(target); s != nil && !s.Deleted &&
+	deletedAt := -1
+	if i := t.g.messageIndex(target); i >= 0 {
+		if s := &t.g.Messages[i]; !s.Deleted &&
 			(s.SenderInboxID == app.Sender.InboxID || components.IsAdmin(comps, app.Sender.InboxID)) {
-			deleted = s
+			deleted, deletedAt = s, i
 		}
 	}
 	ref := t.g.message(refID)
@@ -455,7 +456,7 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 		t.emit(m.ClientID, cause, evs...)
 	}
 	if deleted != nil {
-		t.g.deleteMessage(t.g.messageIndex(deleted.ID))
+		t.g.deleteMessage(deletedAt)
 	}
 	t.g.addMessage(msg)
 }
