@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-// vectorPath returns a file of the shared MLS test vectors, which live beside
-// the repository (../shared/testvectors relative to its root).
+// vectorPath returns a file of the RFC 9420 test vectors in testdata/mls
+// (source and licence in its README).
 func vectorPath(t testing.TB, name string) string {
 	t.Helper()
-	return filepath.Join("..", "..", "..", "shared", "testvectors", "mls", name)
+	return filepath.Join("testdata", "mls", name)
 }
 
 func loadJSON(t testing.TB, name string, v any) {
