@@ -21,7 +21,7 @@ type subscription struct {
 	client   string
 	filter   *filter.Filter
 	tap      atomic.Pointer[tap] // set by attach; read by detach from any goroutine
-	startSeq uint64              // the tap's last sequence when s was registered
+	startSeq uint64              // its registration point: events stored up to it are not offered
 
 	q         *queue.Queue[*event]
 	announced bool // its subscribed frame is queued; events may follow it

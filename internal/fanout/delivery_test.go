@@ -93,6 +93,40 @@ func TestLiveOnly_EVENT014(t *testing.T) {
 	}
 }
 
+// A subscription added beside a running tap starts at the stream's last
+// event, not at the tap's: events stored before it was registered whose
+// republished copies had not reached the tap yet (here: lost, and repaired
+// only after the subscription exists) are not handed off to it.
+func TestSubscriptionBesideRunningTap_EVENT014(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(tenantA, []string{client1})
+	first, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	if n := msgNo(next(t, first)); n != 1 {
+		t.Fatalf("first subscription's first event is %d, want 1", n)
+	}
+	tp := e.cutTap(tenantA, client1)
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
+	second, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.restoreTap(tp)
+	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
+	if n := msgNo(next(t, second)); n != 4 {
+		t.Fatalf("second subscription's first event is %d, want 4: it was stored before the subscription", n)
+	}
+	for want := 2; want <= 4; want++ {
+		if n := msgNo(next(t, first)); n != want {
+			t.Fatalf("first subscription got %d, want %d", n, want)
+		}
+	}
+}
+
 // Subscribing, holding and ending change nothing upstream: no stream or
 // consumer is created, and the one core subscription per client is shared
 // and removed with the last subscription.

@@ -24,7 +24,8 @@
 //
 // A subscription is registered with its tap before the subscribed frame (or
 // the SSE ": subscribed" comment) is written, and is offered only events
-// that reach the tap after that (EVENT-014). Its queue holds at most 1024
+// stored after the client's last stored event at that moment (EVENT-014),
+// even when the tap is running and has not seen every stored event yet. Its queue holds at most 1024
 // events counted end to end: queued here, sent and not yet credited back by
 // the SDK (EVENT-030). Past the bound new events are discarded and counted;
 // one lagged event carrying the count precedes any later event (EVENT-031).

@@ -304,6 +304,44 @@ func (e *env) held(tenant, clientID string) int {
 	return n
 }
 
+// cutTap removes the core subscription of a client's tap, so the events
+// stored from now on reach the gateway only as a gap: their republished
+// copies are lost, as republishing is at most once.
+func (e *env) cutTap(tenant, clientID string) *tap {
+	e.t.Helper()
+	e.g.tapsMu.Lock()
+	tp := e.g.taps["fabric.live."+tenant+"."+clientID]
+	e.g.tapsMu.Unlock()
+	if tp == nil {
+		e.t.Fatal("no tap")
+	}
+	tp.mu.Lock()
+	err := tp.nsub.Unsubscribe()
+	tp.mu.Unlock()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return tp
+}
+
+// restoreTap subscribes a cut tap again; the next event reveals the gap.
+func (e *env) restoreTap(tp *tap) {
+	e.t.Helper()
+	tp.mu.Lock()
+	nsub, err := e.nc.Subscribe(tp.live, tp.onMsg)
+	tp.nsub = nsub
+	tp.mu.Unlock()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // sseStatus opens an SSE request and returns its status, closing it.
 func sseStatus(t *testing.T, e *env, path, tok string) int {
 	t.Helper()

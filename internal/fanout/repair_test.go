@@ -41,30 +41,12 @@ func TestGapRepairedFromStream(t *testing.T) {
 		t.Fatalf("got %d", n)
 	}
 
-	e.g.tapsMu.Lock()
-	tp := e.g.taps["fabric.live."+tenantA+"."+client1]
-	e.g.tapsMu.Unlock()
-	tp.mu.Lock()
-	if err := tp.nsub.Unsubscribe(); err != nil {
-		t.Fatal(err)
-	}
-	tp.mu.Unlock()
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	tp := e.cutTap(tenantA, client1)
 	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
 	e.publish(tenantA, client2, published{ev: received(groupA, 100, nil)}) // another subject in between
 	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
 	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
-	tp.mu.Lock()
-	tp.nsub, err = e.nc.Subscribe(tp.live, tp.onMsg)
-	tp.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	e.restoreTap(tp)
 	e.publish(tenantA, client1, published{ev: received(groupA, 5, nil)})
 	for want := 2; want <= 5; want++ {
 		if n := msgNo(next(t, s)); n != want {

@@ -59,10 +59,10 @@ type tap struct {
 }
 
 // attach registers s with its client's tap, starting the tap if it is the
-// first. When attach returns, every event that reaches the gateway later is
-// offered to s, and none before (EVENT-014); s.startSeq is the registration
-// point. A resumed subscription (afterSeq > 0, below the registration point)
-// first gets the events stored after afterSeq, replayed from the stream.
+// first. When attach returns, every event stored later is offered to s, and
+// none stored before (EVENT-014); s.startSeq is the registration point. A
+// resumed subscription (afterSeq > 0) gets every event stored after afterSeq:
+// those the tap already handed off are replayed from the stream first.
 func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) error {
 	live, err := subject.Live(s.tenant, s.client)
 	if err != nil {
@@ -82,19 +82,36 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 	g.tapsMu.Unlock()
 
 	t.mu.Lock()
+	stored := uint64(0)
 	if !t.started {
 		if err := t.start(ctx); err != nil {
 			t.mu.Unlock()
 			g.release(t)
 			return err
 		}
+	} else if afterSeq == 0 {
+		// EVENT-014: a running tap may not have seen every event stored
+		// yet (its republished copies are on their way, or lost and not
+		// yet repaired); the registration point is the stream's last
+		// event, not the tap's. Read without the lock, so the tap's
+		// events do not wait; this attach's ref keeps the tap alive.
+		t.mu.Unlock()
+		last, err := g.lastSequence(ctx, t.events)
+		if err != nil {
+			g.release(t)
+			return err
+		}
+		stored = last
+		t.mu.Lock()
 	}
 	if afterSeq > 0 && afterSeq < t.lastSeq {
 		t.replay(s, afterSeq)
 	}
 	t.subs[s] = struct{}{}
 	s.tap.Store(t)
-	s.startSeq = t.lastSeq
+	// Offer skips what the registration point covers: what the tap handed
+	// off before, what was stored before, what a resumed SDK already had.
+	s.startSeq = max(t.lastSeq, stored, afterSeq)
 	t.mu.Unlock()
 	return nil
 }
@@ -333,8 +350,8 @@ func (t *tap) offer(subs map[*subscription]struct{}, d *eventbus.Delivered, body
 	fe := filter.Describe(&d.Event, d.ConversationKey, d.ReferencesOwn)
 	ev := &event{seq: d.Sequence, kind: d.Event.Kind, emitted: d.Time, msgpack: body}
 	for s := range subs {
-		if !s.filter.Match(&fe) {
-			continue
+		if d.Sequence <= s.startSeq || !s.filter.Match(&fe) {
+			continue // EVENT-014, EVENT-020
 		}
 		if s.c.enc == wire.JSON && ev.json == nil {
 			b, err := d.Event.AppendJSON(nil)
