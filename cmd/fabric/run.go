@@ -34,6 +34,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	config.String(fs, &secretFile, "jwt-secret-file", "", "file holding the JWT signing secret (else FABRIC_JWT_SECRET)")
 	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
+	config.Duration(fs, &errs, &o.SyncInterval, "sync-interval", 0, "how often JetStream fsyncs; 0 fsyncs every write before it is acknowledged (survives power loss), e.g. 2m trades that for speed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

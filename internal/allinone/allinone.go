@@ -58,6 +58,11 @@ type Options struct {
 	// Production refuses to generate secrets: JWTSecret and MasterKey must
 	// be given.
 	Production bool
+	// SyncInterval is how often JetStream fsyncs its files. Zero, the
+	// default, fsyncs every write before it is acknowledged, so an input
+	// answered queued survives power loss; a positive interval trades that
+	// for speed (what is written in the last interval may be lost).
+	SyncInterval time.Duration
 	// Logger receives diagnostics; slog.Default when nil.
 	Logger *slog.Logger
 }
@@ -118,7 +123,10 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	f.ns, err = natsserver.Start(ctx, natsserver.Options{StoreDir: filepath.Join(o.DataDir, "jetstream"), Host: host, Port: port, ServerName: "fabric"})
+	f.ns, err = natsserver.Start(ctx, natsserver.Options{
+		StoreDir: filepath.Join(o.DataDir, "jetstream"), Host: host, Port: port, ServerName: "fabric",
+		SyncAlways: o.SyncInterval <= 0, SyncInterval: o.SyncInterval,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -61,8 +61,11 @@ type Options struct {
 	// hold; DefaultMaxAtomicBatch when 0.
 	MaxAtomicBatch int
 	// SyncAlways makes the file store fsync every write instead of every
-	// two minutes, trading throughput for durability across power loss.
+	// SyncInterval, trading throughput for durability across power loss.
 	SyncAlways bool
+	// SyncInterval is how often the file store fsyncs when SyncAlways is
+	// off; 0 is the server's default of two minutes.
+	SyncInterval time.Duration
 	// Cluster, when set, makes the node a member of a cluster.
 	Cluster *ClusterOptions
 	// Logger receives the server's log; nil silences it.
@@ -145,6 +148,9 @@ func (s *Server) serverOptions() *server.Options {
 	}
 	if s.opts.SyncAlways {
 		o.SyncAlways = true
+	}
+	if s.opts.SyncInterval > 0 {
+		o.SyncInterval = s.opts.SyncInterval
 	}
 	o.JetStreamLimits.MaxBatchSize = DefaultMaxAtomicBatch
 	if s.opts.MaxAtomicBatch > 0 {
