@@ -63,9 +63,23 @@ type Options struct {
 	// answered queued survives power loss; a positive interval trades that
 	// for speed (what is written in the last interval may be lost).
 	SyncInterval time.Duration
-	// Logger receives diagnostics; slog.Default when nil.
+	// HTTPLimits bound the HTTP connections (idle timeout, a total and a
+	// per-address bound); the total defaults to the descriptor limit less
+	// a reserve for NATS and JetStream's files.
+	HTTPLimits ops.Limits
+	// Logger receives diagnostics, the embedded server's warnings and
+	// errors among them; slog.Default when nil.
 	Logger *slog.Logger
 }
+
+// healthInterval is how often the fabric checks that JetStream still takes
+// writes; a store that failed a write refuses every later one, so after
+// unhealthyChecks failed checks in a row the fabric stops with an error and
+// its supervisor restarts it.
+const (
+	healthInterval  = 5 * time.Second
+	unhealthyChecks = 3
+)
 
 // Fabric is a running all-in-one fabric.
 type Fabric struct {
@@ -100,6 +114,11 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if n, err := ops.RaiseFileLimit(); err != nil {
+		o.Logger.Warn("raising the open-file limit", "err", err)
+	} else {
+		o.Logger.Debug("open-file limit", "limit", n)
+	}
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("allinone: data dir: %w", err)
 	}
@@ -125,7 +144,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	}
 	f.ns, err = natsserver.Start(ctx, natsserver.Options{
 		StoreDir: filepath.Join(o.DataDir, "jetstream"), Host: host, Port: port, ServerName: "fabric",
-		SyncAlways: o.SyncInterval <= 0, SyncInterval: o.SyncInterval,
+		SyncAlways: o.SyncInterval <= 0, SyncInterval: o.SyncInterval, Logger: natsserver.SlogLogger(o.Logger),
 	})
 	if err != nil {
 		return nil, err
@@ -168,7 +187,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 		return nil, err
 	}
 
-	if f.srv, err = ops.New(o.Listen, reg); err != nil {
+	if f.srv, err = ops.NewWithLimits(o.Listen, reg, o.HTTPLimits); err != nil {
 		return nil, err
 	}
 	api := http.NewServeMux()
@@ -181,6 +200,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 		api.Handle(p, f.gw.Handler())
 	}
 	f.srv.Handle("/v1/", api)
+	f.srv.AddReady(func(context.Context) error { return f.ns.Healthy() })
 	f.srv.AddReady(func(context.Context) error { return f.ing.Ready() })
 	f.srv.AddReady(f.conv.Ready)
 	f.srv.AddReady(f.gw.Ready)
@@ -192,12 +212,13 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 		return nil, err
 	}
 	go func() {
-		errc := make(chan error, 3)
+		errc := make(chan error, 4)
 		go func() { errc <- f.conv.Run(runCtx) }()
 		go func() { errc <- f.gw.Run(runCtx) }()
 		go func() { errc <- f.srv.Serve(runCtx, 10*time.Second) }()
+		go func() { errc <- f.watchStore(runCtx) }()
 		var first error
-		for range 3 {
+		for range 4 {
 			if err := <-errc; err != nil && first == nil && !errors.Is(err, context.Canceled) {
 				first = err
 				cancel()
@@ -207,6 +228,29 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 		close(f.stopped)
 	}()
 	return f, nil
+}
+
+// watchStore returns an error when JetStream stops taking writes, which
+// only a restart recovers, and nil when ctx ends.
+func (f *Fabric) watchStore(ctx context.Context) error {
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	for failed := 0; ; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := f.ns.Healthy()
+		if err == nil {
+			failed = 0
+			continue
+		}
+		f.opts.Logger.Error("JetStream is unhealthy", "err", err)
+		if failed++; failed >= unhealthyChecks {
+			return fmt.Errorf("allinone: JetStream takes no writes, restart: %w", err)
+		}
+	}
 }
 
 // Token mints a development token of the dev tenant for every client with

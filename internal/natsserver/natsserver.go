@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -261,3 +262,39 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Healthy reports whether the server's JetStream takes writes: a stream
+// whose store failed a write (a full disk, too many open files) refuses
+// every later write until the server restarts.
+func (s *Server) Healthy() error {
+	ns := s.NATS()
+	if ns == nil {
+		return errors.New("natsserver: shut down")
+	}
+	h := ns.Healthz(nil)
+	if h.Status != "ok" {
+		return fmt.Errorf("natsserver: %s", h.Error)
+	}
+	return nil
+}
+
+// SlogLogger passes the server's warnings and errors to l; its notices
+// become debug records, its debug and trace output is dropped.
+func SlogLogger(l *slog.Logger) server.Logger { return slogLogger{l} }
+
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Noticef(format string, v ...any) {
+	s.l.Debug("nats-server: " + fmt.Sprintf(format, v...))
+}
+func (s slogLogger) Warnf(format string, v ...any) {
+	s.l.Warn("nats-server: " + fmt.Sprintf(format, v...))
+}
+func (s slogLogger) Fatalf(format string, v ...any) {
+	s.l.Error("nats-server: " + fmt.Sprintf(format, v...))
+}
+func (s slogLogger) Errorf(format string, v ...any) {
+	s.l.Error("nats-server: " + fmt.Sprintf(format, v...))
+}
+func (s slogLogger) Debugf(string, ...any) {}
+func (s slogLogger) Tracef(string, ...any) {}

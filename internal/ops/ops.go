@@ -38,17 +38,35 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // New returns a server listening on addr (":0" picks a port) that serves
-// registry on /metrics.
+// registry on /metrics, with the default Limits.
 func New(addr string, registry *prometheus.Registry) (*Server, error) {
+	return NewWithLimits(addr, registry, Limits{})
+}
+
+// NewWithLimits is New with connection limits. Connections refused by them
+// are counted in fabric_http_connections_refused_total{reason}.
+func NewWithLimits(addr string, registry *prometheus.Registry, limits Limits) (*Server, error) {
+	limits = limits.withDefaults()
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fabric_http_connections_refused_total",
+		Help: "HTTP connections closed at accept: reason total (the process's bound) or per_address.",
+	}, []string{"reason"})
+	if err := registry.Register(refused); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		refused = are.ExistingCollector.(*prometheus.CounterVec)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	s := &Server{mux: http.NewServeMux(), registry: registry, ln: ln}
+	s := &Server{mux: http.NewServeMux(), registry: registry, ln: newLimitListener(ln, limits, refused)}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
-	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: limits.ReadHeaderTimeout, IdleTimeout: limits.IdleTimeout}
 	return s, nil
 }
 

@@ -1,9 +1,11 @@
 package ops
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -64,6 +66,87 @@ func TestServerEndpointsAndDrain(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// dialFrom opens a TCP connection to addr from the loopback address local.
+func dialFrom(t *testing.T, local, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// served reports whether the server answers a request on c; false when it
+// closed c.
+func served(c net.Conn) bool {
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return false
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// Idle connections cannot fill the descriptor table: past the total and the
+// per-address bound a connection is closed at accept, an idle keep-alive
+// connection is closed after the idle timeout, and a freed slot is reused.
+func TestConnectionBoundsKeepDescriptorsFree(t *testing.T) {
+	reg := NewRegistry()
+	s, err := NewWithLimits("127.0.0.1:0", reg, Limits{MaxConns: 3, MaxConnsPerAddr: 2, IdleTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, 5*time.Second) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	a1, a2 := dialFrom(t, "127.0.0.1", s.Addr()), dialFrom(t, "127.0.0.1", s.Addr())
+	if !served(a1) || !served(a2) {
+		t.Fatal("connections within the bounds are not served")
+	}
+	if served(dialFrom(t, "127.0.0.1", s.Addr())) {
+		t.Error("a third connection from one address was served past the per-address bound of 2")
+	}
+	b1 := dialFrom(t, "127.0.0.2", s.Addr())
+	if !served(b1) {
+		t.Fatal("another address is not served")
+	}
+	if served(dialFrom(t, "127.0.0.3", s.Addr())) {
+		t.Error("a fourth connection was served past the total bound of 3")
+	}
+	// The idle timeout closes the three; their slots are free again.
+	for _, c := range []net.Conn{a1, a2, b1} {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("idle keep-alive connection not closed by the server: %v", err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !served(dialFrom(t, "127.0.0.3", s.Addr())) {
+		if time.Now().After(deadline) {
+			t.Fatal("a freed slot is not reused")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, body := get(t, "http://"+s.Addr()+"/metrics"); !strings.Contains(body, `fabric_http_connections_refused_total{reason="per_address"} 1`) ||
+		!strings.Contains(body, `fabric_http_connections_refused_total{reason="total"}`) {
+		t.Errorf("refusals not counted:\n%s", body)
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
