@@ -51,19 +51,45 @@ type step struct {
 	t     *txn
 	notes []outcomeNote
 	index map[string]int
-	// deliveries are the payloads to deliver, in order, with the members
-	// whose view delivers them.
-	deliveries []convergence.Delivery
+	// changes are the applied commits and deliveries of the step, in the
+	// order they were made (convergence.Result.Steps, EVENT-012), each
+	// once however many members' views made it.
+	changes []change
+	seen    map[change]bool
+	// commits are, for each applied commit, what it changed for each
+	// member whose view applied it, in members' order; lead is the first
+	// active member's, which moves the group-level state.
+	commits map[engine.MessageID][]memberCommit
+	lead    map[engine.MessageID]convergence.AppliedCommit
+	// deliveries are the payloads to deliver, with the members whose
+	// view delivers them.
+	deliveries map[engine.MessageID]convergence.Delivery
 	to         map[engine.MessageID]map[string]bool
 	// rolled are the commits and messages the step took back; their
 	// rollback counts rise once the step is done, however many members
 	// took them back.
 	rolled []engine.MessageID
-	lead   bool // the first active member's result moves the group-level state
+	isLead bool // the member being taken is the first active one
+}
+
+// change is one applied commit or delivery of a step.
+type change struct {
+	commit bool
+	id     engine.MessageID
+}
+
+// memberCommit is one applied commit as one member's view saw it.
+type memberCommit struct {
+	m *hostedMember
+	c project.Commit
 }
 
 func (p marmot) newStep(t *txn) *step {
-	return &step{t: t, index: map[string]int{}, to: map[engine.MessageID]map[string]bool{}}
+	return &step{
+		t: t, index: map[string]int{}, seen: map[change]bool{},
+		commits: map[engine.MessageID][]memberCommit{}, lead: map[engine.MessageID]convergence.AppliedCommit{},
+		deliveries: map[engine.MessageID]convergence.Delivery{}, to: map[engine.MessageID]map[string]bool{},
+	}
 }
 
 // run admits one input to every active member's view.
@@ -98,7 +124,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	}
 	var ads []*admission
 	for i, m := range active {
-		s.lead = i == 0
+		s.isLead = i == 0
 		cg, err := p.group(t, m)
 		if err != nil {
 			return err
@@ -121,7 +147,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		a.res, a.err = a.cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
 	})
 	for _, a := range ads {
-		s.lead = a.lead
+		s.isLead = a.lead
 		if errors.Is(a.err, convergence.ErrID) || errors.Is(a.err, convergence.ErrClass) {
 			s.note(rejectedNote(in.MessageID, in.Class, schema.CategoryInvalidEncoding, in.Time))
 			continue
@@ -130,7 +156,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 			return fmt.Errorf("admit: %w", a.err)
 		}
 		s.effects(a.m, a.before, in.MessageID, a.res)
-		if s.lead && in.Class == schema.ClassProposal {
+		if s.isLead && in.Class == schema.ClassProposal {
 			p.leaveRequest(ctx, t, a.cg, in.Data)
 		}
 		if err := p.save(t, a.m, a.cg); err != nil {
@@ -151,7 +177,7 @@ func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
 	s := p.newStep(t)
 	changed := false
 	for i, m := range t.g.active() {
-		s.lead = i == 0
+		s.isLead = i == 0
 		cg, err := p.group(t, m)
 		if err != nil {
 			return false, err
@@ -241,13 +267,16 @@ func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res
 		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
 		s.rollBack(id)
 	}
-	for _, a := range res.Applied {
-		before = s.applied(m, before, a)
-	}
-	for _, d := range res.Delivered {
+	for _, c := range res.Steps() {
+		if a := c.Commit; a != nil {
+			before = s.applied(m, before, *a)
+			continue
+		}
+		d := *c.Delivery
+		s.add(change{id: d.ID})
 		if s.to[d.ID] == nil {
 			s.to[d.ID] = map[string]bool{}
-			s.deliveries = append(s.deliveries, d)
+			s.deliveries[d.ID] = d
 		}
 		s.to[d.ID][m.ClientID] = true
 	}
@@ -267,34 +296,44 @@ func passCause(c convergence.Cutoff) []byte {
 	return append([]byte("pass:"), h.Sum(nil)...)
 }
 
-// applied emits the events of one commit of the selected branch from the
-// member's point of view. The first one is measured against the state the
-// member last saw, so a rollback reports what changed for its client.
+// applied records one commit of the selected branch from the member's
+// point of view. The first one is measured against the state the member
+// last saw, so a rollback reports what changed for its client.
 func (s *step) applied(m *hostedMember, before components.Set, a convergence.AppliedCommit) components.Set {
-	t := s.t
 	r := a.Result
 	pc := project.Commit{AddedInboxIDs: r.AddedInboxes, RemovedInboxIDs: r.RemovedInboxes, Before: before, After: r.Components}
 	for _, l := range r.RemovedLeaves {
 		pc.RemovedInstallations = append(pc.RemovedInstallations, l.InstallationKey)
 	}
-	view := project.Member{InboxID: m.InboxID, Installation: m.Installation, LeaveRequested: t.g.leaveRequested(m.InboxID)}
-	t.emit(m.ClientID, s.cause("", a.ID), project.CommitEvents(t.g.GroupID, view, pc)...)
-	if s.lead {
-		t.groupChanged = true
-		t.setComponents(r.Components)
-		if a.State != nil {
-			members := a.State.InboxIDs()
-			t.g.LeaveRequests = slices.DeleteFunc(t.g.LeaveRequests, func(inbox string) bool { return !slices.Contains(members, inbox) })
-		}
+	s.add(change{commit: true, id: a.ID})
+	s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, c: pc})
+	if _, ok := s.lead[a.ID]; !ok && s.isLead {
+		s.lead[a.ID] = a
 	}
 	return r.Components
 }
 
-// finish delivers the step's payloads and records its outcome notes.
+// add notes a change the first time a member's view makes it.
+func (s *step) add(c change) {
+	if !s.seen[c] {
+		s.seen[c] = true
+		s.changes = append(s.changes, c)
+	}
+}
+
+// finish emits the step's changes in the order they were made (EVENT-012):
+// each commit's events for every member that applied it, then the
+// group-level state it moves; each payload delivered and indexed, so a
+// deletion finds a target settled with it (PROC-037). Then it records the
+// outcome notes.
 func (s *step) finish() {
 	t := s.t
-	for _, d := range s.deliveries {
-		to := s.to[d.ID]
+	for _, c := range s.changes {
+		if c.commit {
+			s.emitCommit(c.id)
+			continue
+		}
+		d, to := s.deliveries[c.id], s.to[c.id]
 		app := AppMessage{Sender: Leaf{InboxID: d.Sender.InboxID, InstallationKey: d.Sender.InstallationKey}, Plaintext: d.Payload}
 		t.deliver(slices.Clone(d.ID[:]), s.cause("", d.ID), t.g.LastSeq, t.g.LastTime, app, func(m *hostedMember) bool { return to[m.ClientID] })
 	}
@@ -302,6 +341,26 @@ func (s *step) finish() {
 		t.g.rollBack(id[:])
 	}
 	t.notes = append(t.notes, s.notes...)
+}
+
+// emitCommit emits one applied commit's events for each member that
+// applied it and moves the group-level state with the lead member's.
+func (s *step) emitCommit(id engine.MessageID) {
+	t := s.t
+	for _, mc := range s.commits[id] {
+		view := project.Member{InboxID: mc.m.InboxID, Installation: mc.m.Installation, LeaveRequested: t.g.leaveRequested(mc.m.InboxID)}
+		t.emit(mc.m.ClientID, s.cause("", id), project.CommitEvents(t.g.GroupID, view, mc.c)...)
+	}
+	a, ok := s.lead[id]
+	if !ok {
+		return
+	}
+	t.groupChanged = true
+	t.setComponents(a.Result.Components)
+	if a.State != nil {
+		members := a.State.InboxIDs()
+		t.g.LeaveRequests = slices.DeleteFunc(t.g.LeaveRequests, func(inbox string) bool { return !slices.Contains(members, inbox) })
+	}
 }
 
 // cause is the cause of an effect on id: the effect's kind, the id, and

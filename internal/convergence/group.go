@@ -55,10 +55,13 @@ type AppliedCommit struct {
 // Delivery is an app payload to hand to the application: its MLS
 // application message decrypts on the selected branch inside the window.
 type Delivery struct {
-	ID      ID
-	Epoch   uint64
-	Sender  engine.Member
-	Payload []byte // the app payload; internal/apppayload decodes it
+	ID     ID
+	Epoch  uint64
+	Sender engine.Member
+	// Generation is the message's place in its sender's ratchet of the
+	// epoch: the sender's send order.
+	Generation uint32
+	Payload    []byte // the app payload; internal/apppayload decodes it
 }
 
 // Superseded is a previously applied commit that branch selection replaced
@@ -80,7 +83,11 @@ type Result struct {
 	Applied []AppliedCommit
 	// Superseded are applied commits that lost, oldest first.
 	Superseded []Superseded
-	// Delivered are app payloads to deliver, by epoch then id.
+	// Delivered are app payloads to deliver, in canonical order
+	// (canonicalOrder): by epoch, a message after the one it references,
+	// else by sender leaf and send order; never by id or arrival. A
+	// delivery of epoch e comes before the applied commit of source
+	// epoch e, which was made after it.
 	Delivered []Delivery
 	// Withdrawn are delivered app payloads now invalidated
 	// (fabric.message_invalidated).
@@ -132,6 +139,7 @@ type record struct {
 	hasNode bool
 	// app messages:
 	sender    engine.Member
+	gen       uint32 // the sender's ratchet generation
 	payload   []byte
 	delivered bool
 	terminal  bool // rejected or stale for good; never retried
@@ -496,7 +504,7 @@ func (g *Group) tryApp(r *record, now time.Time, res *Result) {
 			return
 		}
 		r.node, r.hasNode = n.id, true
-		r.sender, r.payload = app.Sender, app.Payload
+		r.sender, r.gen, r.payload = app.Sender, app.Generation, app.Payload
 		// A message decrypts on one branch only, once: its bytes are never
 		// needed again.
 		r.in.Data = nil
@@ -544,7 +552,7 @@ func (g *Group) decideApp(r *record, res *Result) {
 		g.set(r, schema.DispositionAccepted, "", "", res)
 		if !r.delivered {
 			r.delivered = true
-			res.Delivered = append(res.Delivered, Delivery{ID: r.in.ID, Epoch: r.epoch, Sender: r.sender, Payload: slices.Clone(r.payload)})
+			res.Delivered = append(res.Delivered, Delivery{ID: r.in.ID, Epoch: r.epoch, Sender: r.sender, Generation: r.gen, Payload: slices.Clone(r.payload)})
 		}
 	}
 	g.freezeIfSettled(r)

@@ -83,6 +83,9 @@ func (g *Group) Apply(c Cutoff, now time.Time) (Result, error) {
 	g.redecide(&res)
 	g.prune(&res)
 	g.retry(now, &res)
+	canonicalOrder(res.Delivered)
+	// Input admitted after the cutoff follows, in admission order: each is
+	// processed as it would have been on arrival.
 	queued := g.queue
 	g.queue = nil
 	for _, id := range queued {

@@ -53,6 +53,7 @@ type pSettled struct {
 	IDs         []byte              `msgpack:"ids"`
 	Senders     []pSender           `msgpack:"senders,omitempty"`
 	From        []byte              `msgpack:"from,omitempty"`
+	Gens        []uint32            `msgpack:"gens,omitempty"`
 	Payloads    [][]byte            `msgpack:"payloads,omitempty"`
 }
 
@@ -95,6 +96,7 @@ type pInput struct {
 	SenderLeaf  uint32              `msgpack:"sender_leaf,omitempty"`
 	SenderInbox string              `msgpack:"sender_inbox,omitempty"`
 	SenderKey   []byte              `msgpack:"sender_key,omitempty"`
+	Generation  uint32              `msgpack:"generation,omitempty"`
 	Payload     []byte              `msgpack:"payload,omitempty"`
 	Delivered   bool                `msgpack:"delivered,omitempty"`
 	Terminal    bool                `msgpack:"terminal,omitempty"`
@@ -183,7 +185,7 @@ func (g *Group) marshal(settled bool) ([]byte, error) {
 			ID: r.in.ID[:], Class: r.in.Class, Data: r.in.Data, Epoch: r.epoch, HasEpoch: r.hasEp,
 			Disposition: r.out.Disposition, Category: r.out.Category, Named: r.out.NamedOutcome,
 			SenderLeaf: r.sender.Leaf, SenderInbox: r.sender.InboxID, SenderKey: r.sender.InstallationKey,
-			Payload: r.payload, Delivered: r.delivered, Terminal: r.terminal, Queued: r.queued,
+			Generation: r.gen, Payload: r.payload, Delivered: r.delivered, Terminal: r.terminal, Queued: r.queued,
 		}
 		if r.hasNode {
 			pi.Node = r.node[:]
@@ -247,6 +249,10 @@ func (c *chunk) encode() ([]byte, error) {
 			ps.Senders = append(ps.Senders, pSender{Leaf: m.Leaf, Inbox: m.InboxID, Key: m.InstallationKey})
 		}
 		ps.From = append(ps.From, byte(at))
+		if c.gens[i] != 0 {
+			ps.Gens = append(ps.Gens, make([]uint32, i+1-len(ps.Gens))...)
+			ps.Gens[i] = c.gens[i]
+		}
 		ps.Payloads = append(ps.Payloads, c.payloads[i])
 	}
 	b, err := msgpack.Marshal(&ps)
@@ -451,9 +457,9 @@ func (g *Group) restoreInput(pi pInput) (*record, error) {
 	}
 	r := &record{
 		in: Input{ID: id, Class: pi.Class, Data: pi.Data}, epoch: pi.Epoch, hasEp: pi.HasEpoch,
-		out:     Outcome{ID: id, Class: pi.Class, Disposition: pi.Disposition, Category: pi.Category, NamedOutcome: pi.Named},
-		sender:  engine.Member{Leaf: pi.SenderLeaf, InboxID: pi.SenderInbox, InstallationKey: pi.SenderKey},
-		payload: pi.Payload, delivered: pi.Delivered, terminal: pi.Terminal, queued: pi.Queued,
+		out:    Outcome{ID: id, Class: pi.Class, Disposition: pi.Disposition, Category: pi.Category, NamedOutcome: pi.Named},
+		sender: engine.Member{Leaf: pi.SenderLeaf, InboxID: pi.SenderInbox, InstallationKey: pi.SenderKey},
+		gen:    pi.Generation, payload: pi.Payload, delivered: pi.Delivered, terminal: pi.Terminal, queued: pi.Queued,
 	}
 	if pi.Node != nil {
 		nid, ok := toID(pi.Node)
@@ -479,7 +485,7 @@ func (g *Group) restoreChunk(raw []byte) error {
 		return fmt.Errorf("%w: settled inputs: %v", ErrCorrupt, err)
 	}
 	n := len(ps.IDs) / len(ID{})
-	if n == 0 || n > chunkCap || len(ps.IDs)%len(ID{}) != 0 || len(ps.Payloads) != len(ps.From) || len(ps.Senders) > len(ps.From) {
+	if n == 0 || n > chunkCap || len(ps.IDs)%len(ID{}) != 0 || len(ps.Payloads) != len(ps.From) || len(ps.Senders) > len(ps.From) || len(ps.Gens) > len(ps.From) {
 		return fmt.Errorf("%w: settled ids", ErrCorrupt)
 	}
 	c := &chunk{enc: slices.Clone(raw)}
@@ -506,7 +512,10 @@ func (g *Group) restoreChunk(raw []byte) error {
 		if want > 0 {
 			s := ps.Senders[ps.From[i]]
 			r.sender, r.payload = engine.Member{Leaf: s.Leaf, InboxID: s.Inbox, InstallationKey: s.Key}, ps.Payloads[i]
-			c.senders, c.payloads = append(c.senders, r.sender), append(c.payloads, r.payload)
+			if i < len(ps.Gens) {
+				r.gen = ps.Gens[i]
+			}
+			c.senders, c.gens, c.payloads = append(c.senders, r.sender), append(c.gens, r.gen), append(c.payloads, r.payload)
 		}
 		r.frozen = true
 		if i == 0 {

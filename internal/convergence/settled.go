@@ -33,6 +33,7 @@ type chunk struct {
 	fixed    fixed
 	ids      []ID
 	senders  []engine.Member
+	gens     []uint32
 	payloads [][]byte
 	enc      []byte
 }
@@ -72,7 +73,7 @@ func (g *Group) freezeIfSettled(r *record) {
 	r.frozen = true
 	r.in.Data = nil
 	if !g.rewindable(r) {
-		r.payload, r.sender = nil, engine.Member{}
+		r.payload, r.sender, r.gen = nil, engine.Member{}, 0
 	}
 	delete(g.live, r.in.ID)
 	f := fixedOf(r)
@@ -86,6 +87,7 @@ func (g *Group) freezeIfSettled(r *record) {
 	c.ids = append(c.ids, r.in.ID)
 	if g.rewindable(r) {
 		c.senders = append(c.senders, r.sender)
+		c.gens = append(c.gens, r.gen)
 		c.payloads = append(c.payloads, r.payload)
 	}
 }

@@ -124,113 +124,114 @@ func (s *Script) Register(ctx context.Context) (Registered, error) {
 	return hosted, nil
 }
 
-// Play plays the conversation: two remote members create a group, invite
-// the hosted client, talk, reply, react, rename the group, delete a message,
-// and one of them leaves.
-func (s *Script) Play(ctx context.Context, hosted Registered) error {
+// Step is one message of the conversation and what it does.
+type Step struct {
+	Name string
+	Msg  testpeer.Message
+}
 
+// Flow is the demo's conversation, made in advance by its remote members:
+// alice creates a group, adds bob and invites the hosted client (Join);
+// bob says hello, alice replies and bob reacts (Talk); alice renames the
+// group, bob sends a message and deletes it, asks to leave, and alice
+// commits his leave (Settle).
+type Flow struct {
+	GroupID             []byte
+	Alice, Bob          *testpeer.Peer
+	Join, Talk, Settle  []Step
+	Hello, Reply, React testpeer.Message
+	Oops, Delete, Leave testpeer.Message
+}
+
+// NewFlow makes the conversation for a hosted client with one KeyPackage.
+func NewFlow(hosted Registered) (*Flow, error) {
 	alice, err := testpeer.New("alice")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bob, err := testpeer.New("bob")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a, err := alice.CreateGroup(components.Set{
 		Profile: &components.ProfileState{Name: "demo"},
 		Admins:  []components.AccountID{alice.AccountID()},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	f := &Flow{GroupID: a.ID(), Alice: alice, Bob: bob}
 	addBob, joined, err := a.Add(bob)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b := joined[0]
 	invite, welcome, err := a.Invite(hosted.KeyPackages[0])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := b.Process(invite.Transport); err != nil {
-		return err
+		return nil, err
 	}
 	// Joining (Marmot joining.md): the commit is published before the Welcome.
-	if err := s.post(ctx, "alice adds bob", addBob); err != nil {
-		return err
-	}
-	if err := s.post(ctx, "alice invites the hosted client", invite); err != nil {
-		return err
-	}
-	if err := s.post(ctx, "the hosted client's Welcome", welcome); err != nil {
-		return err
-	}
+	f.Join = []Step{{"alice adds bob", addBob}, {"alice invites the hosted client", invite}, {"the hosted client's Welcome", welcome}}
 
-	hi, err := b.SendText("hello from bob")
-	if err != nil {
-		return err
+	if f.Hello, err = b.SendText("hello from bob"); err != nil {
+		return nil, err
 	}
-	if err := s.post(ctx, "bob says hello", hi); err != nil {
-		return err
+	if f.Reply, err = a.SendReply(f.Hello.ID, "hi bob!"); err != nil {
+		return nil, err
 	}
-	reply, err := a.SendReply(hi.ID, "hi bob!")
-	if err != nil {
-		return err
+	if f.React, err = b.SendReaction(f.Reply.ID, "👍"); err != nil {
+		return nil, err
 	}
-	if err := s.post(ctx, "alice replies", reply); err != nil {
-		return err
-	}
-	react, err := b.SendReaction(reply.ID, "👍")
-	if err != nil {
-		return err
-	}
-	if err := s.post(ctx, "bob reacts", react); err != nil {
-		return err
-	}
+	f.Talk = []Step{{"bob says hello", f.Hello}, {"alice replies", f.Reply}, {"bob reacts", f.React}}
+
 	rename, err := a.SetComponents(components.Set{
 		Profile: &components.ProfileState{Name: "demo, renamed", Description: "a fabric demo"},
 		Admins:  []components.AccountID{alice.AccountID()},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := b.Process(rename.Transport); err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.post(ctx, "alice renames the group", rename); err != nil {
-		return err
+	if f.Oops, err = b.SendText("oops, wrong chat"); err != nil {
+		return nil, err
 	}
-	oops, err := b.SendText("oops, wrong chat")
-	if err != nil {
-		return err
+	if f.Delete, err = b.SendDelete(f.Oops.ID); err != nil {
+		return nil, err
 	}
-	if err := s.post(ctx, "bob sends a message", oops); err != nil {
-		return err
+	if f.Leave, err = b.Leave(); err != nil {
+		return nil, err
 	}
-	del, err := b.SendDelete(oops.ID)
-	if err != nil {
-		return err
-	}
-	if err := s.post(ctx, "bob deletes it", del); err != nil {
-		return err
-	}
-	leave, err := b.Leave()
-	if err != nil {
-		return err
-	}
-	if _, err := a.Process(leave.Transport); err != nil {
-		return err
-	}
-	if err := s.post(ctx, "bob asks to leave", leave); err != nil {
-		return err
+	if _, err := a.Process(f.Leave.Transport); err != nil {
+		return nil, err
 	}
 	commit, err := a.Commit()
 	if err != nil {
+		return nil, err
+	}
+	f.Settle = []Step{
+		{"alice renames the group", rename}, {"bob sends a message", f.Oops}, {"bob deletes it", f.Delete},
+		{"bob asks to leave", f.Leave}, {"alice commits bob's leave", commit},
+	}
+	return f, nil
+}
+
+// Play plays the conversation into the fabric, one step at a time.
+func (s *Script) Play(ctx context.Context, hosted Registered) error {
+	f, err := NewFlow(hosted)
+	if err != nil {
 		return err
 	}
-	if err := s.post(ctx, "alice commits bob's leave", commit); err != nil {
-		return err
+	for _, part := range [][]Step{f.Join, f.Talk, f.Settle} {
+		for _, st := range part {
+			if err := s.post(ctx, st.Name, st.Msg); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -180,6 +180,17 @@ func TestLinearCommitsAndMessages(t *testing.T) {
 		t.Fatalf("committer %+v", res.Sender)
 	}
 
+	// Generation is the sender's send order in the epoch (RFC 9420 §9),
+	// whatever order the messages are opened in.
+	first := must[testpeer.Message](t)(w.bob.SendText("first"))
+	second := must[testpeer.Message](t)(w.bob.SendText("second"))
+	for i, msg := range []testpeer.Message{second, first} {
+		want := uint32(1 - i)
+		if app, err := w.state.Decrypt(msg.MLS); err != nil || app.Generation != want {
+			t.Fatalf("generation of message %d: %+v, %v", want, app, err)
+		}
+	}
+
 	for i := range 3 {
 		msg := must[testpeer.Message](t)(w.bob.SendText(fmt.Sprintf("hello %d", i)))
 		app, err := w.state.Decrypt(msg.MLS)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -477,8 +478,11 @@ type Application struct {
 	MessageID MessageID
 	Epoch     uint64
 	Sender    Member
-	Payload   []byte // the app payload (internal/apppayload decodes it)
-	AAD       []byte // authenticated_data
+	// Generation is the message's place in its sender's application
+	// ratchet of the epoch (RFC 9420 §9): the sender's send order.
+	Generation uint32
+	Payload    []byte // the app payload (internal/apppayload decodes it)
+	AAD        []byte // authenticated_data
 }
 
 // Decrypt decrypts an application PrivateMessage of this epoch (RFC 9420
@@ -518,6 +522,10 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if secrets == nil || secrets.SenderDataSecret == nil || tree == nil {
 		return nil, fail(op, schema.CategoryInvalidEncoding, errors.New("epoch secrets missing"))
 	}
+	gen, err := senderGeneration(pm, secrets.SenderDataSecret, s.g.CipherSuite())
+	if err != nil {
+		return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "sender data", Err: err})
+	}
 	s.changes++ // the ratchet may advance even when decryption then fails
 	ac, err := framing.Decrypt(pm, framing.DecryptParams{
 		CipherSuite:      s.g.CipherSuite(),
@@ -552,5 +560,50 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if !ok {
 		return nil, fail(op, schema.CategoryInvalidSignature, errors.New("sender leaf is blank"))
 	}
-	return &Application{MessageID: c.MessageID, Epoch: c.Epoch, Sender: sender, Payload: data, AAD: ac.Content.AuthenticatedData}, nil
+	return &Application{MessageID: c.MessageID, Epoch: c.Epoch, Sender: sender, Generation: gen, Payload: data, AAD: ac.Content.AuthenticatedData}, nil
+}
+
+// senderGeneration opens a PrivateMessage's sender data (RFC 9420 §6.3.2)
+// for its generation, which framing.Decrypt does not return.
+func senderGeneration(pm *framing.PrivateMessage, secret *ciphersuite.Secret, cs ciphersuite.CipherSuite) (uint32, error) {
+	sample := pm.Ciphertext
+	if n := cs.HashLength(); len(sample) > n {
+		sample = sample[:n]
+	}
+	key, err := secret.KdfExpandLabel("key", sample, cs.AEADKeyLength())
+	if err != nil {
+		return 0, err
+	}
+	defer key.SecureZero()
+	nonce, err := secret.KdfExpandLabel("nonce", sample, cs.AEADNonceLength())
+	if err != nil {
+		return 0, err
+	}
+	defer nonce.SecureZero()
+	// SenderDataAAD: group_id<V>, epoch, content_type.
+	aad := appendVarint(nil, uint64(len(pm.GroupID)))
+	aad = append(aad, pm.GroupID...)
+	aad = binary.BigEndian.AppendUint64(aad, pm.Epoch)
+	aad = append(aad, byte(pm.ContentType))
+	plain, err := ciphersuite.DecryptWithCipherSuite(key.AsSlice(), nonce.AsSlice(), pm.EncryptedSenderData, aad, cs)
+	if err != nil {
+		return 0, err
+	}
+	sd, err := framing.UnmarshalSenderData(plain)
+	if err != nil {
+		return 0, err
+	}
+	return sd.Generation, nil
+}
+
+// appendVarint appends an RFC 9420 §2.1.2 variable-length integer.
+func appendVarint(b []byte, n uint64) []byte {
+	switch {
+	case n < 1<<6:
+		return append(b, byte(n))
+	case n < 1<<14:
+		return binary.BigEndian.AppendUint16(b, uint16(n)|0x4000)
+	default:
+		return binary.BigEndian.AppendUint32(b, uint32(n)|0x80000000)
+	}
 }
