@@ -56,6 +56,9 @@ type options struct {
 	writeTimeout time.Duration
 	pingInterval time.Duration
 	drain        time.Duration
+	tenantConns  int
+	maxReplay    int
+	replayRate   int
 }
 
 func parse(args []string) (options, []byte, error) {
@@ -69,6 +72,9 @@ func parse(args []string) (options, []byte, error) {
 	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
 	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
 	config.Duration(fs, &errs, &o.pingInterval, "ping-interval", fanout.DefaultPingInterval, "WebSocket keepalive period")
+	config.Int(fs, &errs, &o.tenantConns, "max-conns-per-tenant", fanout.DefaultMaxConnsPerTenant, "open event connections of one tenant (-1: none)")
+	config.Int(fs, &errs, &o.maxReplay, "max-replay", fanout.DefaultMaxReplay, "stored events read to resume one subscription")
+	config.Int(fs, &errs, &o.replayRate, "replay-rate", fanout.DefaultReplayRate, "stored events per second one tenant may have replayed (-1: none)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for connections to end")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
@@ -115,14 +121,17 @@ func run(args []string, log *slog.Logger) error {
 	defer nc.Close()
 	reg := ops.NewRegistry()
 	g, err := fanout.New(fanout.Config{
-		NATS:             nc,
-		Verifier:         verifier,
-		Registry:         reg,
-		Logger:           log,
-		MaxSubscriptions: o.maxSubs,
-		MaxFrameBytes:    o.maxFrame,
-		WriteTimeout:     o.writeTimeout,
-		PingInterval:     o.pingInterval,
+		NATS:              nc,
+		Verifier:          verifier,
+		Registry:          reg,
+		Logger:            log,
+		MaxSubscriptions:  o.maxSubs,
+		MaxFrameBytes:     o.maxFrame,
+		WriteTimeout:      o.writeTimeout,
+		PingInterval:      o.pingInterval,
+		MaxConnsPerTenant: o.tenantConns,
+		MaxReplay:         o.maxReplay,
+		ReplayRate:        float64(o.replayRate),
 	})
 	if err != nil {
 		return err

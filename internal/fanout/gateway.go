@@ -75,6 +75,17 @@ type Config struct {
 	// MaxRepair bounds the events fetched to repair one gap; beyond it the
 	// rest are reported as discarded.
 	MaxRepair int
+	// MaxConnsPerTenant bounds one tenant's open connections;
+	// DefaultMaxConnsPerTenant when 0, none when negative.
+	MaxConnsPerTenant int
+	// MaxReplay bounds the stored events read to resume one subscription;
+	// DefaultMaxReplay when 0.
+	MaxReplay int
+	// ReplayRate and ReplayBurst bound the stored events per second one
+	// tenant may have read to resume subscriptions (a token bucket); the
+	// defaults when 0, no bound when ReplayRate is negative.
+	ReplayRate  float64
+	ReplayBurst int
 	// HealInterval is how often the gateway checks whether its NATS
 	// connection reconnected; after a reconnect every tap is compared with
 	// the stream and repaired, since republished events sent while it was
@@ -107,6 +118,18 @@ func (c *Config) setDefaults() {
 	if c.MaxRepair <= 0 {
 		c.MaxRepair = DefaultMaxRepair
 	}
+	if c.MaxConnsPerTenant == 0 {
+		c.MaxConnsPerTenant = DefaultMaxConnsPerTenant
+	}
+	if c.MaxReplay <= 0 {
+		c.MaxReplay = DefaultMaxReplay
+	}
+	if c.ReplayRate == 0 {
+		c.ReplayRate = DefaultReplayRate
+	}
+	if c.ReplayBurst <= 0 {
+		c.ReplayBurst = max(DefaultReplayBurst, c.MaxReplay)
+	}
 	if c.HealInterval <= 0 {
 		c.HealInterval = DefaultHealInterval
 	}
@@ -134,6 +157,7 @@ type Gateway struct {
 	log     *slog.Logger
 	dm      DMResolver
 	metrics *metrics
+	quotas  *quotas
 	mux     *http.ServeMux
 
 	tapsMu sync.Mutex
@@ -168,6 +192,7 @@ func New(cfg Config) (*Gateway, error) {
 		log:     cfg.Logger,
 		dm:      cfg.DMKeys,
 		metrics: m,
+		quotas:  newQuotas(&cfg),
 		taps:    make(map[string]*tap),
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
@@ -300,6 +325,18 @@ func (g *Gateway) heal() {
 		t.heal()
 	}
 }
+
+// admitConn counts a connection of tenant against its quota, or refuses it;
+// releaseConn undoes it when the connection ends.
+func (g *Gateway) admitConn(tenant string) error {
+	err := g.quotas.admitConn(tenant)
+	if err != nil {
+		g.metrics.refusals.WithLabelValues(CodeTooManyConnections).Inc()
+	}
+	return err
+}
+
+func (g *Gateway) releaseConn(tenant string) { g.quotas.releaseConn(tenant) }
 
 // addConn registers a connection unless the gateway is draining.
 func (g *Gateway) addConn(c *conn) bool {

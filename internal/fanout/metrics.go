@@ -22,6 +22,7 @@ type metrics struct {
 	unrepaired    prometheus.Counter
 	undecodable   prometheus.Counter
 	protocolErrs  *prometheus.CounterVec
+	refusals      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -72,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fabric_fanout_gap_repairs_total",
 			Help: "Events fetched from the stream to repair gaps.",
 		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_fanout_quota_refusals_total",
+			Help: "Connections and resuming subscriptions refused by a tenant's quota, by error code.",
+		}, []string{"code"}),
 		replayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fabric_fanout_replayed_events_total",
 			Help: "Events replayed from the stream to resume a subscription after a reconnect.",
@@ -90,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"code"}),
 	}
 	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.taps, m.queueDepth, m.received,
-		m.handedOff, m.discarded, m.lagged, m.latency, m.gaps, m.repaired, m.replayed, m.unrepaired, m.undecodable, m.protocolErrs} {
+		m.handedOff, m.discarded, m.lagged, m.latency, m.gaps, m.repaired, m.replayed, m.unrepaired, m.undecodable, m.protocolErrs, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

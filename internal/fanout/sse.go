@@ -74,6 +74,11 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, err)
 		return
 	}
+	if err := g.admitConn(tenant); err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	defer g.releaseConn(tenant)
 	out := &sseSink{w: w, rc: http.NewResponseController(w)}
 	c := newConn(g, wire.JSON, true, claims, out)
 	if !g.addConn(c) {
@@ -100,6 +105,8 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusBadRequest
 		case "unauthenticated":
 			status = http.StatusUnauthorized
+		case CodeReplayBudget:
+			status = http.StatusTooManyRequests
 		}
 		httpapi.WriteError(w, r, httpapi.Errorf(status, code, "%s", msg))
 		return

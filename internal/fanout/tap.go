@@ -121,12 +121,15 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 // Called with t.mu held, so live events wait behind the replay.
 func (t *tap) replay(s *subscription, afterSeq uint64) {
 	only := map[*subscription]struct{}{s: {}}
-	_, end := t.scan(afterSeq+1, t.lastSeq,
+	read := 0
+	_, end := t.scan(afterSeq+1, t.lastSeq, t.g.cfg.MaxReplay,
 		func(d *eventbus.Delivered, body []byte) {
+			read++
 			t.g.metrics.replayed.Inc()
 			t.offer(only, d, body)
 		},
-		func() { s.c.discard(s, 1) })
+		func() { read++; s.c.discard(s, 1) })
+	t.g.quotas.chargeReplay(s.tenant, read, time.Now())
 	if end != scanDone {
 		// What could not be replayed is reported, not silently lost.
 		s.c.discard(s, 1)
@@ -233,7 +236,7 @@ func (t *tap) onMsg(m *nats.Msg) {
 func (t *tap) repair(upTo uint64) {
 	g := t.g
 	g.metrics.gaps.Inc()
-	last, end := t.scan(t.lastSeq+1, upTo,
+	last, end := t.scan(t.lastSeq+1, upTo, g.cfg.MaxRepair,
 		func(d *eventbus.Delivered, body []byte) {
 			g.metrics.repaired.Inc()
 			t.dispatch(d, body)
@@ -254,22 +257,22 @@ type scanEnd int
 
 const (
 	scanDone   scanEnd = iota // every stored event in range was passed
-	scanBound                 // MaxRepair events were passed first
+	scanBound                 // the limit of events was passed first
 	scanFailed                // the stream could not be read
 )
 
 // scan reads the events stored on the client's subject from sequence from up
-// to and including upTo, in batches of direct gets, in order: each gets every
-// event that decodes, bad is called for one that does not. It returns the
-// last sequence it passed and how it ended.
-func (t *tap) scan(from, upTo uint64, each func(*eventbus.Delivered, []byte), bad func()) (uint64, scanEnd) {
+// to and including upTo, at most limit of them, in batches of direct gets, in
+// order: each gets every event that decodes, bad is called for one that does
+// not. It returns the last sequence it passed and how it ended.
+func (t *tap) scan(from, upTo uint64, limit int, each func(*eventbus.Delivered, []byte), bad func()) (uint64, scanEnd) {
 	g := t.g
 	last := from - 1
 	for passed := 0; last < upTo; {
-		if passed >= g.cfg.MaxRepair {
+		if passed >= limit {
 			return last, scanBound
 		}
-		n := min(fetchBatch, g.cfg.MaxRepair-passed)
+		n := min(fetchBatch, limit-passed)
 		msgs, err := g.fetchBatch(t.events, last+1, n)
 		if errors.Is(err, errNotFound) {
 			return last, scanDone // deleted from the stream meanwhile

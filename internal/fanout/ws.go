@@ -92,6 +92,11 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
 		return
 	}
+	if err := g.admitConn(claims.Tenant); err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	defer g.releaseConn(claims.Tenant)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
 	if err != nil {
 		return // Accept has answered the request
@@ -273,6 +278,10 @@ func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.Ev
 	compiled, err := filter.Compile(f, dm)
 	if err != nil {
 		return nil, wire.CodeInvalidFilter, err.Error()
+	}
+	if afterSeq > 0 && !g.quotas.replayAllowed(tenant, time.Now()) {
+		g.metrics.refusals.WithLabelValues(CodeReplayBudget).Inc()
+		return nil, CodeReplayBudget, "the tenant's replay budget is spent; resume later"
 	}
 	s := c.newSubscription(tenant, client, compiled, held)
 	if err := g.attach(ctx, s, afterSeq); err != nil {

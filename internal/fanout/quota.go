@@ -1,0 +1,117 @@
+package fanout
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/fabric-mls/fabric/internal/httpapi"
+)
+
+// Defaults of the per-tenant quotas.
+const (
+	// DefaultMaxConnsPerTenant bounds one tenant's open event connections
+	// on one gateway, WebSocket and SSE together.
+	DefaultMaxConnsPerTenant = 1000
+	// DefaultMaxReplay bounds the stored events read to resume one
+	// subscription; a resume further back than that hands off lagged for
+	// the rest (EVENT-031).
+	DefaultMaxReplay = 10000
+	// DefaultReplayRate is the stored events per second one tenant may
+	// have read to resume subscriptions on one gateway, with a burst of
+	// DefaultReplayBurst.
+	DefaultReplayRate  = 10000
+	DefaultReplayBurst = 20000
+)
+
+// Error codes of quota refusals.
+const (
+	// CodeTooManyConnections refuses a connection past the tenant's quota
+	// (HTTP 429 before the upgrade).
+	CodeTooManyConnections = "too_many_connections"
+	// CodeReplayBudget refuses a resuming subscribe while the tenant's
+	// replay budget is spent; a subscribe without after_seq is not refused.
+	CodeReplayBudget = "replay_budget_exceeded"
+)
+
+// maxReplayBuckets is the size of the replay bucket table past which full
+// buckets are dropped.
+const maxReplayBuckets = 10000
+
+// quotas are the per-tenant bounds of one gateway: open connections and
+// the rate of replayed events.
+type quotas struct {
+	maxConns   int
+	replayRate rate.Limit
+	burst      int
+
+	mu     sync.Mutex
+	conns  map[string]int
+	replay map[string]*rate.Limiter
+}
+
+func newQuotas(c *Config) *quotas {
+	return &quotas{maxConns: c.MaxConnsPerTenant, replayRate: rate.Limit(c.ReplayRate), burst: c.ReplayBurst,
+		conns: map[string]int{}, replay: map[string]*rate.Limiter{}}
+}
+
+// admitConn counts a connection of tenant in, or refuses it. The caller
+// calls releaseConn when the connection ends.
+func (q *quotas) admitConn(tenant string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.maxConns > 0 && q.conns[tenant] >= q.maxConns {
+		return httpapi.Errorf(http.StatusTooManyRequests, CodeTooManyConnections,
+			"the tenant has %d open event connections on this gateway, its quota", q.maxConns)
+	}
+	q.conns[tenant]++
+	return nil
+}
+
+func (q *quotas) releaseConn(tenant string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.conns[tenant]--; q.conns[tenant] <= 0 {
+		delete(q.conns, tenant)
+	}
+}
+
+// replayAllowed reports whether tenant has replay budget left. Only a
+// tenant with an open connection has a bucket.
+func (q *quotas) replayAllowed(tenant string, now time.Time) bool {
+	if q.replayRate <= 0 {
+		return true
+	}
+	return q.bucket(tenant).TokensAt(now) >= 1
+}
+
+// chargeReplay takes n replayed events from tenant's budget; it may go
+// into debt, which later replays wait out.
+func (q *quotas) chargeReplay(tenant string, n int, now time.Time) {
+	if q.replayRate <= 0 || n <= 0 {
+		return
+	}
+	q.bucket(tenant).ReserveN(now, min(n, q.burst))
+}
+
+func (q *quotas) bucket(tenant string) *rate.Limiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.replay[tenant]
+	if l == nil {
+		if len(q.replay) >= maxReplayBuckets {
+			// A full bucket is what a new one is.
+			now := time.Now()
+			for k, b := range q.replay {
+				if b.TokensAt(now) >= float64(q.burst) {
+					delete(q.replay, k)
+				}
+			}
+		}
+		l = rate.NewLimiter(q.replayRate, q.burst)
+		q.replay[tenant] = l
+	}
+	return l
+}
