@@ -16,6 +16,8 @@
 //	-rate                transport messages per second per tenant (-1: off)
 //	-burst               token bucket size per tenant
 //	-max-retained        retained objects per tenant before resource_refused
+//	-max-bytes-in-flight request bodies read at once, bytes
+//	-byte-rate           payload bytes per second per tenant (-1: off)
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too
 //	-client-api          serve the client stores and signals API too
@@ -78,6 +80,8 @@ type options struct {
 	rate         int
 	burst        int
 	maxRetained  int
+	inFlight     int
+	byteRate     int
 	natsIntake   bool
 	requireToken bool
 	clientAPI    bool
@@ -103,6 +107,8 @@ func parse(args []string) (options, secrets, error) {
 	config.Int(fs, &errs, &o.maxMessage, "max-message", ingest.DefaultMaxMessageBytes, "largest transport payload in bytes")
 	config.Int(fs, &errs, &o.rate, "rate", ingest.DefaultRatePerTenant, "transport messages per second per tenant; -1 turns the limit off")
 	config.Int(fs, &errs, &o.burst, "burst", 0, "token bucket size per tenant; 0 is the larger of -max-batch and -rate")
+	config.Int(fs, &errs, &o.inFlight, "max-bytes-in-flight", ingest.DefaultMaxBytesInFlight, "request body bytes read and processed at once; past it 503 overloaded")
+	config.Int(fs, &errs, &o.byteRate, "byte-rate", ingest.DefaultByteRatePerTenant, "payload bytes per second per tenant; past it 429 byte_rate_limited; -1 turns the limit off")
 	config.Int(fs, &errs, &o.maxRetained, "max-retained", ingest.DefaultMaxRetainedPerTenant, "retained objects per tenant before input is refused with resource_refused")
 	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
 	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
@@ -191,6 +197,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			RatePerTenant:        float64(o.rate),
 			BurstPerTenant:       o.burst,
 			MaxRetainedPerTenant: o.maxRetained,
+			MaxBytesInFlight:     int64(o.inFlight),
+			ByteRatePerTenant:    float64(o.byteRate),
 		},
 		NATSIntake:       o.natsIntake,
 		NATSRequireToken: o.requireToken,

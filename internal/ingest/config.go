@@ -17,6 +17,8 @@ const (
 	DefaultMaxMessageBytes      = 1 << 20
 	DefaultRatePerTenant        = 20000
 	DefaultMaxRetainedPerTenant = 10000
+	DefaultMaxBytesInFlight     = 64 << 20
+	DefaultByteRatePerTenant    = 32 << 20
 	DefaultQueueGroup           = "ingest"
 	DefaultNATSWorkers          = 8
 	DefaultProcessTimeout       = 30 * time.Second
@@ -41,6 +43,14 @@ type Limits struct {
 	// FABRIC_RETAINED (transport-deferred and unknown-group input together).
 	// Beyond it input is refused with resource_refused.
 	MaxRetainedPerTenant int
+	// MaxBytesInFlight bounds the HTTP request bodies one worker holds at
+	// once; past it a request is refused with 503 overloaded. A single
+	// request is always admitted.
+	MaxBytesInFlight int64
+	// ByteRatePerTenant is the sustained payload bytes per second a tenant
+	// may submit, with a burst of the larger of MaxBodyBytes and the rate;
+	// past it 429 byte_rate_limited. Negative disables it.
+	ByteRatePerTenant float64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -58,6 +68,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.BurstPerTenant <= 0 {
 		l.BurstPerTenant = max(l.MaxBatch, int(l.RatePerTenant))
+	}
+	if l.MaxBytesInFlight <= 0 {
+		l.MaxBytesInFlight = DefaultMaxBytesInFlight
+	}
+	if l.ByteRatePerTenant == 0 {
+		l.ByteRatePerTenant = DefaultByteRatePerTenant
 	}
 	if l.MaxRetainedPerTenant <= 0 {
 		l.MaxRetainedPerTenant = DefaultMaxRetainedPerTenant

@@ -62,6 +62,12 @@ func (s *Service) handleTransport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	n := reservation(r, s.cfg.Limits.MaxBodyBytes)
+	if err := s.reading.acquire(n); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer s.reading.release(n)
 	body, err := httpapi.ReadBody(r, s.cfg.Limits.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, err)

@@ -27,6 +27,8 @@ type Service struct {
 	dir     *directory
 	retry   *retrier
 	limiter *tenantLimiter
+	bytes   *tenantLimiter // payload bytes per tenant
+	reading *bytesInFlight
 
 	// Set by Start.
 	retainedStream jetstream.Stream
@@ -69,6 +71,8 @@ func New(cfg Config) (*Service, error) {
 		dir:      newDirectory(),
 		retry:    newRetrier(),
 		limiter:  newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
+		bytes:    newTenantLimiter(cfg.Limits.ByteRatePerTenant, int(max(cfg.Limits.MaxBodyBytes, int64(cfg.Limits.ByteRatePerTenant)))),
+		reading:  &bytesInFlight{max: cfg.Limits.MaxBytesInFlight},
 		slots:    make(chan struct{}, cfg.NATSWorkers),
 		inflight: newTracker(),
 	}
@@ -229,14 +233,19 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	if ok, wait := s.limiter.allow(tenant, len(msgs), time.Now()); !ok {
 		return nil, &rateLimited{err: httpapi.Errorf(http.StatusTooManyRequests, codeRateLimited, "tenant over its rate of %g messages per second", s.cfg.Limits.RatePerTenant), retryAfter: wait}
 	}
+	var size int
+	for i := range msgs {
+		size += len(msgs[i].Payload)
+	}
+	if ok, wait := s.bytes.allow(tenant, size, time.Now()); !ok {
+		return nil, &rateLimited{err: httpapi.Errorf(http.StatusTooManyRequests, codeByteRateLimited, "tenant over its rate of %g payload bytes per second", s.cfg.Limits.ByteRatePerTenant), retryAfter: wait}
+	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProcessTimeout)
 	defer cancel()
 	start := time.Now()
 	ins := make([]*input, len(msgs))
-	var size int
 	for i := range msgs {
 		ins[i] = &input{msg: msgs[i]}
-		size += len(msgs[i].Payload)
 	}
 	s.m.bytes.WithLabelValues(transport).Add(float64(size))
 	s.prepareAll(tenant, ins)

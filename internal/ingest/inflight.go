@@ -1,0 +1,57 @@
+package ingest
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/httpapi"
+)
+
+// Codes of the load refusals.
+const (
+	// codeOverloaded refuses a request body while the worker holds
+	// Limits.MaxBytesInFlight of them (503, Retry-After 1).
+	codeOverloaded = "overloaded"
+	// codeByteRateLimited refuses a tenant past its byte rate (429 with
+	// Retry-After).
+	codeByteRateLimited = "byte_rate_limited"
+)
+
+// bytesInFlight bounds the request bodies one worker reads and processes
+// at once, in bytes: 32 concurrent 8 MiB bodies are 256 MiB before any
+// copy is made.
+type bytesInFlight struct {
+	max int64
+
+	mu  sync.Mutex
+	cur int64
+}
+
+// acquire reserves n bytes, or refuses at once: a waiting request would
+// hold its connection and its body anyway.
+func (b *bytesInFlight) acquire(n int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur+n > b.max && b.cur > 0 {
+		return &rateLimited{err: httpapi.Errorf(http.StatusServiceUnavailable, codeOverloaded,
+			"the worker is reading %d bytes of requests, its bound; retry", b.max), retryAfter: time.Second}
+	}
+	b.cur += n
+	return nil
+}
+
+func (b *bytesInFlight) release(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cur -= n
+}
+
+// reservation is the bytes a request's body may take: its declared length,
+// else the body bound.
+func reservation(r *http.Request, maxBody int64) int64 {
+	if r.ContentLength > 0 && r.ContentLength < maxBody {
+		return r.ContentLength
+	}
+	return maxBody
+}

@@ -1,0 +1,91 @@
+package ingest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+)
+
+// Request bodies held at once are bounded in bytes: while one body is being
+// read, another that would pass the bound is refused with 503 overloaded
+// and Retry-After, and admitted once the first is done.
+func TestBytesInFlightBound(t *testing.T) {
+	e := newEnv(t, envOpts{limits: Limits{MaxBytesInFlight: 1000}})
+	w := e.workers[0]
+	tok := token(t, testTenant, auth.ScopeIngest)
+
+	pr, pw := io.Pipe()
+	slow, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.ContentLength = 800
+	slow.Header.Set("Authorization", "Bearer "+tok)
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(slow)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+
+	body := []byte(`{"v":1,"group":"00","kind":"mls","payload":"` + strings.Repeat("00", 120) + `"}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, b, hdr := w.post(t, testTenant, tok, "", body)
+		if status == http.StatusServiceUnavailable {
+			wantError(t, status, b, http.StatusServiceUnavailable, codeOverloaded, "")
+			if hdr.Get("Retry-After") == "" {
+				t.Error("503 overloaded without Retry-After")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a body past the bytes in flight was not refused: %d %s", status, b)
+		}
+		time.Sleep(10 * time.Millisecond) // until the slow request holds its reservation
+	}
+	pad := `{"v":1,"group":"00","kind":"mls","payload":"00"}`
+	if _, err := io.WriteString(pw, pad+strings.Repeat(" ", 800-len(pad))); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if status := <-done; status != http.StatusOK {
+		t.Fatalf("the slow request: %d", status)
+	}
+	if status, b, _ := w.post(t, testTenant, tok, "", body); status != http.StatusOK {
+		t.Fatalf("after the slow request: %d %s", status, b)
+	}
+}
+
+// A tenant's payload bytes are rate limited apart from its message count:
+// past its byte rate it gets 429 byte_rate_limited with Retry-After, and
+// another tenant is not affected.
+func TestTenantByteRate(t *testing.T) {
+	e := newEnv(t, envOpts{limits: Limits{MaxBodyBytes: 16 << 10, ByteRatePerTenant: 1}})
+	w := e.workers[0]
+	// 7000 bytes, 14000 in hex: two fit the burst of 16 KiB, a third not.
+	body, _ := json.Marshal(wire{V: 1, Group: []byte{0}, Kind: "mls", Payload: make([]byte, 7000)})
+	tok := token(t, testTenant, auth.ScopeIngest)
+	for i := range 2 {
+		if status, b, _ := w.post(t, testTenant, tok, "", body); status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, status, b)
+		}
+	}
+	status, b, hdr := w.post(t, testTenant, tok, "", body)
+	wantError(t, status, b, http.StatusTooManyRequests, codeByteRateLimited, "bytes")
+	if hdr.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	if status, b, _ := w.post(t, "other", token(t, "other", auth.ScopeIngest), "", body); status != http.StatusOK {
+		t.Fatalf("another tenant: %d %s", status, b)
+	}
+}
