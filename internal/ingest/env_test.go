@@ -54,6 +54,7 @@ type envOpts struct {
 	workers int
 	token   bool // NATS intake requires a token
 	reg     prometheus.Registerer
+	inBytes int64 // FABRIC_IN's byte bound; the default when 0
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -74,7 +75,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: o.window}); err != nil {
+	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: o.window, InputMaxBytes: o.inBytes}); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, connect: func() (*nats.Conn, error) { return srv.Connect() }, nc: nc, js: js}

@@ -1,9 +1,13 @@
 package ingest
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/httpapi"
 )
@@ -16,7 +20,17 @@ const (
 	// codeByteRateLimited refuses a tenant past its byte rate (429 with
 	// Retry-After).
 	codeByteRateLimited = "byte_rate_limited"
+	// codeStorageFull refuses input while FABRIC_IN (or another stream it
+	// writes) is at its byte bound (507): retrying at once cannot help.
+	codeStorageFull = "storage_full"
 )
+
+// storeFull reports whether err is a stream refusing a write at its byte
+// bound (MaxBytes with discard new).
+func storeFull(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && strings.Contains(ae.Description, "maximum bytes exceeded")
+}
 
 // bytesInFlight bounds the request bodies one worker reads and processes
 // at once, in bytes: 32 concurrent 8 MiB bodies are 256 MiB before any

@@ -89,3 +89,30 @@ func TestTenantByteRate(t *testing.T) {
 		t.Fatalf("another tenant: %d %s", status, b)
 	}
 }
+
+// A full FABRIC_IN refuses input with 507 storage_full, not the 503 that
+// asks for a retry, and acknowledges nothing.
+func TestFullInputStreamIsStorageFull(t *testing.T) {
+	e := newEnv(t, envOpts{inBytes: 8 << 10})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	tok := token(t, testTenant, auth.ScopeIngest)
+	for i := range 200 {
+		m := text(t, g, strings.Repeat("x", 400))
+		body, _ := json.Marshal(wire{V: 1, Group: g.ID(), Kind: "mls", Payload: m.MLS})
+		status, b, _ := w.post(t, testTenant, tok, "", body)
+		if status == http.StatusOK {
+			continue
+		}
+		wantError(t, status, b, http.StatusInsufficientStorage, codeStorageFull, "")
+		if _, found := w.outcome(t, m.ID); found {
+			t.Error("a refused input has an outcome")
+		}
+		if i == 0 {
+			t.Fatal("the first input was refused")
+		}
+		return
+	}
+	t.Fatal("FABRIC_IN took 200 inputs past its bound of 8 KiB")
+}

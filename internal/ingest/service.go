@@ -251,6 +251,10 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	s.prepareAll(tenant, ins)
 	s.m.stage.WithLabelValues("peel").Observe(time.Since(start).Seconds())
 	if err := s.run(pctx, tenant, ins); err != nil {
+		if storeFull(err) {
+			s.log.Warn("ingest: a stream is full", "err", err)
+			return nil, httpapi.Errorf(http.StatusInsufficientStorage, codeStorageFull, "the input stream is at its byte bound; nothing was acknowledged")
+		}
 		s.log.Error("ingest request failed", "transport", transport, "messages", len(msgs), "err", err)
 		return nil, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "input could not be stored; nothing was acknowledged, retry the request")
 	}

@@ -52,6 +52,9 @@ const (
 	DefaultOutcomesMaxAge  = 7 * 24 * time.Hour
 	DefaultRetainedMaxAge  = 7 * 24 * time.Hour
 	DefaultOutcomeHistory  = 4
+	// DefaultInputMaxBytes bounds FABRIC_IN: past it a publish is refused
+	// (discard new), never old input dropped.
+	DefaultInputMaxBytes = 10 << 30
 	// DefaultLimitMarkerTTL is how long a delete marker left by an expired
 	// per-key TTL stays in fabric-converge and fabric-stores, so watchers
 	// see the key go.
@@ -75,6 +78,10 @@ type Config struct {
 	InputMaxAge    time.Duration
 	OutcomesMaxAge time.Duration
 	RetainedMaxAge time.Duration
+	// InputMaxBytes bounds FABRIC_IN's size; a publish past it is refused
+	// with "maximum bytes exceeded" and nothing stored is dropped.
+	// DefaultInputMaxBytes when 0, no bound when negative.
+	InputMaxBytes int64
 	// OutcomeHistory is how many records are kept per outcome subject; the
 	// last is the current outcome.
 	OutcomeHistory int64
@@ -91,6 +98,12 @@ func (c Config) withDefaults() Config {
 	c.InputMaxAge = ageDefault(c.InputMaxAge, DefaultInputMaxAge)
 	c.OutcomesMaxAge = ageDefault(c.OutcomesMaxAge, DefaultOutcomesMaxAge)
 	c.RetainedMaxAge = ageDefault(c.RetainedMaxAge, DefaultRetainedMaxAge)
+	switch {
+	case c.InputMaxBytes == 0:
+		c.InputMaxBytes = DefaultInputMaxBytes
+	case c.InputMaxBytes < 0:
+		c.InputMaxBytes = -1
+	}
 	if c.OutcomeHistory == 0 {
 		c.OutcomeHistory = DefaultOutcomeHistory
 	}
@@ -138,6 +151,9 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 
 	in := base(StreamInput, c.InputMaxAge, subject.InputPattern)
 	in.Description = "Group input, ordered per group, stored under 64 partitions."
+	// Input not yet converged must never be dropped to make room.
+	in.MaxBytes = c.InputMaxBytes
+	in.Discard = jetstream.DiscardNew
 	in.SubjectTransform = &jetstream.SubjectTransformConfig{
 		Source:      subject.InputPattern,
 		Destination: subject.InputTransform,

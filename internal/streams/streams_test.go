@@ -455,3 +455,28 @@ func TestEnsureAndFenceOnR3(t *testing.T) {
 		t.Fatalf("batch with current expectation: %v", err)
 	}
 }
+
+// FABRIC_IN is bounded in bytes and, full, refuses new input rather than
+// dropping input not yet converged.
+func TestInputIsBoundedAndNeverDropsStoredInput(t *testing.T) {
+	ctx, _, js := ensured(t, Config{InputMaxBytes: 8 << 10})
+	payload := make([]byte, 1000)
+	var refused error
+	for i := 0; i < 100 && refused == nil; i++ {
+		subj, err := subject.Input("t1", "00ff", fmt.Sprintf("%064x", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, refused = js.Publish(ctx, subj, payload)
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "maximum bytes exceeded") {
+		t.Fatalf("publishing past InputMaxBytes: %v, want maximum bytes exceeded", refused)
+	}
+	s, err := js.Stream(ctx, StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.CachedInfo().State; st.FirstSeq != 1 || st.Bytes > 8<<10 {
+		t.Fatalf("FABRIC_IN state %+v: the first input was dropped or the bound passed", st)
+	}
+}
