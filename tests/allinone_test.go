@@ -21,15 +21,17 @@ import (
 // allInOne starts `fabric run` as a process and returns its API and tokens.
 type allInOne struct {
 	proc                                *process
+	data                                string // its data directory
 	url, natsURL                        string
 	admin, ingest, events, signalsToken string
 }
 
 func startAllInOne(t *testing.T) *allInOne {
 	t.Helper()
+	data := t.TempDir()
 	p := start(t, filepath.Join(binaries(t), "fabric"), nil,
-		"run", "-data", t.TempDir(), "-listen", freeAddr(t), "-nats-listen", "127.0.0.1:0")
-	f := &allInOne{proc: p}
+		"run", "-data", data, "-listen", freeAddr(t), "-nats-listen", "127.0.0.1:0")
+	f := &allInOne{proc: p, data: data}
 	f.url = p.waitLine(t, "HTTP API", time.Minute)
 	f.natsURL = p.waitLine(t, "NATS", 5*time.Second)
 	f.admin = p.waitLine(t, "admin", 5*time.Second)

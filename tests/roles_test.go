@@ -1,15 +1,19 @@
 package tests
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fabric-mls/fabric/internal/allinone"
 )
 
 // TestEachRoleRunsAlone starts ingest, converge and fanout as separate
-// processes against the NATS server of an all-in-one fabric, waits until
-// each is ready, and checks each role's /metrics with promtool.
+// processes against the NATS server of an all-in-one fabric, each as its
+// role's NATS user, waits until each is ready, and checks each role's
+// /metrics with promtool.
 func TestEachRoleRunsAlone(t *testing.T) {
 	f := startAllInOne(t)
 	bin := binaries(t)
@@ -21,11 +25,18 @@ func TestEachRoleRunsAlone(t *testing.T) {
 	for _, role := range []string{"ingest", "converge", "fanout"} {
 		t.Run(role, func(t *testing.T) {
 			addr := freeAddr(t)
-			args := []string{"-listen", addr}
-			if role == "converge" {
+			args := []string{"-listen", addr, "-nats-user", role, "-nats-inbox-prefix", allinone.InboxPrefix(role)}
+			switch role {
+			case "converge":
 				args = append(args, "-worker-id", "standalone")
+			case "ingest":
+				args = append(args, "-client-api=false") // the stores are user api's
 			}
-			start(t, filepath.Join(bin, role), env, args...)
+			pw, err := os.ReadFile(allinone.NATSPasswordFile(f.data, role))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, filepath.Join(bin, role), append(env, "FABRIC_NATS_PASSWORD="+strings.TrimSpace(string(pw))), args...)
 			base := "http://" + addr
 			waitReady(t, base+"/readyz", time.Minute)
 			metrics := httpGet(t, base+"/metrics")

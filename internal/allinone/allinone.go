@@ -86,18 +86,20 @@ type Fabric struct {
 	URL     string // base URL of the HTTP API, like http://127.0.0.1:8080
 	NATSURL string // client URL of the embedded nats-server
 
-	opts    Options
-	secret  []byte
-	ns      *natsserver.Server
-	nc      *nats.Conn
-	srv     *ops.Server
-	ing     *ingest.Service
-	store   *clientstore.Store
-	conv    *converge.Worker
-	gw      *fanout.Gateway
-	cancel  context.CancelFunc
-	stopped chan struct{} // closed when every role has returned
-	err     error         // why, set before stopped closes
+	opts          Options
+	secret        []byte
+	ns            *natsserver.Server
+	nc            *nats.Conn // admin: provisions the streams
+	natsPasswords map[string]string
+	roleConns     []*nats.Conn
+	srv           *ops.Server
+	ing           *ingest.Service
+	store         *clientstore.Store
+	conv          *converge.Worker
+	gw            *fanout.Gateway
+	cancel        context.CancelFunc
+	stopped       chan struct{} // closed when every role has returned
+	err           error         // why, set before stopped closes
 }
 
 // Start starts every part and returns when the fabric serves.
@@ -142,7 +144,12 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	f.ns, err = natsserver.Start(ctx, natsserver.Options{
+	users, passwords, err := natsCredentials(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	f.natsPasswords = passwords
+	f.ns, err = natsserver.Start(ctx, natsserver.Options{Users: users,
 		StoreDir: filepath.Join(o.DataDir, "jetstream"), Host: host, Port: port, ServerName: "fabric",
 		SyncAlways: o.SyncInterval <= 0, SyncInterval: o.SyncInterval, Logger: natsserver.SlogLogger(o.Logger),
 	})
@@ -150,8 +157,21 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 		return nil, err
 	}
 	f.NATSURL = f.ns.ClientURL()
-	if f.nc, err = f.ns.Connect(nats.Name("fabric all-in-one")); err != nil {
+	if f.nc, err = f.connectAs(UserAdmin); err != nil {
 		return nil, err
+	}
+	conns := map[string]*nats.Conn{}
+	jss := map[string]jetstream.JetStream{}
+	for _, u := range []string{UserIngest, UserAPI, UserConverge, UserFanout} {
+		nc, err := f.connectAs(u)
+		if err != nil {
+			return nil, err
+		}
+		f.roleConns = append(f.roleConns, nc)
+		conns[u] = nc
+		if jss[u], err = jetstream.New(nc); err != nil {
+			return nil, fmt.Errorf("allinone: jetstream: %w", err)
+		}
 	}
 	js, err := jetstream.New(f.nc)
 	if err != nil {
@@ -170,20 +190,20 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	}
 	reg := ops.NewRegistry()
 
-	if f.ing, err = ingest.New(ingest.Config{Conn: f.nc, Verifier: verifier, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
+	if f.ing, err = ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
 		return nil, err
 	}
-	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg}); err != nil {
+	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg}); err != nil {
 		return nil, err
 	}
-	sig, err := signals.New(ctx, signals.Config{JS: js, Verifier: verifier, Logger: o.Logger, Registerer: reg})
+	sig, err := signals.New(ctx, signals.Config{JS: jss[UserAPI], Verifier: verifier, Logger: o.Logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	if f.conv, err = converge.New(ctx, converge.Config{JS: js, MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
+	if f.conv, err = converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
 		return nil, err
 	}
-	if f.gw, err = fanout.New(fanout.Config{NATS: f.nc, Verifier: verifier, DMKeys: &fanout.KVDMKeys{NATS: f.nc, Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
+	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], Verifier: verifier, DMKeys: &fanout.KVDMKeys{NATS: conns[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
 		return nil, err
 	}
 
@@ -290,6 +310,9 @@ func (f *Fabric) close() {
 	if f.store != nil {
 		f.store.Close()
 	}
+	for _, nc := range f.roleConns {
+		nc.Close()
+	}
 	if f.nc != nil {
 		f.nc.Close()
 	}
@@ -307,7 +330,13 @@ func secret(o Options, name string, given []byte, size int) ([]byte, error) {
 	if o.Production {
 		return nil, fmt.Errorf("allinone: production mode needs the %s; set it (see README, Configuration)", name)
 	}
-	v, err := loadSecret(o.DataDir, name, size)
+	return loadOrGenerate(o.DataDir, name, size)
+}
+
+// loadOrGenerate returns the secret stored in dataDir under name,
+// generating it on first start.
+func loadOrGenerate(dataDir, name string, size int) ([]byte, error) {
+	v, err := loadSecret(dataDir, name, size)
 	if !errors.Is(err, os.ErrNotExist) {
 		return v, err
 	}
@@ -315,7 +344,7 @@ func secret(o Options, name string, given []byte, size int) ([]byte, error) {
 	if _, err := rand.Read(v); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(o.DataDir, name), []byte(hex.EncodeToString(v)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dataDir, name), []byte(hex.EncodeToString(v)+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("allinone: write %s: %w", name, err)
 	}
 	return v, nil

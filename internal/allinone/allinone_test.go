@@ -2,6 +2,7 @@ package allinone
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ func startFabric(t *testing.T, o Options) *Fabric {
 		o.DataDir = t.TempDir()
 	}
 	o.Listen, o.NATSListen = "127.0.0.1:0", "127.0.0.1:0"
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f, err := Start(ctx, o)

@@ -100,7 +100,10 @@ type NATS struct {
 	User     string
 	Password string // from FABRIC_NATS_PASSWORD only
 	Creds    string // a NATS credentials file
-	Replicas int    // stream and bucket replicas the role expects
+	// InboxPrefix is the prefix of the connection's reply subjects, when a
+	// user's permissions allow it only its own (the all-in-one's users).
+	InboxPrefix string
+	Replicas    int // stream and bucket replicas the role expects
 }
 
 // RegisterFlags registers -nats-url, -nats-user, -nats-creds and -replicas.
@@ -108,6 +111,7 @@ func (n *NATS) RegisterFlags(fs *flag.FlagSet, errs *Errs) {
 	String(fs, &n.URL, "nats-url", nats.DefaultURL, "NATS server URLs, comma-separated")
 	String(fs, &n.User, "nats-user", "", "NATS user name; the password is read from FABRIC_NATS_PASSWORD")
 	String(fs, &n.Creds, "nats-creds", "", "NATS credentials file")
+	String(fs, &n.InboxPrefix, "nats-inbox-prefix", "", "prefix of reply subjects (default _INBOX); the all-in-one's users need _INBOX_<user>")
 	Int(fs, errs, &n.Replicas, "replicas", 1, "replicas of the fabric's streams and buckets (3 in production)")
 	n.Password = os.Getenv("FABRIC_NATS_PASSWORD")
 }
@@ -136,6 +140,9 @@ func (n NATS) Connect(name string) (*nats.Conn, error) {
 	}
 	if n.Creds != "" {
 		opts = append(opts, nats.UserCredentials(n.Creds))
+	}
+	if n.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
 	}
 	nc, err := nats.Connect(n.URL, opts...)
 	if err != nil {

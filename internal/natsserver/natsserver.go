@@ -67,6 +67,10 @@ type Options struct {
 	// SyncInterval is how often the file store fsyncs when SyncAlways is
 	// off; 0 is the server's default of two minutes.
 	SyncInterval time.Duration
+	// Users are the only clients the server accepts, each with its
+	// permissions; any client when empty, which Start allows only on a
+	// loopback listener.
+	Users []*server.User
 	// Cluster, when set, makes the node a member of a cluster.
 	Cluster *ClusterOptions
 	// Logger receives the server's log; nil silences it.
@@ -100,6 +104,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.Host == "" {
 		opts.Host = DefaultHost
+	}
+	if !opts.InProcess && len(opts.Users) == 0 && !isLoopback(opts.Host) {
+		return nil, fmt.Errorf("natsserver: a listener on %s needs users: without them anyone who reaches it may read and write every stream", opts.Host)
 	}
 	s := &Server{opts: opts}
 	if err := s.start(ctx); err != nil {
@@ -146,6 +153,7 @@ func (s *Server) serverOptions() *server.Options {
 		NoSigs:             true,
 		// The embedded server has no HTTP monitor; the roles serve their own.
 		HTTPPort: 0,
+		Users:    s.opts.Users,
 	}
 	if s.opts.SyncAlways {
 		o.SyncAlways = true
@@ -250,6 +258,15 @@ func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ns != nil && s.ns.Running()
+}
+
+// isLoopback reports whether host names only the loopback interface.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

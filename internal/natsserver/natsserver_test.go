@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -225,4 +226,19 @@ func publishRetry(ctx context.Context, js jetstream.JetStream, subj, data string
 			return err
 		}
 	}
+}
+
+// A listener beyond loopback without users would let anyone who reaches
+// it read and write every stream: Start refuses it.
+func TestNonLoopbackListenerNeedsUsers(t *testing.T) {
+	_, err := Start(testCtx(t, 10*time.Second), Options{StoreDir: t.TempDir(), Host: "0.0.0.0", Port: RandomPort})
+	if err == nil || !strings.Contains(err.Error(), "needs users") {
+		t.Fatalf("0.0.0.0 without users: %v", err)
+	}
+	s, err := Start(testCtx(t, 10*time.Second), Options{StoreDir: t.TempDir(), Host: "0.0.0.0", Port: RandomPort,
+		Users: []*server.User{{Username: "u", Password: "p"}}})
+	if err != nil {
+		t.Fatalf("0.0.0.0 with users: %v", err)
+	}
+	s.Shutdown()
 }

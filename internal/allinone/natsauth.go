@@ -1,0 +1,165 @@
+package allinone
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/fabric-mls/fabric/internal/streams"
+)
+
+// The NATS users of the all-in-one, one per role. Each connects with its
+// own inbox prefix, so no role can read another's replies.
+const (
+	UserAdmin    = "admin"    // provisions streams and buckets
+	UserIngest   = "ingest"   // intake: input, outcomes, retained objects
+	UserAPI      = "api"      // client registration, the client stores, signals
+	UserConverge = "converge" // MLS, events, checkpoints, converge state
+	UserFanout   = "fanout"   // the gateway: reads events
+)
+
+// NATSUsers are every user the embedded server knows.
+var NATSUsers = []string{UserAdmin, UserIngest, UserAPI, UserConverge, UserFanout}
+
+// InboxPrefix is the reply-subject prefix of user's connections.
+func InboxPrefix(user string) string { return "_INBOX_" + user }
+
+// NATSPasswordFile is where the data directory keeps user's generated
+// password, for standalone roles and tools that join the all-in-one.
+func NATSPasswordFile(dataDir, user string) string {
+	return filepath.Join(dataDir, "nats-"+user+"-password")
+}
+
+// natsPasswordBytes is the size of a generated password (hex in the file).
+const natsPasswordBytes = 24
+
+// natsCredentials loads or generates every user's password in the data
+// directory and returns the server's users (bcrypt hashes, each with its
+// role's permissions) and the clear passwords the roles connect with.
+func natsCredentials(dataDir string) ([]*server.User, map[string]string, error) {
+	perms := rolePermissions()
+	users := make([]*server.User, 0, len(NATSUsers))
+	passwords := make(map[string]string, len(NATSUsers))
+	for _, u := range NATSUsers {
+		pw, err := loadOrGenerate(dataDir, filepath.Base(NATSPasswordFile(dataDir, u)), natsPasswordBytes)
+		if err != nil {
+			return nil, nil, err
+		}
+		clear := fmt.Sprintf("%x", pw)
+		hash, err := bcrypt.GenerateFromPassword([]byte(clear), bcrypt.MinCost)
+		if err != nil {
+			return nil, nil, fmt.Errorf("allinone: hash the NATS password of %s: %w", u, err)
+		}
+		passwords[u] = clear
+		users = append(users, &server.User{Username: u, Password: string(hash), Permissions: perms[u]})
+	}
+	return users, passwords, nil
+}
+
+// connectAs opens a connection to the embedded server as user.
+func (f *Fabric) connectAs(user string) (*nats.Conn, error) {
+	nc, err := f.ns.Connect(nats.Name("fabric all-in-one "+user), nats.UserInfo(user, f.natsPasswords[user]),
+		nats.CustomInboxPrefix(InboxPrefix(user)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			f.opts.Logger.Error("NATS", "user", user, "err", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("allinone: connect to NATS as %s: %w", user, err)
+	}
+	return nc, nil
+}
+
+// JetStream API subjects.
+const (
+	apiInfo         = "$JS.API.INFO"
+	apiStreamInfo   = "$JS.API.STREAM.INFO."
+	apiStreamCreate = "$JS.API.STREAM.CREATE."
+	apiMsgGet       = "$JS.API.STREAM.MSG.GET."
+	apiMsgDelete    = "$JS.API.STREAM.MSG.DELETE."
+	apiPurge        = "$JS.API.STREAM.PURGE."
+	apiDirect       = "$JS.API.DIRECT.GET."
+	apiConsCreate   = "$JS.API.CONSUMER.CREATE."
+	apiConsInfo     = "$JS.API.CONSUMER.INFO."
+	apiConsDelete   = "$JS.API.CONSUMER.DELETE."
+	apiConsNext     = "$JS.API.CONSUMER.MSG.NEXT."
+)
+
+func kvStream(bucket string) string { return "KV_" + bucket }
+
+// streamInfo lets a role bind to the streams and buckets it uses (and
+// check them, as Ensure does in the standalone roles).
+func streamInfo() []string {
+	var s []string
+	for _, c := range streams.StreamConfigs(streams.Config{}) {
+		s = append(s, apiStreamInfo+c.Name)
+	}
+	for _, c := range streams.BucketConfigs(streams.Config{}) {
+		s = append(s, apiStreamInfo+kvStream(c.Bucket))
+	}
+	return s
+}
+
+// kvRead reads a bucket's keys, lists and watches them (an ordered push
+// consumer with flow control).
+func kvRead(bucket string) []string {
+	s := kvStream(bucket)
+	return []string{apiDirect + s + ".>", apiMsgGet + s, apiConsCreate + s, apiConsCreate + s + ".>", apiConsDelete + s + ".*",
+		"$JS.FC." + s + ".>"}
+}
+
+// kvWrite puts, creates, updates and deletes a bucket's keys.
+func kvWrite(bucket string) []string { return []string{"$KV." + bucket + ".>"} }
+
+// direct reads a stream's messages by subject or sequence.
+func direct(stream string) []string { return []string{apiDirect + stream, apiDirect + stream + ".>"} }
+
+// rolePermissions are each user's permissions: what its role's code
+// publishes, requests and subscribes to, nothing else. No role may delete
+// or change a stream; only admin may create them.
+func rolePermissions() map[string]*server.Permissions {
+	perms := func(sub []string, pub ...[]string) *server.Permissions {
+		var p []string
+		for _, l := range pub {
+			p = append(p, l...)
+		}
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: p},
+			Subscribe: &server.SubjectPermission{Allow: sub},
+		}
+	}
+	in := func(user string) []string { return []string{InboxPrefix(user) + ".>"} }
+	all := streamInfo()
+	ingest := perms(append(in(UserIngest), "fabric.intake.>"), all,
+		[]string{"fabric.in.>", "fabric.outcome.>", "fabric.retained.>",
+			apiMsgGet + streams.StreamInput, apiMsgGet + streams.StreamOutcomes, apiMsgGet + streams.StreamRetained,
+			apiMsgDelete + streams.StreamRetained},
+		direct(streams.StreamOutcomes), direct(streams.StreamRetained),
+		kvRead(streams.BucketGroupKeys), kvRead(streams.BucketGroups))
+	// Intake requests are answered on the requester's reply subject.
+	ingest.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	return map[string]*server.Permissions{
+		UserAdmin:  perms(in(UserAdmin), all, []string{apiInfo, apiStreamCreate + "*"}),
+		UserIngest: ingest,
+		UserAPI: perms(in(UserAPI), all, []string{"fabric.ev.>", apiMsgGet + streams.StreamEvents},
+			direct(streams.StreamEvents),
+			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
+			kvRead(streams.BucketStores), kvWrite(streams.BucketStores)),
+		UserConverge: perms(in(UserConverge), all,
+			[]string{"fabric.ev.>", "fabric.ck.>", "fabric.outcome.>",
+				apiConsCreate + streams.StreamInput + ".>", apiConsInfo + streams.StreamInput + ".*",
+				apiConsDelete + streams.StreamInput + ".*", apiConsNext + streams.StreamInput + ".*",
+				"$JS.ACK." + streams.StreamInput + ".>",
+				apiMsgGet + streams.StreamEvents, apiPurge + streams.StreamEvents},
+			direct(streams.StreamEvents), direct(streams.StreamOutcomes),
+			kvRead(streams.BucketConverge), kvWrite(streams.BucketConverge),
+			kvRead(streams.BucketGroups), kvWrite(streams.BucketGroups),
+			kvRead(streams.BucketGroupKeys), kvWrite(streams.BucketGroupKeys),
+			kvRead(streams.BucketClients), kvWrite(streams.BucketClients)),
+		UserFanout: perms(append(in(UserFanout), "fabric.live.>"), all,
+			direct(streams.StreamEvents), kvRead(streams.BucketGroups)),
+	}
+}

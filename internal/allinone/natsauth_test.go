@@ -1,0 +1,117 @@
+package allinone
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// natsAs connects to the fabric's NATS as user with the password the data
+// directory holds, collecting the asynchronous errors the server sends.
+func natsAs(t *testing.T, f *Fabric, user string) (*nats.Conn, chan error) {
+	t.Helper()
+	pw, err := os.ReadFile(NATSPasswordFile(f.opts.DataDir, user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 16)
+	nc, err := nats.Connect(f.NATSURL, nats.UserInfo(user, strings.TrimSpace(string(pw))),
+		nats.CustomInboxPrefix(InboxPrefix(user)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+// refused reports whether the server refused what act did with a
+// permissions violation.
+func refused(t *testing.T, nc *nats.Conn, errs chan error, act func() error) bool {
+	t.Helper()
+	// A refused request times out; the violation arrives apart.
+	if err := act(); errors.Is(err, nats.ErrPermissionViolation) {
+		return true
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		return errors.Is(err, nats.ErrPermissionViolation)
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// The all-in-one's NATS refuses a client without credentials, and each
+// role's user what its role does not do: reading another role's subjects
+// and replies, deleting a stream, publishing input or events it does not
+// make.
+func TestNATSRolesAreLeastPrivilege(t *testing.T) {
+	f := startFabric(t, Options{})
+	if nc, err := nats.Connect(f.NATSURL); err == nil {
+		nc.Close()
+		t.Fatal("a client without credentials connected")
+	}
+	if nc, err := nats.Connect(f.NATSURL, nats.UserInfo(UserFanout, "guess")); err == nil {
+		nc.Close()
+		t.Fatal("a wrong password connected")
+	}
+	const event, input = "fabric.ev.dev.c0ffee", "fabric.in.dev.00ff.0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	may := map[string][]string{ // subject -> the users that may publish it
+		event: {UserAPI, UserConverge},
+		input: {UserIngest},
+	}
+	reads := map[string][]string{ // subject -> the users that may subscribe to it
+		"fabric.live.dev.c0ffee":    {UserFanout},
+		"fabric.intake.dev":         {UserIngest},
+		"fabric.ev.dev.c0ffee":      {},
+		"fabric.in.>":               {},
+		"$KV.fabric-clients.>":      {},
+		"$JS.API.>":                 {},
+		"_INBOX.>":                  {},
+		InboxPrefix(UserAPI) + ".>": {UserAPI},
+	}
+	for _, user := range NATSUsers {
+		t.Run(user, func(t *testing.T) {
+			nc, errs := natsAs(t, f, user)
+			if !refused(t, nc, errs, func() error {
+				_, err := nc.Request("$JS.API.STREAM.DELETE.FABRIC_IN", nil, 200*time.Millisecond)
+				return err
+			}) {
+				t.Error("may delete a stream")
+			}
+			if !refused(t, nc, errs, func() error {
+				_, err := nc.Request("$JS.API.STREAM.PURGE.FABRIC_IN", nil, 200*time.Millisecond)
+				return err
+			}) {
+				t.Error("may purge the input stream")
+			}
+			for subj, users := range may {
+				if slices.Contains(users, user) {
+					continue
+				}
+				if !refused(t, nc, errs, func() error { return nc.Publish(subj, []byte("forged")) }) {
+					t.Errorf("may publish %s", subj)
+				}
+			}
+			for subj, users := range reads {
+				if slices.Contains(users, user) {
+					continue
+				}
+				if !refused(t, nc, errs, func() error { _, err := nc.SubscribeSync(subj); return err }) {
+					t.Errorf("may subscribe to %s", subj)
+				}
+			}
+		})
+	}
+	if _, err := f.nc.Request("$JS.API.STREAM.INFO.FABRIC_IN", nil, 5*time.Second); err != nil {
+		t.Fatalf("FABRIC_IN after the attempts: %v", err)
+	}
+}
