@@ -11,6 +11,12 @@
 // Subscriptions are spread over -clients client ids (so one event reaches
 // subs/clients subscriptions) and -conns WebSocket connections. The run is
 // bounded by -duration whatever happens.
+//
+// -soak holds -idle-conns connections and -replay-subs resuming
+// subscriptions for -duration while a probe client's events are measured
+// (soak.go; docs/limits.md has its figures):
+//
+//	go run ./cmd/fanout-bench -soak -duration 5m
 package main
 
 import (
@@ -66,6 +72,11 @@ type options struct {
 	child   bool
 	natsURL string
 	profile string
+
+	soakMode    bool
+	childHolder bool
+	soak        soakOptions
+	holder      holderOptions
 }
 
 func main() {
@@ -80,12 +91,33 @@ func main() {
 	flag.BoolVar(&o.child, "child-gateway", false, "internal: run only the gateway")
 	flag.StringVar(&o.natsURL, "nats-url", "", "internal: NATS for -child-gateway")
 	flag.StringVar(&o.profile, "gateway-cpuprofile", "", "write the gateway's CPU profile to this file")
+	flag.BoolVar(&o.soakMode, "soak", false, "hold -idle-conns connections and -replay-subs resuming subscriptions for -duration while measuring a probe client")
+	flag.IntVar(&o.soak.idleConns, "idle-conns", 20000, "soak: WebSocket connections, the replay ones included")
+	flag.IntVar(&o.soak.replaySubs, "replay-subs", 1000, "soak: subscriptions resuming from after_seq=1")
+	flag.IntVar(&o.soak.replayPerConn, "replay-per-conn", 10, "soak: resuming subscriptions per connection")
+	flag.IntVar(&o.soak.backlog, "backlog", 100, "soak: stored events each resuming subscription replays")
+	flag.IntVar(&o.soak.tenants, "tenants", 50, "soak: tenants the connections are spread over")
+	flag.IntVar(&o.soak.probeRate, "probe-rate", 100, "soak: probe events per second")
+	flag.DurationVar(&o.soak.resubscribe, "resubscribe", 30*time.Second, "soak: how often each resuming subscription is renewed")
+	flag.IntVar(&o.soak.perProcess, "per-process", 7000, "soak: connections per gateway and per holder process (each below its descriptor limit)")
+	flag.Int64Var(&o.soak.maxRSS, "max-rss", 512, "soak: MiB of RSS a gateway process may reach")
+	flag.BoolVar(&o.childHolder, "child-holder", false, "internal: hold soak connections")
+	flag.StringVar(&o.holder.addrs, "addrs", "", "internal: gateways for -child-holder")
+	flag.IntVar(&o.holder.first, "holder-first", 0, "internal: first connection index of -child-holder")
+	flag.IntVar(&o.holder.n, "holder-conns", 0, "internal: connections of -child-holder")
+	flag.IntVar(&o.holder.replayConns, "holder-replay-conns", 0, "internal: connections of -child-holder with resuming subscriptions")
 	flag.Parse()
+	o.soak.maxRSS <<= 20
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	var err error
-	if o.child {
+	switch {
+	case o.child:
 		err = runGateway(o)
-	} else {
+	case o.childHolder:
+		err = runHolder(o)
+	case o.soakMode:
+		err = runSoak(o)
+	default:
 		err = run(o)
 	}
 	if err != nil {
