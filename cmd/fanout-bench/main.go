@@ -32,7 +32,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -42,13 +41,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/fanout"
-	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -194,38 +189,22 @@ func run(o options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration)
 	defer cancel()
 
-	dir, err := os.MkdirTemp("", "fanout-bench-")
+	ns, js, closeNATS, err := startNATS(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: dir, Port: natsserver.RandomPort})
-	if err != nil {
-		return err
-	}
-	defer ns.Shutdown()
-	pub, err := ns.Connect()
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	js, err := jetstream.New(pub)
-	if err != nil {
-		return err
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		return err
-	}
+	defer closeNATS()
 
 	secret := make([]byte, 48)
 	for i := range secret {
 		secret[i] = byte('a' + i%26)
 	}
-	addr, stop, err := startChild(ctx, ns.ClientURL(), secret, o.profile)
+	gw, err := startProcess(ctx, secret, "-child-gateway", "-nats-url", ns.ClientURL(), "-gateway-cpuprofile", o.profile)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer gw.stop()
+	addr := gw.first
 	base := "http://" + addr
 	idle, err := memstats(ctx, base)
 	if err != nil {
@@ -312,7 +291,7 @@ func run(o options) error {
 	}
 
 	start := time.Now()
-	if err := publish(ctx, js, clientIDs, o.events, o.rate); err != nil {
+	if err := publishTo(ctx, js, []string{tenant}, clientIDs, o.events, o.rate, false); err != nil {
 		return err
 	}
 	pubTime := time.Since(start)
@@ -404,92 +383,6 @@ func gatewayLatency(ctx context.Context, base string) (p50, p99 time.Duration, e
 		return time.Duration(buckets[len(buckets)-1].le * float64(time.Second))
 	}
 	return at(0.50), at(0.99), sc.Err()
-}
-
-// publish stores n message.received events round-robin over the clients,
-// paced at rate per second (0: unpaced), with the publish time in the
-// message id, and waits for every ack.
-func publish(ctx context.Context, js jetstream.JetStream, clientIDs []string, n, rate int) error {
-	start := time.Now()
-	const window = 2000
-	futures := make([]jetstream.PubAckFuture, 0, window)
-	drain := func() error {
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		futures = futures[:0]
-		return nil
-	}
-	for i := range n {
-		if rate > 0 {
-			if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
-				time.Sleep(d)
-			}
-		}
-		id := make([]byte, 16)
-		binary.BigEndian.PutUint64(id, uint64(time.Now().UnixNano()))
-		binary.BigEndian.PutUint64(id[8:], uint64(i))
-		ev := eventbus.Event{
-			Tenant: tenant, ClientID: clientIDs[i%len(clientIDs)],
-			ID: eventbus.EventID([]byte("bench"), id),
-			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
-				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: id, SenderInboxID: "bench"}},
-		}
-		m, err := ev.Msg()
-		if err != nil {
-			return err
-		}
-		f, err := js.PublishMsgAsync(m)
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-		if len(futures) == window {
-			if err := drain(); err != nil {
-				return err
-			}
-		}
-	}
-	return drain()
-}
-
-// startChild runs this binary as the gateway and returns its address and a
-// stop function that ends it and waits for it.
-func startChild(ctx context.Context, natsURL string, secret []byte, profile string) (string, func(), error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.CommandContext(ctx, exe, "-child-gateway", "-nats-url", natsURL, "-gateway-cpuprofile", profile)
-	cmd.Env = append(os.Environ(), envSecret+"="+string(secret))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		stop()
-		return "", nil, fmt.Errorf("gateway child: %w", err)
-	}
-	return strings.TrimSpace(line), stop, nil
 }
 
 func memstats(ctx context.Context, base string) (memReport, error) {

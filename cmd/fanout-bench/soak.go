@@ -65,31 +65,14 @@ func runSoak(o options) error {
 	s := o.soak
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration+10*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "fanout-soak-")
+	ns, js, closeNATS, err := startNATS(ctx)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: dir, Port: natsserver.RandomPort})
-	if err != nil {
-		return err
-	}
-	defer ns.Shutdown()
-	pub, err := ns.Connect()
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	js, err := jetstream.New(pub)
-	if err != nil {
-		return err
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		return err
-	}
+	defer closeNATS()
 	// Sequence 1 belongs to nobody, so after_seq=1 replays every backlog
 	// event of a replay client.
-	if err := publishTo(ctx, js, []string{"nobody"}, "00000000", 1); err != nil {
+	if err := publishTo(ctx, js, []string{"nobody"}, []string{"00000000"}, 1, 0, false); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -98,7 +81,7 @@ func runSoak(o options) error {
 		for c := range replayClients {
 			cl = append(cl, replayClient(c))
 		}
-		if err := publishTo(ctx, js, []string{soakTenant(t)}, strings.Join(cl, ","), s.backlog*replayClients); err != nil {
+		if err := publishTo(ctx, js, []string{soakTenant(t)}, cl, s.backlog*replayClients, 0, false); err != nil {
 			return err
 		}
 	}
@@ -114,13 +97,13 @@ func runSoak(o options) error {
 	var addrs []string
 	var gwPids []int
 	for range gateways {
-		line, cmd, stop, err := startProcess(ctx, []string{"-child-gateway", "-nats-url", ns.ClientURL()}, secret)
+		gw, err := startProcess(ctx, secret, "-child-gateway", "-nats-url", ns.ClientURL())
 		if err != nil {
 			return err
 		}
-		defer stop()
-		addrs = append(addrs, line)
-		gwPids = append(gwPids, cmd.Process.Pid)
+		defer gw.stop()
+		addrs = append(addrs, gw.first)
+		gwPids = append(gwPids, gw.cmd.Process.Pid)
 	}
 	var rssMax, rssSum atomic.Int64
 	sampleDone := make(chan struct{})
@@ -149,11 +132,7 @@ func runSoak(o options) error {
 	}()
 
 	// Holders: the connections, the replay subscriptions on the first ones.
-	type holder struct {
-		out  *bufio.Reader
-		stop func()
-	}
-	var holders []holder
+	var holders []*child
 	t0 = time.Now()
 	replayConns := (s.replaySubs + s.replayPerConn - 1) / s.replayPerConn
 	for first := 0; first < total; first += s.perProcess {
@@ -163,15 +142,15 @@ func runSoak(o options) error {
 			"-holder-conns", strconv.Itoa(n), "-holder-replay-conns", strconv.Itoa(rc),
 			"-replay-per-conn", strconv.Itoa(s.replayPerConn), "-backlog", strconv.Itoa(s.backlog),
 			"-tenants", strconv.Itoa(s.tenants), "-resubscribe", s.resubscribe.String()}
-		line, cmd, stop, err := startProcess(ctx, args, secret)
+		h, err := startProcess(ctx, secret, args...)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		if !strings.HasPrefix(line, "ready") {
-			return fmt.Errorf("holder: %s", line)
+		defer h.stop()
+		if h.first != "ready" {
+			return fmt.Errorf("holder: %s", h.first)
 		}
-		holders = append(holders, holder{out: bufio.NewReader(cmdStdout[cmd]), stop: stop})
+		holders = append(holders, h)
 	}
 	fmt.Printf("connections         %d on %d gateways (%d per process), %d replay subscriptions on %d of them, open in %v\n",
 		total, gateways, s.perProcess, s.replaySubs, replayConns, time.Since(t0).Round(time.Millisecond))
@@ -213,7 +192,9 @@ func runSoak(o options) error {
 		recvDone <- nil
 	}()
 	start := time.Now()
-	if err := publishTo(ctx, js, []string{probeTenant}, probeClient, n, s.probeRate); err != nil {
+	// Each probe publish is waited for at once, so the latency is not a
+	// publish queue's.
+	if err := publishTo(ctx, js, []string{probeTenant}, []string{probeClient}, n, s.probeRate, true); err != nil {
 		return err
 	}
 	var recvErr error
@@ -229,9 +210,7 @@ func runSoak(o options) error {
 	var stats []string
 	var failed bool
 	for _, h := range holders {
-		h.stop() // closes stdin: the holder prints its figures and exits
-		line, _ := h.out.ReadString('\n')
-		line = strings.TrimSpace(line)
+		line := h.stop() // the holder prints its figures and exits
 		stats = append(stats, line)
 		if !strings.Contains(line, "lost=0 ") || !strings.Contains(line, "errors=0 ") || !strings.HasSuffix(line, "closed=0") {
 			failed = true
@@ -282,10 +261,10 @@ func rss(pid int) int64 {
 }
 
 // publishTo stores n message.received events round-robin over the tenants
-// and the comma-separated clients, paced at rate[0] per second if given,
-// with the publish time in the message id.
-func publishTo(ctx context.Context, js jetstream.JetStream, tenants []string, clients string, n int, rate ...int) error {
-	cl := strings.Split(clients, ",")
+// and clients, paced at rate per second (0: unpaced), with the publish time
+// in the message id. It waits for every acknowledgement, each at once when
+// waitEach is set.
+func publishTo(ctx context.Context, js jetstream.JetStream, tenants, clients []string, n, rate int, waitEach bool) error {
 	start := time.Now()
 	const window = 2000
 	futures := make([]jetstream.PubAckFuture, 0, window)
@@ -303,8 +282,8 @@ func publishTo(ctx context.Context, js jetstream.JetStream, tenants []string, cl
 		return nil
 	}
 	for i := range n {
-		if len(rate) > 0 && rate[0] > 0 {
-			if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate[0]))); d > 0 {
+		if rate > 0 {
+			if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
 				time.Sleep(d)
 			}
 		}
@@ -312,10 +291,10 @@ func publishTo(ctx context.Context, js jetstream.JetStream, tenants []string, cl
 		binary.BigEndian.PutUint64(id, uint64(time.Now().UnixNano()))
 		binary.BigEndian.PutUint64(id[8:], uint64(i))
 		ev := eventbus.Event{
-			Tenant: tenants[i%len(tenants)], ClientID: cl[i%len(cl)],
-			ID: eventbus.EventID([]byte("soak"), id),
+			Tenant: tenants[i%len(tenants)], ClientID: clients[i%len(clients)],
+			ID: eventbus.EventID([]byte("bench"), id),
 			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
-				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: id, SenderInboxID: "soak"}},
+				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: id, SenderInboxID: "bench"}},
 		}
 		m, err := ev.Msg()
 		if err != nil {
@@ -326,9 +305,7 @@ func publishTo(ctx context.Context, js jetstream.JetStream, tenants []string, cl
 			return err
 		}
 		futures = append(futures, f)
-		// Paced publishes are waited for at once, so the probe's latency is
-		// not a publish queue's.
-		if len(futures) == window || len(rate) > 0 {
+		if len(futures) == window || waitEach {
 			if err := drain(); err != nil {
 				return err
 			}
@@ -337,41 +314,95 @@ func publishTo(ctx context.Context, js jetstream.JetStream, tenants []string, cl
 	return drain()
 }
 
-// cmdStdout keeps each child's stdout, for reading its last line.
-var cmdStdout = map[*exec.Cmd]io.Reader{}
+// startNATS starts an embedded server in a temporary folder with the
+// fabric's streams and returns it, a JetStream context on it and a
+// function that stops both and removes the folder.
+func startNATS(ctx context.Context) (*natsserver.Server, jetstream.JetStream, func(), error) {
+	dir, err := os.MkdirTemp("", "fanout-bench-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: dir, Port: natsserver.RandomPort})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	closeAll := func() { ns.Shutdown(); os.RemoveAll(dir) }
+	pub, err := ns.Connect()
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	closeAll = func() { pub.Close(); ns.Shutdown(); os.RemoveAll(dir) }
+	js, err := jetstream.New(pub)
+	if err == nil {
+		err = streams.Ensure(ctx, js, streams.Config{})
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return ns, js, closeAll, nil
+}
 
-// startProcess runs this binary with args and returns its first stdout
-// line, the command and a stop function that closes its stdin and waits.
-func startProcess(ctx context.Context, args []string, secret []byte) (string, *exec.Cmd, func(), error) {
+// child is this binary run as a gateway or a holder.
+type child struct {
+	cmd   *exec.Cmd
+	first string // its first stdout line
+	stdin io.Closer
+	out   *bufio.Reader
+	once  sync.Once
+	last  string
+}
+
+// startProcess runs this binary with args and the secret in its
+// environment, and returns once it printed its first line.
+func startProcess(ctx context.Context, secret []byte, args ...string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = append(os.Environ(), envSecret+"="+string(secret))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
-	var once sync.Once
-	r := bufio.NewReader(stdout)
-	cmdStdout[cmd] = r
-	stop := func() { once.Do(func() { _ = stdin.Close() }) }
-	line, err := r.ReadString('\n')
+	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	line, err := c.out.ReadString('\n')
 	if err != nil {
-		stop()
-		_ = cmd.Wait()
-		return "", nil, nil, fmt.Errorf("%s: %w", args[0], err)
+		c.stop()
+		return nil, fmt.Errorf("%s: %w", args[0], err)
 	}
-	return strings.TrimSpace(line), cmd, stop, nil
+	c.first = strings.TrimSpace(line)
+	return c, nil
+}
+
+// stop closes the child's stdin, which ends it, and returns the line it
+// printed last.
+func (c *child) stop() string {
+	c.once.Do(func() {
+		_ = c.stdin.Close()
+		for {
+			line, err := c.out.ReadString('\n')
+			if l := strings.TrimSpace(line); l != "" {
+				c.last = l
+			}
+			if err != nil {
+				break
+			}
+		}
+		_ = c.cmd.Wait()
+	})
+	return c.last
 }
 
 // holderOptions configure a holder child.
