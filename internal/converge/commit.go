@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -177,12 +176,10 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	dmKey := dmConversationKey(t.g.components())
 	events := make([]eventbus.Event, 0, len(t.events))
 	for _, e := range t.events {
-		var idx [8]byte
-		binary.BigEndian.PutUint64(idx[:], uint64(e.Index))
 		ev := eventbus.Event{
 			Tenant:        g.tenant,
 			ClientID:      e.Client,
-			ID:            eventbus.EventID([]byte(g.tenant), []byte(e.Client), e.Cause, idx[:]),
+			ID:            eventID(g.tenant, e.Client, e.Cause, e.Index),
 			Event:         e.Event.ClientEvent,
 			ReferencesOwn: e.Event.ReferencesOwn,
 		}

@@ -3,6 +3,7 @@ package converge
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/converge/project"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -34,6 +36,14 @@ type emission struct {
 	Cause  []byte
 	Index  int
 	Event  project.Event
+}
+
+// eventID is the id of the index-th event a cause made for a client:
+// deterministic, so a retried transaction emits the same ids (EVENT-001).
+func eventID(tenant, client string, cause []byte, index int) string {
+	var idx [8]byte
+	binary.BigEndian.PutUint64(idx[:], uint64(index))
+	return eventbus.EventID([]byte(tenant), []byte(client), cause, idx[:])
 }
 
 // txn is one transaction over one group: the input it applies (and any

@@ -3,7 +3,6 @@ package converge
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -118,7 +117,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		m      *hostedMember
 		cg     *convergence.Group
 		lead   bool
-		before components.Set
+		before view
 		res    convergence.Result
 		err    error
 	}
@@ -140,7 +139,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 			}
 			continue
 		}
-		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: tipComponents(cg)})
+		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: tipView(cg)})
 	}
 	parallel(len(ads), func(i int) {
 		a := ads[i]
@@ -155,7 +154,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		if a.err != nil {
 			return fmt.Errorf("admit: %w", a.err)
 		}
-		s.effects(a.m, a.before, in.MessageID, a.res)
+		s.effects(a.m, a.before, a.res)
 		if s.isLead && in.Class == schema.ClassProposal {
 			p.leaveRequest(ctx, t, a.cg, in.Data)
 		}
@@ -234,30 +233,32 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 			return false, nil
 		}
 	}
-	if holdFrozen != nil && holdFrozen() {
+	if cg.Forked() || (holdFrozen != nil && holdFrozen()) {
 		return false, nil
 	}
-	before := tipComponents(cg)
+	before := tipView(cg)
 	res, err := cg.Apply(c, now)
 	if err != nil {
 		return false, fmt.Errorf("apply pass: %w", err)
 	}
-	s.effects(m, before, passCause(c), res)
+	s.effects(m, before, res)
 	return true, nil
 }
 
 // effects turns one member's convergence result into its events and the
 // step's outcome notes, in the order docs/convergence.md gives: what no
-// longer holds, then what now holds. cause is the admitted input, or the
-// pass (passCause) whose result it is.
-func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res convergence.Result) {
+// longer holds, then what now holds.
+func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
 	t := s.t
 	gid := t.g.GroupID
-	if res.ForkDetected {
-		t.emit(m.ClientID, append([]byte("fork:"), cause...), project.ForkDetected(gid))
-	}
 	for _, sup := range res.Superseded {
-		t.emit(m.ClientID, s.cause("superseded:", sup.ID), project.Superseded(gid, sup.ID[:]))
+		// The events it caused when it was applied: that application's
+		// cause (its rollback count has not risen yet) and their count.
+		withdrawn := make([]string, m.attributedEvents(sup.ID[:]))
+		for i := range withdrawn {
+			withdrawn[i] = eventID(t.tenant, m.ClientID, s.cause("", sup.ID), i)
+		}
+		t.emit(m.ClientID, s.cause("superseded:", sup.ID), project.Superseded(gid, sup.ID[:], withdrawn))
 		s.rollBack(sup.ID)
 	}
 	for _, id := range res.Withdrawn {
@@ -285,23 +286,43 @@ func (s *step) effects(m *hostedMember, before components.Set, cause []byte, res
 	}
 }
 
-// passCause names a pass by its cutoff: input queued behind the frozen
-// batch is processed by Apply and may detect a fork there.
-func passCause(c convergence.Cutoff) []byte {
-	h := sha256.New()
-	h.Write(binary.BigEndian.AppendUint64(nil, uint64(c.Start.UnixMilli())))
-	for _, id := range c.Batch {
-		h.Write(id[:])
+// view is what a member's client was last told of the group: its
+// components and member inboxes (sorted).
+type view struct {
+	comps   components.Set
+	inboxes []string
+}
+
+// tipView is the view of a member's canonical state.
+func tipView(cg *convergence.Group) view {
+	v := view{comps: tipComponents(cg)}
+	if st := cg.Tip(); st != nil {
+		v.inboxes = st.InboxIDs()
 	}
-	return append([]byte("pass:"), h.Sum(nil)...)
+	return v
 }
 
 // applied records one commit of the selected branch from the member's
-// point of view. The first one is measured against the state the member
-// last saw, so a rollback reports what changed for its client.
-func (s *step) applied(m *hostedMember, before components.Set, a convergence.AppliedCommit) components.Set {
+// point of view. Membership and components are measured against the view
+// before it, the first one against what the member last saw: after a
+// rollback that is the superseded branch, so a member or component change
+// the losing branch made and the winner does not is reported undone.
+func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit) view {
 	r := a.Result
-	pc := project.Commit{AddedInboxIDs: r.AddedInboxes, RemovedInboxIDs: r.RemovedInboxes, Before: before, After: r.Components}
+	after := view{comps: r.Components}
+	if a.State != nil {
+		after.inboxes = a.State.InboxIDs()
+	} else {
+		// The commit removed the member: its inbox list is what the
+		// commit changed of the one before.
+		after.inboxes = slices.DeleteFunc(slices.Clone(before.inboxes), func(i string) bool { return slices.Contains(r.RemovedInboxes, i) })
+		after.inboxes = append(after.inboxes, r.AddedInboxes...)
+		slices.Sort(after.inboxes)
+	}
+	pc := project.Commit{
+		AddedInboxIDs: missing(after.inboxes, before.inboxes), RemovedInboxIDs: missing(before.inboxes, after.inboxes),
+		Before: before.comps, After: after.comps,
+	}
 	for _, l := range r.RemovedLeaves {
 		pc.RemovedInstallations = append(pc.RemovedInstallations, l.InstallationKey)
 	}
@@ -310,7 +331,18 @@ func (s *step) applied(m *hostedMember, before components.Set, a convergence.App
 	if _, ok := s.lead[a.ID]; !ok && s.isLead {
 		s.lead[a.ID] = a
 	}
-	return r.Components
+	return after
+}
+
+// missing returns the entries of a (sorted) that b (sorted) lacks.
+func missing(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if _, found := slices.BinarySearch(b, x); !found {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // add notes a change the first time a member's view makes it.
@@ -348,8 +380,10 @@ func (s *step) finish() {
 func (s *step) emitCommit(id engine.MessageID) {
 	t := s.t
 	for _, mc := range s.commits[id] {
-		view := project.Member{InboxID: mc.m.InboxID, Installation: mc.m.Installation, LeaveRequested: t.g.leaveRequested(mc.m.InboxID)}
-		t.emit(mc.m.ClientID, s.cause("", id), project.CommitEvents(t.g.GroupID, view, mc.c)...)
+		v := project.Member{InboxID: mc.m.InboxID, Installation: mc.m.Installation, LeaveRequested: t.g.leaveRequested(mc.m.InboxID)}
+		evs := project.CommitEvents(t.g.GroupID, v, mc.c)
+		t.emit(mc.m.ClientID, s.cause("", id), evs...)
+		mc.m.noteApplied(id[:], len(evs))
 	}
 	a, ok := s.lead[id]
 	if !ok {
@@ -622,7 +656,22 @@ func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
 	}
 	t.members[m.ClientID] = &branchState{engineState: &engineState{st: tip, vault: p.vault}, cg: cg}
 	t.dirty[m.ClientID] = true
+	forkState(t, m, cg)
 	return nil
+}
+
+// forkState emits conversation.fork_detected when the member's fork state
+// becomes forked (convergence.Group.Forked), once: the member remembers
+// it was told until the state is no longer forked.
+func forkState(t *txn, m *hostedMember, cg *convergence.Group) {
+	switch forked := cg.Forked(); {
+	case forked && !m.Forked:
+		m.Forked = true
+		cause := binary.BigEndian.AppendUint64([]byte("forked:"), cg.TipEpoch())
+		t.emit(m.ClientID, cause, project.ForkDetected(t.g.GroupID))
+	case !forked && m.Forked:
+		m.Forked = false
+	}
 }
 
 // settle brings the group-level state in line with the members' views:

@@ -58,30 +58,34 @@ func sameEpochFork(t *testing.T, e *env) (h hosted, win, lose testpeer.Message, 
 	return h, win, lose, field, stop
 }
 
-// wantFork checks the events of a same-epoch fork: joined, fork_detected,
-// then the winner's metadata change only.
+// wantFork checks the events of a same-epoch fork: joined, then the
+// winner's metadata change only. A race branch selection resolves is no
+// fork of the conversation: no conversation.fork_detected (FORK-040,
+// docs/convergence.md "Fork state").
 func wantFork(t *testing.T, evs []eventbus.Delivered, field string) {
 	t.Helper()
-	want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationForkDetected, schema.KindMetadataChanged}
+	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged}
 	if !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}
 	uniqueIDs(t, evs)
-	if got := evs[2].Event.MetadataChanged.Changed; !slices.Equal(got, []string{field}) {
+	if got := evs[1].Event.MetadataChanged.Changed; !slices.Equal(got, []string{field}) {
 		t.Fatalf("metadata changed %v, want the winner's %s", got, field)
 	}
 }
 
-// TestSameEpochForkSelectsOneBranch: two competing commits from one epoch
-// end in conversation.fork_detected, the events of the selected branch
-// only, and outcome records for both commits: the selected one accepted,
-// the other deferred on its losing branch (DESIGN section 5).
-func TestSameEpochForkSelectsOneBranch(t *testing.T) {
+// TestFORK040SameEpochRaceIsNoFork: two competing commits from one epoch
+// end in the events of the selected branch only, with no
+// conversation.fork_detected (branch selection resolves the race; the
+// conversation's fork state never becomes forked, FORK-040), and outcome
+// records for both commits: the selected one accepted, the other deferred
+// on its losing branch (DESIGN section 5).
+func TestFORK040SameEpochRaceIsNoFork(t *testing.T) {
 	e := newEnv(t)
 	h, win, lose, field, _ := sameEpochFork(t, e)
-	evs := e.waitEvents(h.rec.ClientID, 3)
+	evs := e.waitEvents(h.rec.ClientID, 2)
 	wantFork(t, evs, field)
-	settled(t, e, h.rec.ClientID, 3)
+	settled(t, e, h.rec.ClientID, 2)
 	if o := e.waitOutcome(win.ID, schema.DispositionAccepted); o.Status != schema.StatusQueued {
 		t.Fatalf("winner %+v", o)
 	}
@@ -114,10 +118,9 @@ func (e *env) waitOutcome(id []byte, d schema.Disposition) schema.Outcome {
 // TestLateWinnerRollsBackDeliveredBranch: a branch that was applied and
 // whose app message was delivered loses to a deeper branch from the same
 // parent that arrives later, inside the rollback horizon. The client gets
-// conversation.fork_detected, fabric.commit_superseded for the applied
-// commit, fabric.message_invalidated for the delivered message and the
-// winning branch's events; a worker that re-reads the whole input stream
-// emits none of them again.
+// fabric.commit_superseded for the applied commit, fabric.message_invalidated
+// for the delivered message and the winning branch's events; a worker that
+// re-reads the whole input stream emits none of them again.
 func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
@@ -138,21 +141,21 @@ func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 	cB2 := must[testpeer.Message](t)(other.Commit())
 	e.publish(cB1)
 	e.publish(cB2)
-	evs := e.waitEvents(client, 6)
+	evs := e.waitEvents(client, 5)
 	want := []schema.EventKind{
-		schema.KindConversationJoined, schema.KindMessageReceived, schema.KindConversationForkDetected,
+		schema.KindConversationJoined, schema.KindMessageReceived,
 		schema.KindCommitSuperseded, schema.KindMessageInvalidated, schema.KindMetadataChanged,
 	}
 	if !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}
-	if got := evs[3].Event.CommitSuperseded.CommitDigest; !bytes.Equal(got, cA.ID) {
-		t.Fatal("commit_superseded names another commit")
+	if got := evs[2].Event.CommitSuperseded; !bytes.Equal(got.CommitDigest, cA.ID) || len(got.WithdrawnEventIDs) != 0 {
+		t.Fatalf("commit_superseded %+v, want cA with no events of its own", got)
 	}
-	if got := evs[4].Event.MessageInvalidated.MessageID; !bytes.Equal(got, mA.ID) {
+	if got := evs[3].Event.MessageInvalidated.MessageID; !bytes.Equal(got, mA.ID) {
 		t.Fatal("message_invalidated names another message")
 	}
-	if got := evs[5].Event.MetadataChanged.Changed; !slices.Equal(got, []string{components.FieldGroupName}) {
+	if got := evs[4].Event.MetadataChanged.Changed; !slices.Equal(got, []string{components.FieldGroupName}) {
 		t.Fatalf("metadata changed %v", got)
 	}
 	e.waitOutcome(cB1.ID, schema.DispositionAccepted)
@@ -163,7 +166,7 @@ func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 
 	rewind(t, e)
 	e.worker("w2", nil)
-	uniqueIDs(t, settled(t, e, client, 6))
+	uniqueIDs(t, settled(t, e, client, 5))
 }
 
 // rewind deletes every partition consumer, as if no input was acked.
@@ -204,21 +207,21 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 	if !frozenPass(t, e, win.Transport.Group, h.rec.ClientID) {
 		t.Fatal("the checkpointed group state holds no frozen pass")
 	}
-	if evs := e.events(h.rec.ClientID); len(evs) != 2 {
+	if evs := e.events(h.rec.ClientID); len(evs) != 1 {
 		t.Fatalf("events before the apply %v", kinds(evs))
 	}
 
 	e.worker("w2", nil)
-	evs := e.waitEvents(h.rec.ClientID, 3)
+	evs := e.waitEvents(h.rec.ClientID, 2)
 	wantFork(t, evs, field)
-	settled(t, e, h.rec.ClientID, 3)
+	settled(t, e, h.rec.ClientID, 2)
 	e.waitOutcome(win.ID, schema.DispositionAccepted)
 	e.waitOutcome(lose.ID, schema.DispositionDeferred)
 }
 
-// frozenPass reports whether a member's checkpointed convergence state
-// holds a frozen pass.
-func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
+// memberBlob reads a member's state blob as the group's checkpoint names
+// it, with a worker that reads and writes blobs.
+func memberBlob(t *testing.T, e *env, groupID []byte, client string) (*Worker, checkpoint, []byte) {
 	t.Helper()
 	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(groupID))
 	if err != nil {
@@ -232,6 +235,14 @@ func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w, ck, blob
+}
+
+// frozenPass reports whether a member's checkpointed convergence state
+// holds a frozen pass.
+func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
+	t.Helper()
+	w, ck, blob := memberBlob(t, e, groupID, client)
 	chunks, err := w.loadChunks(e.ctx, ck.MemberChunks[client])
 	if err != nil {
 		t.Fatal(err)
@@ -253,38 +264,23 @@ func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 // again is applied again with new event ids: its events are not lost to
 // deduplication of the first application's ids.
 func TestBranchReappliedAfterRollback(t *testing.T) {
-	e := newEnv(t)
-	h := e.register(peer(t, "bob").AccountID(), 1)
-	client := h.rec.ClientID
-	e.worker("w1", nil)
-	alice, g := groupWithHosted(t, e, components.Set{}, h)
-	e.waitEvents(client, 1)
-	other := must[*testpeer.Group](t)(g.Clone())
-
-	cA := must[testpeer.Message](t)(setProfile(components.ProfileState{Name: "a"}, alice.AccountID())(g))
-	e.publish(cA)
-	e.waitOutcome(cA.ID, schema.DispositionAccepted)
-	e.waitEvents(client, 2)
-	for range 2 {
-		e.publish(must[testpeer.Message](t)(other.Commit()))
-	}
-	e.waitOutcome(cA.ID, schema.DispositionDeferred)
-	e.waitEvents(client, 5)
+	e, client, g, cA := rolledBack(t, rename(t, "a"))
+	e.waitEvents(client, 4)
 	for range 2 {
 		e.publish(must[testpeer.Message](t)(g.Commit()))
 	}
 	e.waitOutcome(cA.ID, schema.DispositionAccepted)
-	evs := settled(t, e, client, 9)
+	evs := settled(t, e, client, 7)
 	want := []schema.EventKind{
 		schema.KindConversationJoined, schema.KindMetadataChanged,
-		schema.KindConversationForkDetected, schema.KindCommitSuperseded, schema.KindMetadataChanged,
-		schema.KindConversationForkDetected, schema.KindCommitSuperseded, schema.KindCommitSuperseded, schema.KindMetadataChanged,
+		schema.KindCommitSuperseded, schema.KindMetadataChanged,
+		schema.KindCommitSuperseded, schema.KindCommitSuperseded, schema.KindMetadataChanged,
 	}
 	if !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}
 	uniqueIDs(t, evs)
-	if !bytes.Equal(evs[3].Event.CommitSuperseded.CommitDigest, cA.ID) {
+	if !bytes.Equal(evs[2].Event.CommitSuperseded.CommitDigest, cA.ID) {
 		t.Fatal("the first rollback does not supersede the first branch")
 	}
 }

@@ -94,6 +94,42 @@ type hostedMember struct {
 	// Unsaved counts the decryptions since the member's engine state was
 	// last written (Config.SnapshotEvery).
 	Unsaved int `msgpack:"unsaved,omitempty"`
+	// Forked is set once the member's client was told its fork state
+	// became forked (conversation.fork_detected).
+	Forked bool `msgpack:"forked,omitempty"`
+	// Applied counts the events each recently applied commit caused for
+	// the member, newest last, so a commit that branch selection
+	// supersedes names the events it withdraws (fabric.commit_superseded).
+	Applied []attributed `msgpack:"applied,omitempty"`
+}
+
+// attributed is how many events one applied commit caused for a member.
+type attributed struct {
+	Commit []byte `msgpack:"commit"`
+	Events int    `msgpack:"events"`
+}
+
+// maxAttributed bounds a member's Applied: a commit can be superseded only
+// while it is inside the rollback horizon (max_rewind_commits = 5 epochs).
+const maxAttributed = 16
+
+// noteApplied records the events an applied commit caused for m.
+func (m *hostedMember) noteApplied(commit []byte, events int) {
+	m.Applied = slices.DeleteFunc(m.Applied, func(a attributed) bool { return bytes.Equal(a.Commit, commit) })
+	m.Applied = append(m.Applied, attributed{Commit: slices.Clone(commit), Events: events})
+	if len(m.Applied) > maxAttributed {
+		m.Applied = slices.Delete(m.Applied, 0, len(m.Applied)-maxAttributed)
+	}
+}
+
+// attributedEvents returns how many events an applied commit caused for m.
+func (m *hostedMember) attributedEvents(commit []byte) int {
+	for _, a := range m.Applied {
+		if bytes.Equal(a.Commit, commit) {
+			return a.Events
+		}
+	}
+	return 0
 }
 
 // storedMessage is one application message in the index.

@@ -77,7 +77,9 @@ type Superseded struct {
 type Result struct {
 	// Duplicate is set when the input was already admitted; nothing changed.
 	Duplicate bool
-	// ForkDetected is set when the group went from Stable to Recovering.
+	// ForkDetected is set when Marmot fork detection moved the group from
+	// Stable to Recovering: a divergent edge the open pass will resolve.
+	// It is not the events spec's fork state (Group.Forked).
 	ForkDetected bool
 	// Applied are the commits the selected branch applied, oldest first.
 	Applied []AppliedCommit
@@ -204,6 +206,15 @@ func New(p Policy, canonical *engine.State) (*Group, error) {
 
 // Lifecycle returns the lifecycle state.
 func (g *Group) Lifecycle() Lifecycle { return g.lifecycle }
+
+// Forked reports the conversation's fork state (the events spec's
+// conversation.fork_detected): forked when the hosted member is left with
+// no branch it can follow, which is Unrecoverable (durability.md: retained
+// state inside the horizon is lost, so no pass can select or apply; only a
+// verified repair or a new join ends it). A divergent edge is not a fork in
+// this sense: the pass resolves it and, where it takes back what was
+// applied, reports that as Superseded (docs/convergence.md, "Fork state").
+func (g *Group) Forked() bool { return g.lifecycle == Unrecoverable }
 
 // Tip returns the canonical state; nil once a commit removed the hosted
 // member.

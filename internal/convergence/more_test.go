@@ -62,8 +62,8 @@ func TestRecoveringWithholdsDelivery(t *testing.T) {
 	m := text(t, w.alice, "at the tip")
 	x := must[[]testpeer.Message](t)(w.bob.Fork(2))
 	g := w.fresh()
-	if r := admit(t, g, t0, x...); !r.ForkDetected {
-		t.Fatal("no fork detected")
+	if r := admit(t, g, t0, x...); !r.ForkDetected || g.Forked() {
+		t.Fatalf("fork detected %v, forked %v: a divergent edge recovers, it is no fork of the conversation", r.ForkDetected, g.Forked())
 	}
 	r := admit(t, g, t0, m)
 	if len(r.Delivered) != 0 {
@@ -100,8 +100,8 @@ func TestLostRetainedStateIsUnrecoverable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g2.Lifecycle() != Unrecoverable {
-		t.Fatalf("lifecycle %s", g2.Lifecycle())
+	if g2.Lifecycle() != Unrecoverable || !g2.Forked() {
+		t.Fatalf("lifecycle %s, forked %v", g2.Lifecycle(), g2.Forked())
 	}
 	wantOutcome(t, g2, x1, schema.DispositionDeferred, schema.CategoryMissingHistory, schema.MissingRetainedAnchor)
 	admit(t, g2, t0.Add(time.Second), x2)

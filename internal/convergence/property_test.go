@@ -27,6 +27,17 @@ type histNode struct {
 // the pass boundaries) with app messages on random nodes.
 func history(t testing.TB, w *world, rng *rand.Rand) []testpeer.Message {
 	t.Helper()
+	out, nodes := historyTree(t, w, rng)
+	for range 1 + rng.IntN(5) {
+		n := nodes[rng.IntN(len(nodes))]
+		out = append(out, text(t, n.members[rng.IntN(len(n.members))], "witness"))
+	}
+	return out
+}
+
+// historyTree generates history's tree of commits and returns its nodes.
+func historyTree(t testing.TB, w *world, rng *rand.Rand) ([]testpeer.Message, []*histNode) {
+	t.Helper()
 	root := &histNode{epoch: w.bob.Epoch(), members: []*testpeer.Group{clone(t, w.alice), clone(t, w.bob), clone(t, w.carol)}}
 	nodes := []*histNode{root}
 	var out []testpeer.Message
@@ -79,11 +90,7 @@ func history(t testing.TB, w *world, rng *rand.Rand) []testpeer.Message {
 		nodes = append(nodes, child)
 		out = append(out, c)
 	}
-	for range 1 + rng.IntN(5) {
-		n := nodes[rng.IntN(len(nodes))]
-		out = append(out, text(t, n.members[rng.IntN(len(n.members))], "witness"))
-	}
-	return out
+	return out, nodes
 }
 
 // outcomeOf is what one run ended with.
@@ -144,17 +151,7 @@ func runPermutation(t testing.TB, w *world, in []testpeer.Message, rng *rand.Ran
 			g = restarted(t, g)
 		}
 	}
-	for {
-		d, ok := g.Deadline()
-		if !ok {
-			break
-		}
-		r, err := g.Tick(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		note(r)
-	}
+	drain(t, g, note)
 	if g.Lifecycle() != Stable {
 		t.Fatalf("ended %s", g.Lifecycle())
 	}
@@ -218,6 +215,23 @@ func TestPermutationInvariance(t *testing.T) {
 		*histories, *histories*runs, forks, superseded, withdrawn, proposals)
 	if *histories >= 20 && (forks == 0 || superseded == 0 || withdrawn == 0 || proposals == 0) {
 		t.Fatal("the generated histories never forked, rolled back, withdrew or committed a proposal")
+	}
+}
+
+// drain applies every pass the group has open, handing each result to
+// note.
+func drain(t testing.TB, g *Group, note func(Result)) {
+	t.Helper()
+	for {
+		d, ok := g.Deadline()
+		if !ok {
+			return
+		}
+		r, err := g.Tick(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		note(r)
 	}
 }
 

@@ -642,23 +642,30 @@ func (p *Lagged) decode(r *reader) (err error) {
 	})
 }
 
-var commitSupersededNames = []string{"group_id", "commit_digest"}
+var commitSupersededNames = []string{"group_id", "commit_digest", "withdrawn_event_ids"}
 
 func (p *CommitSuperseded) encode(w *writer) {
-	w.mapStart(2)
+	w.mapStart(3)
 	w.key("group_id")
 	w.bin(p.GroupID)
 	w.key("commit_digest")
 	w.bin(p.CommitDigest)
+	w.key("withdrawn_event_ids")
+	w.strs(p.WithdrawnEventIDs)
 	w.mapEnd()
 }
 
+// decode reads withdrawn_event_ids as optional: payloads of versions
+// before it have none.
 func (p *CommitSuperseded) decode(r *reader) error {
 	return r.fields(commitSupersededNames, 0b11, func(i int) (err error) {
-		if i == 0 {
+		switch i {
+		case 0:
 			p.GroupID, err = r.bin()
-		} else {
+		case 1:
 			p.CommitDigest, err = r.bin()
+		default:
+			p.WithdrawnEventIDs, err = r.strs()
 		}
 		return err
 	})

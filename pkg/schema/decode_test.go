@@ -283,3 +283,17 @@ func laggedMsgpack(t *testing.T) []byte {
 	}
 	return b
 }
+
+// TestCommitSupersededBeforeWithdrawnEventIDs: a fabric.commit_superseded
+// payload of a version before withdrawn_event_ids still decodes and
+// validates.
+func TestCommitSupersededBeforeWithdrawnEventIDs(t *testing.T) {
+	var e ClientEvent
+	old := `{"kind":"fabric.commit_superseded","commit_superseded":{"group_id":"6a01","commit_digest":"` + strings.Repeat("cd", 32) + `"}}`
+	if err := e.UnmarshalJSON([]byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Validate(); err != nil || e.CommitSuperseded.WithdrawnEventIDs != nil {
+		t.Fatalf("%+v: %v", e.CommitSuperseded, err)
+	}
+}

@@ -239,7 +239,15 @@ type CommitSuperseded struct {
 	GroupID Bytes `msgpack:"group_id" json:"group_id"`
 	// CommitDigest is SHA-256 of the commit MLSMessage (32 bytes).
 	CommitDigest Bytes `msgpack:"commit_digest" json:"commit_digest"`
+	// WithdrawnEventIDs are the ids of the events the commit caused for
+	// this client, now withdrawn: each event's deterministic id (64
+	// lowercase hex digits, its Nats-Msg-Id in FABRIC_EVENTS). Empty when
+	// the commit caused none. Absent in payloads of older versions.
+	WithdrawnEventIDs []string `msgpack:"withdrawn_event_ids" json:"withdrawn_event_ids"`
 }
+
+// EventIDSize is the length of an event id: SHA-256 in lowercase hex.
+const EventIDSize = 64
 
 // GroupID returns the group the event names, in the spec's sense of "names
 // a group": its payload carries a group_id, or it is a consent.changed

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"strings"
 	"time"
 )
 
@@ -85,7 +86,7 @@ func sampleEvents() []sampleEvent {
 		{"handle.changed", ClientEvent{Kind: KindHandleChanged, HandleChanged: &HandleChanged{InboxID: sampleOther, Handle: "Zoë \"z\" <ok>\n"}}},
 		{"lagged", ClientEvent{Kind: KindLagged, Lagged: &Lagged{Discarded: 4096}}},
 		{"fabric.commit_superseded", ClientEvent{Kind: KindCommitSuperseded, CommitSuperseded: &CommitSuperseded{
-			GroupID: sampleGroup, CommitDigest: fill(32, 0xcd)}}},
+			GroupID: sampleGroup, CommitDigest: fill(32, 0xcd), WithdrawnEventIDs: []string{strings.Repeat("e1", 32), strings.Repeat("f2", 32)}}}},
 		{"fabric.message_invalidated", ClientEvent{Kind: KindMessageInvalidated, MessageInvalidated: &MessageRef{
 			GroupID: sampleGroup, MessageID: sampleMessage}}},
 	}

@@ -496,10 +496,18 @@ func (p *Lagged) validate() error {
 }
 
 func (p *CommitSuperseded) validate() error {
-	return firstErr(
+	if err := firstErr(
 		needBytes("group_id", p.GroupID),
 		needKey("commit_digest", p.CommitDigest, CommitDigestSize),
-	)
+	); err != nil {
+		return err
+	}
+	for i, id := range p.WithdrawnEventIDs {
+		if len(id) != EventIDSize || !isLowerHex(id) {
+			return invalid("withdrawn_event_ids", fmt.Sprintf("entry %d: an event id is %d lowercase hex digits", i, EventIDSize))
+		}
+	}
+	return nil
 }
 
 // Validate checks f: Kinds is present (non-nil) and every kind is known;

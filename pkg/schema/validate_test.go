@@ -133,6 +133,7 @@ func TestValidateEventRules(t *testing.T) {
 		{"lagged zero", "lagged", func(e *ClientEvent) { e.Lagged.Discarded = 0 }, "lagged.discarded"},
 		{"superseded digest", "fabric.commit_superseded", func(e *ClientEvent) { e.CommitSuperseded.CommitDigest = tooShort }, "commit_superseded.commit_digest"},
 		{"superseded group", "fabric.commit_superseded", func(e *ClientEvent) { e.CommitSuperseded.GroupID = nil }, "commit_superseded.group_id"},
+		{"superseded event id", "fabric.commit_superseded", func(e *ClientEvent) { e.CommitSuperseded.WithdrawnEventIDs[1] = "E1" }, "commit_superseded.withdrawn_event_ids"},
 		{"invalidated message", "fabric.message_invalidated", func(e *ClientEvent) { e.MessageInvalidated.MessageID = nil }, "message_invalidated.message_id"},
 	}
 	for _, c := range cases {

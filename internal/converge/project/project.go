@@ -229,8 +229,10 @@ func Expired(groupID, msgID []byte) Event {
 }
 
 // ForkDetected is the conversation.fork_detected event of a group whose
-// fork state became forked: competing commits from one epoch arrived and
-// branch selection is under way (DESIGN section 5).
+// fork state became forked: the member is left with no branch it can
+// follow (convergence.Group.Forked). Competing commits that branch
+// selection resolves are not a fork in this sense (docs/convergence.md,
+// "Fork state").
 func ForkDetected(groupID []byte) Event {
 	return Event{ClientEvent: schema.ClientEvent{
 		Kind:                     schema.KindConversationForkDetected,
@@ -239,12 +241,14 @@ func ForkDetected(groupID []byte) Event {
 }
 
 // Superseded is the fabric.commit_superseded event of an applied commit
-// that branch selection replaced: the events attributed to its digest no
-// longer hold.
-func Superseded(groupID, commitDigest []byte) Event {
+// that branch selection replaced: the events attributed to its digest, the
+// ones withdrawn names, no longer hold.
+func Superseded(groupID, commitDigest []byte, withdrawn []string) Event {
 	return Event{ClientEvent: schema.ClientEvent{
-		Kind:             schema.KindCommitSuperseded,
-		CommitSuperseded: &schema.CommitSuperseded{GroupID: schema.Bytes(groupID), CommitDigest: schema.Bytes(commitDigest)},
+		Kind: schema.KindCommitSuperseded,
+		CommitSuperseded: &schema.CommitSuperseded{
+			GroupID: schema.Bytes(groupID), CommitDigest: schema.Bytes(commitDigest), WithdrawnEventIDs: append([]string{}, withdrawn...),
+		},
 	}}
 }
 

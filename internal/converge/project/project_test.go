@@ -2,6 +2,8 @@ package project
 
 import (
 	"bytes"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/components"
@@ -143,7 +145,8 @@ func TestCompareVersions(t *testing.T) {
 // survive the wire encoding.
 func TestBranchSelectionEvents(t *testing.T) {
 	digest, msg := bytes.Repeat([]byte{0xC0}, 32), bytes.Repeat([]byte{0x0E}, 32)
-	for _, ev := range []Event{ForkDetected(gid), Superseded(gid, digest), Invalidated(gid, msg)} {
+	withdrawn := []string{strings.Repeat("ab", 32)}
+	for _, ev := range []Event{ForkDetected(gid), Superseded(gid, digest, withdrawn), Invalidated(gid, msg)} {
 		b, err := ev.MarshalMsgpack()
 		if err != nil {
 			t.Fatalf("%s: %v", ev.Kind, err)
@@ -158,8 +161,8 @@ func TestBranchSelectionEvents(t *testing.T) {
 		}
 		switch back.Kind {
 		case schema.KindCommitSuperseded:
-			if !back.CommitSuperseded.CommitDigest.Equal(digest) {
-				t.Fatal("commit digest lost")
+			if !back.CommitSuperseded.CommitDigest.Equal(digest) || !slices.Equal(back.CommitSuperseded.WithdrawnEventIDs, withdrawn) {
+				t.Fatal("commit digest or withdrawn event ids lost")
 			}
 		case schema.KindMessageInvalidated:
 			if !back.MessageInvalidated.MessageID.Equal(msg) {
