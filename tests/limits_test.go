@@ -6,12 +6,16 @@ import (
 	"encoding/hex"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/fabric-mls/fabric/internal/allinone"
 	"github.com/fabric-mls/fabric/internal/demo"
 )
 
@@ -19,7 +23,8 @@ import (
 // open-file limit, opens more idle keep-alive connections than it has
 // descriptors, holds them past the time JetStream closes an idle block file
 // (30 s), writes, releases them, and checks that writes and readiness work
-// (or that the process exited non-zero, for a supervisor to restart it).
+// (or that the process exited non-zero, for a supervisor to restart it), and
+// that a NATS client can connect during the flood (the descriptor reserve).
 // Without the connection bound the idle connections filled the table, the
 // block file could not be reopened, and JetStream refused every later write.
 func TestDescriptorExhaustionDoesNotStopWrites(t *testing.T) {
@@ -29,9 +34,11 @@ func TestDescriptorExhaustionDoesNotStopWrites(t *testing.T) {
 	}
 	const limit, flood = 400, 1000
 	const idleBlockClose = 35 * time.Second
+	data := t.TempDir()
 	p := start(t, prlimit, nil, "--nofile=400:400", filepath.Join(binaries(t), "fabric"),
-		"run", "-data", t.TempDir(), "-listen", freeAddr(t), "-nats-listen", "127.0.0.1:0")
+		"run", "-data", data, "-listen", freeAddr(t), "-nats-listen", "127.0.0.1:0")
 	url := p.waitLine(t, "HTTP API", time.Minute)
+	natsURL := p.waitLine(t, "NATS", 5*time.Second)
 	admin := p.waitLine(t, "admin", 5*time.Second)
 	waitReady(t, url+"/readyz", 30*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -69,6 +76,17 @@ func TestDescriptorExhaustionDoesNotStopWrites(t *testing.T) {
 			t.Errorf("write %d during the flood: %v", i, err)
 			break
 		}
+	}
+	// The reserve keeps descriptors for NATS: a role can still join.
+	var opts []nats.Option
+	if pw, err := os.ReadFile(allinone.NATSPasswordFile(data, allinone.UserFanout)); err == nil {
+		opts = append(opts, nats.UserInfo(allinone.UserFanout, strings.TrimSpace(string(pw))))
+	}
+	nc, err := nats.Connect(natsURL, append(opts, nats.Timeout(5*time.Second))...)
+	if err != nil {
+		t.Errorf("a NATS connection during the flood: %v", err)
+	} else {
+		nc.Close()
 	}
 	for _, c := range idle {
 		c.Close()
