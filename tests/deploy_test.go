@@ -1,7 +1,8 @@
 package tests
 
 import (
-	"os"
+	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -10,102 +11,37 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"gopkg.in/yaml.v3"
 )
 
-// command is one container's command line found in a manifest.
-type command struct {
-	where string
-	argv  []string
-}
-
-// TestComposeAndKubernetesParse loads every manifest in deploy/ and checks
-// that each role it starts accepts every flag it is given.
-func TestComposeAndKubernetesParse(t *testing.T) {
-	root := repoRoot(t)
-	var cmds []command
-
-	raw, err := os.ReadFile(filepath.Join(root, "deploy/compose/compose.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var compose struct {
-		Services map[string]struct {
-			Command []string `yaml:"command"`
-		} `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(raw, &compose); err != nil {
-		t.Fatalf("compose.yaml: %v", err)
-	}
-	for name, svc := range compose.Services {
-		if len(svc.Command) > 0 && strings.HasPrefix(svc.Command[0], "/usr/local/bin/") {
-			cmds = append(cmds, command{"compose " + name, svc.Command})
-		}
-	}
-
-	for _, file := range []string{"deploy/kubernetes/nats.yaml", "deploy/kubernetes/fabric.yaml"} {
-		f, err := os.Open(filepath.Join(root, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(f)
-		for {
-			var doc struct {
-				Kind string `yaml:"kind"`
-				Spec struct {
-					Template struct {
-						Spec struct {
-							Containers []struct {
-								Name    string   `yaml:"name"`
-								Command []string `yaml:"command"`
-								Args    []string `yaml:"args"`
-							} `yaml:"containers"`
-						} `yaml:"spec"`
-					} `yaml:"template"`
-				} `yaml:"spec"`
-			}
-			if err := dec.Decode(&doc); err != nil {
-				if err.Error() == "EOF" {
-					break
-				}
-				t.Fatalf("%s: %v", file, err)
-			}
-			if doc.Kind == "" {
-				t.Fatalf("%s: a document without kind", file)
-			}
-			for _, c := range doc.Spec.Template.Spec.Containers {
-				if len(c.Command) > 0 && strings.HasPrefix(c.Command[0], "/usr/local/bin/") {
-					cmds = append(cmds, command{file + " " + c.Name, append(append([]string{}, c.Command...), c.Args...)})
-				}
-			}
-		}
-		f.Close()
-	}
-	if len(cmds) < 7 {
-		t.Fatalf("found %d role commands in the manifests, want the three roles in compose and kubernetes and the provision job", len(cmds))
-	}
-
+// TestDeployFilesAgree reads the role commands of compose, the Kubernetes
+// manifests and the Helm chart, checks that they run every role with the
+// same flags, user and secrets, and that each role accepts every flag it is
+// given.
+func TestDeployFilesAgree(t *testing.T) {
+	roles, files := deployRoles(t)
+	t.Logf("deploy files: %s", strings.Join(files, ", "))
 	bin := binaries(t)
-	help := map[string]string{}
-	for _, c := range cmds {
-		name := filepath.Base(c.argv[0])
-		args := c.argv[1:]
-		var sub []string
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			sub, args = args[:1], args[1:]
+	for _, role := range slices.Sorted(maps.Keys(roles)) {
+		c := roles[role]
+		key := strings.Join(append([]string{c.binary()}, c.subcommand()...), " ")
+		out, _ := exec.Command(filepath.Join(bin, c.binary()), append(c.subcommand(), "-h")...).CombinedOutput()
+		for name := range c.settings {
+			if !strings.Contains(string(out), "  -"+name+" ") && !strings.Contains(string(out), "  -"+name+"\n") {
+				t.Errorf("%s: %s has no flag -%s", c.where, key, name)
+			}
 		}
-		key := strings.Join(append([]string{name}, sub...), " ")
-		if _, ok := help[key]; !ok {
-			out, _ := exec.Command(filepath.Join(bin, name), append(slices.Clone(sub), "-h")...).CombinedOutput()
-			help[key] = string(out)
+		if c.settings["replicas"] != "3" {
+			t.Errorf("%s: -replicas=%q; the deploy's streams have 3 replicas", c.where, c.settings["replicas"])
 		}
-		if name == "converge" && !slices.Contains(args, "-max-batch="+strconv.Itoa(deployMaxBatch)) {
+		if c.binary() == "converge" && c.settings["max-batch"] != strconv.Itoa(deployMaxBatch) {
 			t.Errorf("%s: converge without -max-batch=%d, the NATS servers' batch limit", c.where, deployMaxBatch)
 		}
-		for _, a := range args {
-			flagName, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if !strings.HasPrefix(a, "-") || !strings.Contains(help[key], "  -"+flagName+" ") && !strings.Contains(help[key], "  -"+flagName+"\n") {
-				t.Errorf("%s: %s has no flag %q", c.where, key, a)
+		if c.settings["nats-user"] == "" || c.secrets["FABRIC_NATS_PASSWORD"] != "FABRIC_"+strings.ToUpper(c.settings["nats-user"])+"_PASSWORD" {
+			t.Errorf("%s: NATS user %q with password from %q", c.where, c.settings["nats-user"], c.secrets["FABRIC_NATS_PASSWORD"])
+		}
+		for _, u := range strings.Split(c.settings["nats-url"], ",") {
+			if !strings.HasPrefix(u, "tls://") || strings.Contains(u, "@") {
+				t.Errorf("%s: NATS URL %q; the deploy connects with tls:// and no credentials in the URL", c.where, u)
 			}
 		}
 	}
@@ -116,41 +52,56 @@ func TestComposeAndKubernetesParse(t *testing.T) {
 const deployMaxBatch = 10000
 
 // TestNATSConfigsLoad parses each node's configuration the way nats-server
-// does, with the passwords the environment would give.
+// does, with the passwords the environment would give and the test's
+// certificates, and checks what protects the cluster: TLS for clients and
+// routes, route authorization by certificate, monitoring on loopback.
 func TestNATSConfigsLoad(t *testing.T) {
-	for _, v := range []string{"INGEST", "CONVERGE", "FANOUT", "API", "ADMIN", "SYS"} {
-		t.Setenv("FABRIC_"+v+"_PASSWORD", "secret-"+strings.ToLower(v))
-	}
-	for i := 1; i <= 3; i++ {
-		path := filepath.Join(repoRoot(t), "deploy/nats", "nats-"+string(rune('0'+i))+".conf")
-		opts, err := server.ProcessConfigFile(path)
+	c := writeDeployNATS(t, t.TempDir(), "")
+	for i, n := range c.nodes {
+		path := fmt.Sprintf("deploy/nats/nats-%d.conf", i+1)
+		opts, err := server.ProcessConfigFile(n.conf)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if !opts.JetStream || opts.Cluster.Name != "fabric" || len(opts.Routes) != 3 {
-			t.Errorf("%s: jetstream %v cluster %q routes %d", path, opts.JetStream, opts.Cluster.Name, len(opts.Routes))
+		if !opts.JetStream || opts.Cluster.Name != "fabric" || len(opts.Routes) != 3 || !opts.SyncAlways {
+			t.Errorf("%s: jetstream %v cluster %q routes %d sync always %v", path, opts.JetStream, opts.Cluster.Name, len(opts.Routes), opts.SyncAlways)
 		}
 		// converge's -max-batch in compose and kubernetes is this limit.
 		if got := opts.JetStreamLimits.MaxBatchSize; got != deployMaxBatch {
 			t.Errorf("%s: atomic batch limit %d, want %d as converge's -max-batch", path, got, deployMaxBatch)
 		}
+		if opts.HTTPHost != "127.0.0.1" || opts.HTTPSPort != 0 {
+			t.Errorf("%s: monitoring on %q (https port %d); it has no authentication and must stay on loopback", path, opts.HTTPHost, opts.HTTPSPort)
+		}
+		if opts.TLSConfig == nil {
+			t.Errorf("%s: clients connect without TLS", path)
+		}
+		if opts.Cluster.TLSConfig == nil || !opts.Cluster.TLSMap || opts.Cluster.Username != routeIdentity {
+			t.Errorf("%s: routes without mutual TLS mapped to %s (map %v, user %q)", path, routeIdentity, opts.Cluster.TLSMap, opts.Cluster.Username)
+		}
+		if opts.NoAuthUser != "" {
+			t.Errorf("%s: no_auth_user %q lets a client in without credentials", path, opts.NoAuthUser)
+		}
 		users := map[string]*server.User{}
 		for _, u := range opts.Users {
 			users[u.Username] = u
 		}
-		fanout := users["fanout"]
-		if fanout == nil || fanout.Permissions == nil || fanout.Permissions.Publish == nil {
-			t.Fatalf("%s: no fanout user with publish permissions", path)
-		}
-		for _, subj := range fanout.Permissions.Publish.Allow {
-			if strings.HasPrefix(subj, "fabric.") {
-				t.Errorf("%s: fanout may publish %s; it must only read events", path, subj)
+		for _, name := range natsUsers {
+			if users[name] == nil {
+				t.Errorf("%s: no user %s", path, name)
 			}
 		}
-		ingest := users["ingest"]
-		for _, subj := range ingest.Permissions.Publish.Allow {
-			if strings.HasPrefix(subj, "fabric.ev") || subj == ">" {
-				t.Errorf("%s: ingest may publish %s; it publishes input only", path, subj)
+		for name, u := range users {
+			if u.Permissions == nil || u.Permissions.Publish == nil || u.Permissions.Subscribe == nil {
+				if name != "sys" {
+					t.Errorf("%s: user %s has no publish and subscribe permissions", path, name)
+				}
+				continue
+			}
+			for _, subj := range append(slices.Clone(u.Permissions.Publish.Allow), u.Permissions.Subscribe.Allow...) {
+				if subj == ">" || strings.HasPrefix(subj, "$JS.API.>") || subj == "_INBOX.>" || subj == "$JS.API.STREAM.>" {
+					t.Errorf("%s: user %s may use %s", path, name, subj)
+				}
 			}
 		}
 	}

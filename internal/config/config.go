@@ -100,10 +100,14 @@ type NATS struct {
 	User     string
 	Password string // from FABRIC_NATS_PASSWORD only
 	Creds    string // a NATS credentials file
-	// InboxPrefix is the prefix of the connection's reply subjects, when a
-	// user's permissions allow it only its own (the all-in-one's users).
+	// InboxPrefix is the prefix of the connection's reply subjects, so a
+	// user's permissions can allow it only its own. Empty with a user is
+	// _INBOX_<user>, the prefix deploy/nats/accounts.conf and the
+	// all-in-one grant each user.
 	InboxPrefix string
-	Replicas    int // stream and bucket replicas the role expects
+	CA          string // PEM file of the CAs that sign the servers' TLS certificates
+	Domain      string // JetStream domain of the servers; empty for the local one
+	Replicas    int    // stream and bucket replicas the role expects
 }
 
 // RegisterFlags registers -nats-url, -nats-user, -nats-creds and -replicas.
@@ -111,7 +115,9 @@ func (n *NATS) RegisterFlags(fs *flag.FlagSet, errs *Errs) {
 	String(fs, &n.URL, "nats-url", nats.DefaultURL, "NATS server URLs, comma-separated")
 	String(fs, &n.User, "nats-user", "", "NATS user name; the password is read from FABRIC_NATS_PASSWORD")
 	String(fs, &n.Creds, "nats-creds", "", "NATS credentials file")
-	String(fs, &n.InboxPrefix, "nats-inbox-prefix", "", "prefix of reply subjects (default _INBOX); the all-in-one's users need _INBOX_<user>")
+	String(fs, &n.InboxPrefix, "nats-inbox-prefix", "", "prefix of reply subjects (default _INBOX, or _INBOX_<user> with -nats-user)")
+	String(fs, &n.CA, "nats-ca", "", "PEM file of the CAs that sign the NATS servers' TLS certificates")
+	String(fs, &n.Domain, "nats-domain", "", "JetStream domain of the NATS servers (empty: the local domain)")
 	Int(fs, errs, &n.Replicas, "replicas", 1, "replicas of the fabric's streams and buckets (3 in production)")
 	n.Password = os.Getenv("FABRIC_NATS_PASSWORD")
 }
@@ -141,8 +147,14 @@ func (n NATS) Connect(name string) (*nats.Conn, error) {
 	if n.Creds != "" {
 		opts = append(opts, nats.UserCredentials(n.Creds))
 	}
-	if n.InboxPrefix != "" {
+	switch {
+	case n.InboxPrefix != "":
 		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
+	case n.User != "":
+		opts = append(opts, nats.CustomInboxPrefix("_INBOX_"+n.User))
+	}
+	if n.CA != "" {
+		opts = append(opts, nats.RootCAs(n.CA))
 	}
 	nc, err := nats.Connect(n.URL, opts...)
 	if err != nil {
@@ -159,7 +171,7 @@ func (n NATS) ConnectJetStream(ctx context.Context, name string) (*nats.Conn, je
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
+	js, err := n.JetStream(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
@@ -169,6 +181,15 @@ func (n NATS) ConnectJetStream(ctx context.Context, name string) (*nats.Conn, je
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// JetStream returns nc's JetStream context in n.Domain. A domain is given as
+// its API prefix, which the batched direct gets of jetstreamext also honour.
+func (n NATS) JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	if n.Domain != "" {
+		return jetstream.NewWithAPIPrefix(nc, "$JS."+n.Domain+".API")
+	}
+	return jetstream.New(nc)
 }
 
 // Listen registers -listen, the address of the role's HTTP server.
