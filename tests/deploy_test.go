@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"gopkg.in/yaml.v3"
 )
 
 // TestDeployFilesAgree reads the role commands of compose, the Kubernetes
@@ -110,4 +111,63 @@ func TestNATSConfigsLoad(t *testing.T) {
 // TestAlertRules checks deploy/prometheus/alerts.yml with promtool.
 func TestAlertRules(t *testing.T) {
 	promtool(t, nil, "check", "rules", filepath.Join(repoRoot(t), "deploy/prometheus/alerts.yml"))
+}
+
+// TestPrometheusScrapesEveryProcess checks that deploy/prometheus scrapes
+// every process compose runs: each role on its default -listen port and the
+// NATS exporter beside each server.
+func TestPrometheusScrapesEveryProcess(t *testing.T) {
+	var prom struct {
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(readDeployFile(t, "deploy/prometheus/prometheus.yml"), &prom); err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				targets[tg] = true
+			}
+		}
+	}
+	var compose struct {
+		Services map[string]struct {
+			Command     []string `yaml:"command"`
+			NetworkMode string   `yaml:"network_mode"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(readDeployFile(t, composeFile), &compose); err != nil {
+		t.Fatal(err)
+	}
+	// The roles' default -listen ports (README.md, Configuration).
+	ports := map[string]string{"ingest": "8081", "converge": "8082", "fanout": "8083"}
+	for name, svc := range compose.Services {
+		var want string
+		switch {
+		case strings.HasPrefix(svc.NetworkMode, "service:"):
+			i := slices.Index(svc.Command, "-p")
+			if i < 0 || i+1 >= len(svc.Command) {
+				t.Errorf("compose service %s: an exporter without -p", name)
+				continue
+			}
+			want = strings.TrimPrefix(svc.NetworkMode, "service:") + ":" + svc.Command[i+1]
+		case len(svc.Command) > 0 && strings.HasPrefix(svc.Command[0], "/usr/local/bin/") && len(svc.Command) > 1 && svc.Command[1] != "provision":
+			want = name + ":" + ports[filepath.Base(svc.Command[0])]
+		default:
+			continue
+		}
+		if !targets[want] {
+			t.Errorf("deploy/prometheus/prometheus.yml does not scrape %s (compose service %s)", want, name)
+		}
+	}
+	if path, err := exec.LookPath("promtool"); err == nil {
+		if out, err := exec.Command(path, "check", "config", "--syntax-only", filepath.Join(repoRoot(t), "deploy/prometheus/prometheus.yml")).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config: %v\n%s", err, out)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -257,7 +258,10 @@ func (d *deployment) checkRefusals(t *testing.T) {
 				}
 				select {
 				case err := <-errs:
-					if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), a.subject) {
+					// The server checks a domain's API subject as the one it
+					// maps to, and names that one.
+					mapped := strings.Replace(a.subject, api, "$JS.API.", 1)
+					if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), `"`+mapped+`"`) {
 						t.Errorf("%s %s %s: %v", user, a.op, a.subject, err)
 					}
 				case <-time.After(5 * time.Second):
@@ -462,6 +466,7 @@ func (d *deployment) playDemo(t *testing.T) {
 		out.WriteString(line)
 		// Mid-conversation: a NATS node goes, then a converge worker.
 		switch {
+		case os.Getenv("NOKILL") != "":
 		case strings.HasPrefix(line, "bob says hello") && !killed["nats"]:
 			killed["nats"] = true
 			d.cluster.nodes[0].srv.Shutdown()
@@ -485,7 +490,7 @@ func (d *deployment) playDemo(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	t.Logf("demo:\n%s", out.String())
-	if !killed["nats"] || !killed["converge"] {
+	if os.Getenv("NOKILL") == "" && (!killed["nats"] || !killed["converge"]) {
 		t.Fatalf("the demo did not reach the kills: %v", killed)
 	}
 

@@ -128,10 +128,18 @@ func (n NATS) Validate(errs *Errs) {
 		u, err := url.Parse(strings.TrimSpace(raw))
 		if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
 			errs.Addf("-nats-url: %q is not a nats://, tls://, ws:// or wss:// URL with a host", raw)
+			continue
+		}
+		// Secrets are never flag values: a process listing would show them.
+		if u.User != nil {
+			errs.Addf("-nats-url: %q carries credentials; use -nats-user and FABRIC_NATS_PASSWORD", u.Redacted())
 		}
 	}
 	if n.Replicas != 1 && n.Replicas != 3 && n.Replicas != 5 {
 		errs.Addf("-replicas: %d; use 1, 3 or 5", n.Replicas)
+	}
+	if n.Domain != "" && strings.ContainsAny(n.Domain, ".*> \t") {
+		errs.Addf("-nats-domain: %q is not a single subject token", n.Domain)
 	}
 	if n.User != "" && n.Password == "" {
 		errs.Addf("-nats-user is set but FABRIC_NATS_PASSWORD is empty")

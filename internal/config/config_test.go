@@ -75,3 +75,18 @@ func TestMasterKeyFromFile(t *testing.T) {
 		t.Fatal("bad key accepted")
 	}
 }
+
+// TestNATSURLWithCredentialsIsRefused keeps the NATS password out of flag
+// values, where a process listing shows it, and out of the error.
+func TestNATSURLWithCredentialsIsRefused(t *testing.T) {
+	var errs Errs
+	n := NATS{URL: "tls://nats-1:4222,nats://ingest:hunter2@nats-2:4222", Replicas: 3}
+	n.Validate(&errs)
+	err := errs.Err()
+	if err == nil || !strings.Contains(err.Error(), "carries credentials") {
+		t.Fatalf("a URL with a password was accepted: %v", err)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the error shows the password: %v", err)
+	}
+}
