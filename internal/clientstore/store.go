@@ -110,7 +110,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if s.stores, err = cfg.JS.KeyValue(ctx, streams.BucketStores); err != nil {
 		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketStores, err)
 	}
-	s.out = outbox.New(s.stores, s.metrics.counting(outbox.EventBus(cfg.JS)))
+	groups, err := cfg.JS.KeyValue(ctx, streams.BucketGroups)
+	if err != nil {
+		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketGroups, err)
+	}
+	s.out = outbox.New(s.stores, s.metrics.counting(outbox.EventBus(cfg.JS, groups)))
 	s.startEpoch = s.epoch(s.clock.Now())
 
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,7 @@ package eventbus
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
+	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/natsserver"
@@ -465,4 +467,53 @@ func liveMsg(tb testing.TB, ev Event, seq, last uint64) *nats.Msg {
 	m.Header.Set(jetstream.TimeStampHeaer, time.Unix(1700000000, 5).UTC().Format(time.RFC3339Nano))
 	m.Header.Set(HeaderLastSequence, fmt.Sprint(last))
 	return m
+}
+
+// A group's record in fabric-groups gives the conversation key an event
+// not made by converge carries: the DM's key for a stitched DM's group,
+// none for another group or a group without a record (EVENT-020).
+func TestConversationKeyFromGroupRecord_EVENT020(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js := natstest.Start(t).JS
+	groups, err := js.KeyValue(ctx, streams.BucketGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm := []byte{0xaa}
+	plain := []byte{0xbb}
+	dmKey := bytes.Repeat([]byte{0xd0}, 32)
+	for g, rec := range map[string]map[string]any{
+		"aa": {"members": []string{"c0ffee01"}, "dm_conversation_key": dmKey, "checkpoint_seq": 3},
+		"bb": {"members": []string{"c0ffee01"}, "checkpoint_seq": 4},
+	} {
+		b, err := msgpack.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := groups.Put(ctx, "acme."+g, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consent := func(g []byte) Event {
+		return Event{Tenant: "acme", ClientID: "c0ffee01", ID: EventID(g), Event: schema.ClientEvent{Kind: schema.KindConsentChanged,
+			ConsentChanged: &schema.ConsentChanged{EntityKind: schema.ConsentEntityConversation, Entity: hex.EncodeToString(g), State: schema.ConsentDenied}}}
+	}
+	for _, c := range []struct {
+		ev   Event
+		want []byte
+	}{
+		{consent(dm), dmKey},
+		{consent(plain), nil},
+		{consent([]byte{0xcc}), nil},
+		{Event{Tenant: "acme", ClientID: "c0ffee01", ID: EventID([]byte("h")), Event: schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}}, nil},
+	} {
+		got, err := WithConversationKey(ctx, groups, c.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.ConversationKey, c.want) {
+			t.Errorf("%s: conversation key %x, want %x", c.ev.Event.Kind, got.ConversationKey, c.want)
+		}
+	}
 }

@@ -65,3 +65,15 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRecordConversationKey: a fabric-groups record of any bytes gives a
+// key of at most MaxConversationKeyLen bytes or an error, never a panic.
+// Seeds: testdata/fuzz/FuzzRecordConversationKey.
+func FuzzRecordConversationKey(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := RecordConversationKey(b)
+		if err == nil && len(k) > MaxConversationKeyLen {
+			t.Fatalf("accepted a key of %d bytes", len(k))
+		}
+	})
+}

@@ -19,7 +19,7 @@ type subscription struct {
 	c        *conn
 	tenant   string
 	client   string
-	filter   *filter.Filter
+	filter   *filter.Filter      // once attached, read and replaced under its tap's mu (tap.learn)
 	tap      atomic.Pointer[tap] // set by attach; read by detach from any goroutine
 	startSeq uint64              // its registration point: events stored up to it are not offered
 

@@ -1,7 +1,9 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"testing"
 
@@ -9,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/client"
@@ -247,6 +251,52 @@ func TestFilterMembers_EVENT020_EVENT021_EVENT022(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%s: got %v, want %v", name, got, c.want)
 		}
+	}
+}
+
+// A consent event the client stores emit for one group of a stitched DM is
+// selected by a filter naming another group of the DM, though the DM was
+// stitched after the subscription started: when it started, the group the
+// filter names had no record yet. The consent event carries the DM's
+// conversation key (read by the client store from fabric-groups), and the
+// gateway learns that the named group joined the DM from the group's own
+// event, as converge emits it.
+func TestConsentThroughDMStitchedLater_EVENT020(t *testing.T) {
+	e := newEnv(t)
+	vault, err := engine.NewVault(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := clientstore.New(e.ctx, clientstore.Config{JS: e.js, Vault: vault, Verifier: e.g.cfg.Verifier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	c := e.connect(tenantA, []string{client1})
+	consentKinds := []schema.EventKind{schema.KindConsentChanged}
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: consentKinds, GroupIDs: []schema.Bytes{groupA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmKey := bytes.Repeat([]byte{0xd0}, 32)
+	// Converge stitches groups A and B into one DM: their records, then A's
+	// event with the DM's key.
+	putGroupRecord(t, e, tenantA, groupA, dmKey)
+	putGroupRecord(t, e, tenantA, groupB, dmKey)
+	e.publish(tenantA, client1, published{ev: schema.ClientEvent{Kind: schema.KindConversationJoined,
+		ConversationJoined: &schema.ConversationJoined{GroupID: groupA, ConversationType: schema.ConversationDM, Origin: schema.OriginCreated}}, convKey: dmKey})
+	consent := func(g schema.Bytes) {
+		t.Helper()
+		if _, err := store.SetConsent(e.ctx, tenantA, client1, clientstore.ConsentRecord{EntityKind: schema.ConsentEntityConversation,
+			Entity: hex.EncodeToString(g), State: schema.ConsentAllowed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consent(groupC) // no DM's: not selected
+	consent(groupB)
+	ev := next(t, s)
+	if ev.Kind != schema.KindConsentChanged || ev.ConsentChanged.Entity != hex.EncodeToString(groupB) {
+		t.Fatalf("got %+v, want consent.changed of group B", ev)
 	}
 }
 

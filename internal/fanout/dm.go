@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // DMResolver resolves a group id to the conversation key of the stitched DM
 // the group belongs to (DMS-009), so a filter naming one group of a DM
 // selects the events of all of them (EVENT-020). ok is false for a group that
-// is no DM's or is unknown.
+// is no DM's or is unknown. It is asked when a subscription starts; a group
+// stitched later is learnt by the tap from the client's events (tap.learn).
 type DMResolver interface {
 	DMKey(ctx context.Context, tenant string, groupID []byte) (key []byte, ok bool, err error)
 }
@@ -32,10 +33,6 @@ type KVDMKeys struct {
 	NATS    *nats.Conn
 	Bucket  string        // GroupsBucket when empty
 	Timeout time.Duration // per read
-}
-
-type groupRecord struct {
-	DMConversationKey []byte `msgpack:"dm_conversation_key"`
 }
 
 // DMKey implements DMResolver.
@@ -67,14 +64,11 @@ func (k *KVDMKeys) DMKey(ctx context.Context, tenant string, groupID []byte) ([]
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return nil, false, nil
 	}
-	var rec groupRecord
-	if err := msgpack.Unmarshal(m.Data, &rec); err != nil {
-		return nil, false, fmt.Errorf("decode group record: %w", err)
+	dmKey, err := eventbus.RecordConversationKey(m.Data)
+	if err != nil || dmKey == nil {
+		return nil, false, err
 	}
-	if len(rec.DMConversationKey) == 0 {
-		return nil, false, nil
-	}
-	return rec.DMConversationKey, true, nil
+	return dmKey, true, nil
 }
 
 // resolvedDMKeys is the filter's view of the keys resolved at subscribe time.

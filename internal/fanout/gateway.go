@@ -42,7 +42,8 @@ type Config struct {
 	// Verifier checks bearer tokens. Required.
 	Verifier *auth.Verifier
 	// DMKeys resolves filter group ids to stitched-DM conversation keys at
-	// subscribe time. Nil reads the fabric-groups KV bucket (KVDMKeys).
+	// subscribe time; a group stitched later is learnt from the events.
+	// Nil reads the fabric-groups KV bucket (KVDMKeys).
 	DMKeys DMResolver
 	// Registry receives the gateway's metrics and is served on /metrics.
 	// Nil uses a fresh registry.

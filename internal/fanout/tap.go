@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,9 @@ type tap struct {
 	nsub    *nats.Subscription
 	lastSeq uint64 // the last stream sequence handed to subscriptions
 	subs    map[*subscription]struct{}
+	// dm holds the stitched-DM conversation key of each group whose events
+	// carried one, learnt from the client's events (see learn).
+	dm map[string][]byte
 }
 
 // attach registers s with its client's tap, starting the tap if it is the
@@ -106,6 +110,9 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 	}
 	if afterSeq > 0 && afterSeq < t.lastSeq {
 		t.replay(s, afterSeq)
+	}
+	for g, k := range t.dm {
+		s.filter = s.filter.Stitched([]byte(g), k)
 	}
 	t.subs[s] = struct{}{}
 	s.tap.Store(t)
@@ -347,6 +354,9 @@ func (t *tap) dispatch(d *eventbus.Delivered, body []byte) {
 // (EVENT-020). The msgpack body is shared as stored; JSON is encoded once,
 // on the first JSON subscriber.
 func (t *tap) offer(subs map[*subscription]struct{}, d *eventbus.Delivered, body []byte) {
+	if g, ok := d.Event.GroupID(); ok && len(d.ConversationKey) > 0 {
+		t.learn(g, d.ConversationKey)
+	}
 	if len(subs) == 0 {
 		return
 	}
@@ -365,6 +375,23 @@ func (t *tap) offer(subs map[*subscription]struct{}, d *eventbus.Delivered, body
 			ev.json = b
 		}
 		s.c.push(s, ev)
+	}
+}
+
+// learn records that group is a group of the stitched DM with conversation
+// key key, as an event of the group says, and tells every subscription whose
+// filter names the group: a DM stitched after a subscription started (the
+// group's record had no key then) is matched from then on (EVENT-020).
+func (t *tap) learn(group, key []byte) {
+	if k, ok := t.dm[string(group)]; ok && bytes.Equal(k, key) {
+		return
+	}
+	if t.dm == nil {
+		t.dm = make(map[string][]byte)
+	}
+	t.dm[string(group)] = bytes.Clone(key)
+	for s := range t.subs {
+		s.filter = s.filter.Stitched(group, key)
 	}
 }
 

@@ -92,7 +92,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if s.stores, err = cfg.JS.KeyValue(ctx, streams.BucketStores); err != nil {
 		return nil, fmt.Errorf("signals: open %s: %w", streams.BucketStores, err)
 	}
-	s.out = outbox.New(s.stores, outbox.EventBus(cfg.JS))
+	groups, err := cfg.JS.KeyValue(ctx, streams.BucketGroups)
+	if err != nil {
+		return nil, fmt.Errorf("signals: open %s: %w", streams.BucketGroups, err)
+	}
+	s.out = outbox.New(s.stores, outbox.EventBus(cfg.JS, groups))
 	return s, nil
 }
 

@@ -3,7 +3,9 @@ package signals
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -23,6 +26,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
+	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -237,6 +241,44 @@ func signalSamples() []schema.ClientEvent {
 		{Kind: schema.KindAttachmentDownloadCompleted, AttachmentDownloadCompleted: &a},
 		{Kind: schema.KindAttachmentDownloadFailed, AttachmentDownloadFailed: &attF},
 		{Kind: schema.KindAttachmentDeleted, AttachmentDeleted: &a},
+	}
+}
+
+// A signal naming a group of a stitched DM carries the DM's conversation
+// key, as converge's events of the group do, so a filter naming another
+// group of the DM selects it (EVENT-020); a signal of another group does not.
+func TestGroupSignalCarriesConversationKey_EVENT020(t *testing.T) {
+	e := newEnv(t)
+	ci := e.register("acme", 1, "")
+	groups, err := e.js.KeyValue(context.Background(), streams.BucketGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmKey := bytes.Repeat([]byte{0xd0}, 32)
+	rec, err := msgpack.Marshal(map[string]any{"members": []string{ci.ClientID}, "dm_conversation_key": dmKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := groups.Put(context.Background(), "acme."+group.String(), rec); err != nil {
+		t.Fatal(err)
+	}
+	other := schema.Bytes{0x0e}
+	for i, g := range []schema.Bytes{group, other} {
+		ev := schema.ClientEvent{Kind: schema.KindMessageStatusChanged, MessageStatusChanged: &schema.MessageStatusChanged{
+			GroupID: g, MessageID: msgID, Previous: schema.StatusUnpublished, Current: schema.StatusPublished}}
+		if r := e.postEvent("acme", ci.ClientID, fmt.Sprint("k", i), ev); r.status != http.StatusOK {
+			t.Fatalf("signal: %+v", r)
+		}
+	}
+	evs := e.signals("acme", ci.ClientID)
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2", len(evs))
+	}
+	if got, want := evs[0].ConversationKey, hex.EncodeToString(dmKey); got != want {
+		t.Errorf("DM group's signal has conversation key %q, want %q", got, want)
+	}
+	if got := evs[1].ConversationKey; got != "" {
+		t.Errorf("other group's signal has conversation key %q", got)
 	}
 }
 

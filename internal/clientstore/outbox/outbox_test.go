@@ -36,6 +36,17 @@ func setup(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	return js, kv
 }
 
+// eventBus publishes with EventBus, conversation keys read from the
+// provisioned fabric-groups bucket.
+func eventBus(t *testing.T, js jetstream.JetStream) PublishFunc {
+	t.Helper()
+	groups, err := js.KeyValue(context.Background(), streams.BucketGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return EventBus(js, groups)
+}
+
 // counter is a test state: every change increments N and owes one event.
 type counter struct {
 	N int `msgpack:"n"`
@@ -93,7 +104,7 @@ func readIDs(t *testing.T, js jetstream.JetStream) []string {
 // order their changes were stored (EVENT-012).
 func TestConcurrentWritersEmitInStoreOrder(t *testing.T) {
 	js, kv := setup(t)
-	o := New(kv, EventBus(js))
+	o := New(kv, eventBus(t, js))
 	const writers, each = 4, 8
 	var wg sync.WaitGroup
 	for range writers {
@@ -133,7 +144,7 @@ func TestPendingEventsEmittedByNextCall(t *testing.T) {
 	if ids := readIDs(t, js); len(ids) != 0 {
 		t.Fatal("emitted through a failing publisher")
 	}
-	o := New(kv, EventBus(js))
+	o := New(kv, eventBus(t, js))
 	for range 2 {
 		if _, evs, err := Apply(context.Background(), o, "acme.abcd.c", unchanged); err != nil || len(evs) != 0 {
 			t.Fatalf("unchanged: %v %d", err, len(evs))
@@ -154,7 +165,7 @@ func TestPendingEventsEmittedByNextCall(t *testing.T) {
 
 func TestMutationErrorStoresNothing(t *testing.T) {
 	js, kv := setup(t)
-	o := New(kv, EventBus(js))
+	o := New(kv, eventBus(t, js))
 	boom := errors.New("refused")
 	_, _, err := Apply(context.Background(), o, "acme.abcd.e", func(counter, bool) (Change[counter], error) {
 		return Change[counter]{}, boom
@@ -190,7 +201,7 @@ func FuzzRecordDecode(f *testing.F) {
 // key's later events.
 func TestInvalidEventDoesNotBlockTheKey(t *testing.T) {
 	js, kv := setup(t)
-	o := New(kv, EventBus(js))
+	o := New(kv, eventBus(t, js))
 	_, _, err := Apply(context.Background(), o, "acme.abcd.bad", func(cur counter, _ bool) (Change[counter], error) {
 		ev := Event{Tenant: tenant, ClientID: "NOT-HEX", ID: ID("bad"), Event: schema.ClientEvent{Kind: schema.KindArchiveRestored, ArchiveRestored: &schema.ArchiveRestored{}}}
 		return Change[counter]{State: counter{N: 1}, Store: true, Events: []Event{ev}}, nil

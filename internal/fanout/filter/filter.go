@@ -136,6 +136,29 @@ func Compile(f schema.EventFilter, dm DMKeys) (*Filter, error) {
 	return c, nil
 }
 
+// Stitched returns the filter that also knows group to be a group of the
+// stitched DM with conversation key key (EVENT-020, DMS-009): f itself when
+// f does not name group or knows key already, else a copy. A group becomes a
+// DM's after its subscription started when the DM is stitched later.
+func (f *Filter) Stitched(group, key []byte) *Filter {
+	if f.groups == nil || len(key) == 0 {
+		return f
+	}
+	if _, ok := f.groups[string(group)]; !ok {
+		return f
+	}
+	if _, ok := f.dmKeys[string(key)]; ok {
+		return f
+	}
+	c := *f
+	c.dmKeys = make(map[string]struct{}, len(f.dmKeys)+1)
+	for k := range f.dmKeys {
+		c.dmKeys[k] = struct{}{}
+	}
+	c.dmKeys[string(key)] = struct{}{}
+	return &c
+}
+
 // truncate keeps an echoed value short in an error message.
 func truncate(s string) string {
 	if len(s) > 64 {

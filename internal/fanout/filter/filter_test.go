@@ -216,3 +216,30 @@ func BenchmarkMatchKindsOnly(b *testing.B) {
 		f.Match(&d)
 	}
 }
+
+// A group that becomes a stitched DM's after the filter was compiled is
+// matched through the DM once the filter knows it (EVENT-020): Stitched adds
+// the key only for a group the filter names, and leaves the original as is.
+func TestStitchedLater_EVENT020(t *testing.T) {
+	f, err := Compile(schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}, GroupIDs: []schema.Bytes{groupA}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inB := Describe(received(groupB, &text), dmKey, false)
+	if f.Match(&inB) {
+		t.Fatal("matched through a DM the filter does not know")
+	}
+	if g := f.Stitched(groupC, dmKey); g != f {
+		t.Fatal("a group the filter does not name changed it")
+	}
+	g := f.Stitched(groupA, dmKey)
+	if !g.Match(&inB) {
+		t.Fatal("another group of the stitched DM not matched")
+	}
+	if f.Match(&inB) {
+		t.Fatal("Stitched changed the original filter")
+	}
+	if g.Stitched(groupA, dmKey) != g {
+		t.Fatal("a known key copied the filter again")
+	}
+}

@@ -94,6 +94,8 @@ func (e *Env) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
 type StoredEvent struct {
 	ID    string // the event id (Nats-Msg-Id)
 	Event schema.ClientEvent
+	// ConversationKey is the Fabric-Conversation-Key header as sent.
+	ConversationKey string
 }
 
 // ClientEvents reads every event stored on a client's subject, oldest first,
@@ -133,7 +135,8 @@ func ClientEvents(t testing.TB, js jetstream.JetStream, tenant, clientID string)
 			if err := ev.UnmarshalMsgpack(m.Data()); err != nil {
 				t.Fatalf("event body: %v", err)
 			}
-			out = append(out, StoredEvent{ID: m.Headers().Get(jetstream.MsgIDHeader), Event: ev})
+			out = append(out, StoredEvent{ID: m.Headers().Get(jetstream.MsgIDHeader), Event: ev,
+				ConversationKey: m.Headers().Get("Fabric-Conversation-Key")})
 		}
 		if err := batch.Error(); err != nil {
 			t.Fatal(err)
