@@ -97,13 +97,14 @@ type Fabric struct {
 	store         *clientstore.Store
 	conv          *converge.Worker
 	gw            *fanout.Gateway
+	lock          *os.File // the data directory's lock, held while running
 	cancel        context.CancelFunc
 	stopped       chan struct{} // closed when every role has returned
 	err           error         // why, set before stopped closes
 }
 
 // Start starts every part and returns when the fabric serves.
-func Start(ctx context.Context, o Options) (f *Fabric, err error) {
+func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if o.DataDir == "" {
 		return nil, errors.New("allinone: DataDir is required")
 	}
@@ -124,6 +125,16 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("allinone: data dir: %w", err)
 	}
+	f := &Fabric{stopped: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			f.abort()
+		}
+	}()
+	// Before anything in the directory is read or written.
+	if f.lock, err = lockDataDir(o.DataDir); err != nil {
+		return nil, err
+	}
 	if o.JWTSecret, err = secret(o, "jwt-secret", o.JWTSecret, auth.MinSecretLen); err != nil {
 		return nil, err
 	}
@@ -133,13 +144,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	if len(o.MasterKey) != 32 {
 		return nil, fmt.Errorf("allinone: the master key has %d bytes, want 32", len(o.MasterKey))
 	}
-
-	f = &Fabric{opts: o, secret: o.JWTSecret, stopped: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			f.close()
-		}
-	}()
+	f.opts, f.secret = o, o.JWTSecret
 	host, port, err := splitHostPort(o.NATSListen)
 	if err != nil {
 		return nil, err
@@ -154,7 +159,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 		SyncAlways: o.SyncInterval <= 0, SyncInterval: o.SyncInterval, Logger: natsserver.SlogLogger(o.Logger),
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("allinone: embedded NATS on %s: %w", o.NATSListen, err)
 	}
 	f.NATSURL = f.ns.ClientURL()
 	if f.nc, err = f.connectAs(UserAdmin); err != nil {
@@ -208,7 +213,7 @@ func Start(ctx context.Context, o Options) (f *Fabric, err error) {
 	}
 
 	if f.srv, err = ops.NewWithLimits(o.Listen, reg, o.HTTPLimits); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("allinone: HTTP %w", err)
 	}
 	api := http.NewServeMux()
 	f.store.Mount(api)
@@ -306,6 +311,19 @@ func (f *Fabric) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// abort undoes a Start that failed part way: what was started is stopped.
+func (f *Fabric) abort() {
+	if f.cancel != nil {
+		f.cancel()
+	}
+	if f.gw != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = f.gw.Shutdown(ctx) // no connection was taken yet
+	}
+	f.close()
+}
+
 func (f *Fabric) close() {
 	if f.store != nil {
 		f.store.Close()
@@ -318,6 +336,9 @@ func (f *Fabric) close() {
 	}
 	if f.ns != nil {
 		f.ns.Shutdown()
+	}
+	if f.lock != nil {
+		f.lock.Close() // releases the flock
 	}
 }
 

@@ -2,11 +2,19 @@ package allinone
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/auth"
 )
 
 func TestMain(m *testing.M) {
@@ -50,5 +58,75 @@ func TestAcknowledgedInputIsSyncedByDefault(t *testing.T) {
 	jsc = startFabric(t, Options{SyncInterval: 2 * time.Minute}).ns.NATS().JetStreamConfig()
 	if jsc.SyncAlways || jsc.SyncInterval != 2*time.Minute {
 		t.Errorf("SyncInterval 2m: sync_always %t, interval %v", jsc.SyncAlways, jsc.SyncInterval)
+	}
+}
+
+// A token whose tenant is not a tenant id is refused with 401 and the
+// reason on every surface: each role's HTTP API, SSE (header and query
+// token) and the WebSocket handshake, never 503 or a later failure.
+func TestInvalidTenantInTokenIs401OnEverySurface(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef-allinone")
+	f := startFabric(t, Options{JWTSecret: secret})
+	const client = "abab"
+	msgID := strings.Repeat("ab", 32)
+	routes := []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/tenants/dev/clients", `{"inbox_id":"` + msgID + `"}`},
+		{http.MethodGet, "/v1/tenants/dev/clients/" + client, ""},
+		{http.MethodPut, "/v1/tenants/dev/clients/" + client + "/consent", `{}`},
+		{http.MethodPost, "/v1/tenants/dev/clients/" + client + "/signals", `{}`},
+		{http.MethodPost, "/v1/tenants/dev/transport", `{}`},
+		{http.MethodGet, "/v1/tenants/dev/outcomes/" + msgID, ""},
+		{http.MethodGet, "/v1/tenants/dev/clients/" + client + "/events", ""},
+		{http.MethodGet, "/v1/events", ""},
+	}
+	all := []auth.Scope{auth.ScopeAdmin, auth.ScopeIngest, auth.ScopeEvents, auth.ScopeSignals}
+	for _, tenant := range []string{"*", ">", "bad.*", "*.x", "b*"} {
+		tok, err := auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: all, Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rt := range routes {
+			req, _ := http.NewRequest(rt.method, f.URL+rt.path, strings.NewReader(rt.body))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			req.Header.Set("Content-Type", "application/json")
+			want401(t, fmt.Sprintf("tenant %q: %s %s", tenant, rt.method, rt.path), req)
+		}
+		sse, _ := http.NewRequest(http.MethodGet, f.URL+"/v1/tenants/dev/clients/"+client+"/events?access_token="+tok, nil)
+		want401(t, fmt.Sprintf("tenant %q: SSE access_token", tenant), sse)
+		own, _ := http.NewRequest(http.MethodGet, f.URL+"/v1/tenants/"+url.PathEscape(tenant)+"/clients/"+client+"/events?access_token="+tok, nil)
+		want401(t, fmt.Sprintf("tenant %q: SSE of its own tenant", tenant), own)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", &websocket.DialOptions{
+			Subprotocols: []string{"fabric.v1.json"},
+			HTTPHeader:   http.Header{"Authorization": {"Bearer " + tok}},
+		})
+		cancel()
+		if err == nil {
+			ws.CloseNow()
+			t.Errorf("tenant %q: WebSocket upgraded", tenant)
+			continue
+		}
+		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("tenant %q: WebSocket handshake: %v, want 401", tenant, err)
+		}
+	}
+}
+
+// want401 sends req and checks it is answered 401 unauthenticated with a
+// reason naming the tenant.
+func want401(t *testing.T, what string, req *http.Request) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "unauthenticated" || !strings.Contains(body.Error.Message, "invalid tenant") {
+		t.Errorf("%s: %d %+v, want 401 unauthenticated naming the invalid tenant", what, resp.StatusCode, body.Error)
 	}
 }

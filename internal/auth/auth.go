@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // Scope is one permission a token can carry.
@@ -121,6 +123,12 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	}
 	if tc.Tenant == "" {
 		return Claims{}, unauthenticated("token names no tenant")
+	}
+	// A tenant outside the subject alphabet could never be served; refusing
+	// it here answers 401 on every surface instead of failing later.
+	var bad *subject.InvalidTokenError
+	if errors.As(subject.ValidTenant(tc.Tenant), &bad) {
+		return Claims{}, unauthenticated("token names an invalid tenant: %s", bad.Reason)
 	}
 	return Claims{Tenant: tc.Tenant, Scopes: tc.Scopes, Clients: tc.Clients, ExpiresAt: tc.ExpiresAt.Time}, nil
 }

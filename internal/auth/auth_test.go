@@ -97,3 +97,17 @@ func TestShortSecretRefused(t *testing.T) {
 		t.Fatal("short secret accepted")
 	}
 }
+
+// A tenant that is not a tenant id ([a-z0-9_-]{1,64}) can never be served:
+// its token is refused as unauthenticated, with the reason, before any
+// surface builds a subject from it.
+func TestVerifyRefusesInvalidTenant(t *testing.T) {
+	v, _ := NewVerifier(secret)
+	for _, tenant := range []string{"*", ">", "bad.*", "*.x", "b*", "Acme", "a b", strings.Repeat("a", 65)} {
+		_, err := v.Verify(mint(t, Claims{Tenant: tenant, Scopes: []Scope{ScopeEvents}, ExpiresAt: time.Now().Add(time.Hour)}))
+		var ae *Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Reason, "invalid tenant") {
+			t.Errorf("tenant %q: err = %v, want 401 naming the invalid tenant", tenant, err)
+		}
+	}
+}

@@ -120,11 +120,12 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("natsserver: configure: %w", err)
 	}
-	if s.opts.Logger != nil {
-		ns.SetLoggerV2(s.opts.Logger, false, false, false)
-	}
+	// The server reports a listener it cannot open (a busy port) only to
+	// its logger, so the logger catches it and Start fails at once.
+	fatal := &fatalCatcher{next: s.opts.Logger, err: make(chan error, 1)}
+	ns.SetLoggerV2(fatal, false, false, false)
 	ns.Start()
-	if err := waitReady(ctx, ns); err != nil {
+	if err := waitReady(ctx, ns, fatal.err); err != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		return err
@@ -176,16 +177,24 @@ func (s *Server) serverOptions() *server.Options {
 	return o
 }
 
-// waitReady waits for client readiness and JetStream. A lone server's
-// JetStream is ready when enabled; a clustered one also needs its meta
-// layer, which callers of a cluster wait for separately.
-func waitReady(ctx context.Context, ns *server.Server) error {
-	timeout := defaultReadyTimeout
+// waitReady waits for client readiness and JetStream, and returns at once
+// with the server's fatal error (a listener it cannot open). A lone
+// server's JetStream is ready when enabled; a clustered one also needs its
+// meta layer, which callers of a cluster wait for separately.
+func waitReady(ctx context.Context, ns *server.Server, fatal <-chan error) error {
+	deadline := time.Now().Add(defaultReadyTimeout)
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+		deadline = dl
 	}
-	if !ns.ReadyForConnections(timeout) {
-		return errors.New("natsserver: server not ready for connections")
+	for !ns.ReadyForConnections(readyPoll) {
+		select {
+		case err := <-fatal:
+			return err
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("natsserver: server not ready for connections")
+		}
 	}
 	for !ns.JetStreamEnabled() {
 		if err := sleep(ctx, 10*time.Millisecond); err != nil {
@@ -293,6 +302,58 @@ func (s *Server) Healthy() error {
 		return fmt.Errorf("natsserver: %s", h.Error)
 	}
 	return nil
+}
+
+// readyPoll is how long one readiness check waits before waitReady looks
+// for a fatal error again.
+const readyPoll = 50 * time.Millisecond
+
+// fatalCatcher passes the server's log to next (when set) and keeps its
+// first fatal error. A fatal record reaches next as an error: a logger's
+// Fatalf may exit the process.
+type fatalCatcher struct {
+	next server.Logger
+	err  chan error // capacity 1
+}
+
+func (c *fatalCatcher) Fatalf(format string, v ...any) {
+	select {
+	case c.err <- fmt.Errorf("natsserver: "+format, v...):
+	default:
+	}
+	if c.next != nil {
+		c.next.Errorf(format, v...)
+	}
+}
+
+func (c *fatalCatcher) Noticef(format string, v ...any) {
+	if c.next != nil {
+		c.next.Noticef(format, v...)
+	}
+}
+
+func (c *fatalCatcher) Warnf(format string, v ...any) {
+	if c.next != nil {
+		c.next.Warnf(format, v...)
+	}
+}
+
+func (c *fatalCatcher) Errorf(format string, v ...any) {
+	if c.next != nil {
+		c.next.Errorf(format, v...)
+	}
+}
+
+func (c *fatalCatcher) Debugf(format string, v ...any) {
+	if c.next != nil {
+		c.next.Debugf(format, v...)
+	}
+}
+
+func (c *fatalCatcher) Tracef(format string, v ...any) {
+	if c.next != nil {
+		c.next.Tracef(format, v...)
+	}
 }
 
 // SlogLogger passes the server's warnings and errors to l; its notices

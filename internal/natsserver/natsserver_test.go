@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,25 @@ func TestStartInProcess(t *testing.T) {
 	}
 	defer nc.Close()
 	roundTrip(t, nc)
+}
+
+// A client port another process holds fails Start with the server's own
+// error naming the address, not a readiness timeout that hides it.
+func TestStartOnBusyPortNamesTheAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	s, err := Start(testCtx(t, 5*time.Second), Options{StoreDir: t.TempDir(), Port: port})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("Start succeeded on a busy port")
+	}
+	if addr := ln.Addr().String(); !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Start: %v; want the busy address %s and why", err, addr)
+	}
 }
 
 func TestStartRequiresStoreDir(t *testing.T) {
