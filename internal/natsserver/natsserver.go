@@ -122,7 +122,11 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	// The server reports a listener it cannot open (a busy port) only to
 	// its logger, so the logger catches it and Start fails at once.
-	fatal := &fatalCatcher{next: s.opts.Logger, err: make(chan error, 1)}
+	next := s.opts.Logger
+	if next == nil {
+		next = SlogLogger(slog.New(slog.DiscardHandler))
+	}
+	fatal := &fatalCatcher{Logger: next, err: make(chan error, 1)}
 	ns.SetLoggerV2(fatal, false, false, false)
 	ns.Start()
 	if err := waitReady(ctx, ns, fatal.err); err != nil {
@@ -308,12 +312,12 @@ func (s *Server) Healthy() error {
 // for a fatal error again.
 const readyPoll = 50 * time.Millisecond
 
-// fatalCatcher passes the server's log to next (when set) and keeps its
-// first fatal error. A fatal record reaches next as an error: a logger's
-// Fatalf may exit the process.
+// fatalCatcher passes the server's log on and keeps its first fatal error.
+// A fatal record goes on as an error: a logger's Fatalf may exit the
+// process.
 type fatalCatcher struct {
-	next server.Logger
-	err  chan error // capacity 1
+	server.Logger
+	err chan error // capacity 1
 }
 
 func (c *fatalCatcher) Fatalf(format string, v ...any) {
@@ -321,39 +325,7 @@ func (c *fatalCatcher) Fatalf(format string, v ...any) {
 	case c.err <- fmt.Errorf("natsserver: "+format, v...):
 	default:
 	}
-	if c.next != nil {
-		c.next.Errorf(format, v...)
-	}
-}
-
-func (c *fatalCatcher) Noticef(format string, v ...any) {
-	if c.next != nil {
-		c.next.Noticef(format, v...)
-	}
-}
-
-func (c *fatalCatcher) Warnf(format string, v ...any) {
-	if c.next != nil {
-		c.next.Warnf(format, v...)
-	}
-}
-
-func (c *fatalCatcher) Errorf(format string, v ...any) {
-	if c.next != nil {
-		c.next.Errorf(format, v...)
-	}
-}
-
-func (c *fatalCatcher) Debugf(format string, v ...any) {
-	if c.next != nil {
-		c.next.Debugf(format, v...)
-	}
-}
-
-func (c *fatalCatcher) Tracef(format string, v ...any) {
-	if c.next != nil {
-		c.next.Tracef(format, v...)
-	}
+	c.Errorf(format, v...)
 }
 
 // SlogLogger passes the server's warnings and errors to l; its notices
