@@ -147,7 +147,8 @@ func rolePermissions() map[string]*server.Permissions {
 		UserAPI: perms(in(UserAPI), all, []string{"fabric.ev.>", apiMsgGet + streams.StreamEvents},
 			direct(streams.StreamEvents),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
-			kvRead(streams.BucketStores), kvWrite(streams.BucketStores)),
+			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
+			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
 		UserConverge: perms(in(UserConverge), all,
 			[]string{"fabric.ev.>", "fabric.ck.>", "fabric.outcome.>",
 				apiConsCreate + streams.StreamInput + ".>", apiConsInfo + streams.StreamInput + ".*",
