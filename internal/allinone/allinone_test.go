@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +131,61 @@ func want401(t *testing.T, what string, req *http.Request) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "unauthenticated" || !strings.Contains(body.Error.Message, "invalid tenant") {
 		t.Errorf("%s: %d %+v, want 401 unauthenticated naming the invalid tenant", what, resp.StatusCode, body.Error)
+	}
+}
+
+// listeningPorts returns the TCP ports this process listens on, read from
+// /proc: the sockets in LISTEN state whose inodes are among its descriptors.
+func listeningPorts(t *testing.T) map[int]bool {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil {
+			if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+				inodes[strings.TrimSuffix(ino, "]")] = true
+			}
+		}
+	}
+	ports := map[int]bool{}
+	for _, table := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+				continue
+			}
+			port, err := strconv.ParseInt(f[1][strings.LastIndexByte(f[1], ':')+1:], 16, 32)
+			if err == nil {
+				ports[int(port)] = true
+			}
+		}
+	}
+	return ports
+}
+
+// The all-in-one listens on its HTTP and NATS addresses and nowhere else:
+// every listener is bounded and on the interface it was told.
+func TestListensOnlyWhereTold(t *testing.T) {
+	f := startFabric(t, Options{})
+	want := map[int]bool{}
+	for _, u := range []string{f.URL, f.NATSURL} {
+		port, err := strconv.Atoi(u[strings.LastIndexByte(u, ':')+1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[port] = true
+	}
+	// Roles start their listeners in the background: watch for a second.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := listeningPorts(t); !maps.Equal(got, want) {
+			t.Fatalf("listening on ports %v, want only %v", got, want)
+		}
 	}
 }

@@ -50,7 +50,7 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Logger receives operational logs; nil uses slog.Default().
 	Logger *slog.Logger
-	// Listen is the address Run serves on.
+	// Listen is the address Run serves on; none when empty.
 	Listen string
 	// OriginPatterns are the browser origins (host patterns, as
 	// path.Match) allowed to open a WebSocket besides the gateway's own
@@ -240,13 +240,20 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 
 // Run serves Handler on cfg.Listen until ctx ends, then drains: it ends every
 // subscription with reason shutdown and closes every connection, waiting at
-// most a few seconds.
+// most a few seconds. With cfg.Listen empty it serves nothing itself (a
+// role's own server mounts Handler) and only drains when ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
+	if g.cfg.Listen == "" {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), defaultShutdownDrainDelay)
+		defer cancel()
+		return g.Shutdown(sctx)
+	}
 	ln, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("fanout: listen: %w", err)
 	}
-	srv := &http.Server{Handler: g.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: g.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
