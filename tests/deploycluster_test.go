@@ -32,7 +32,8 @@ const routeIdentity = "spiffe://fabric/nats-route"
 
 // deployTLS writes a CA and one server certificate for every NATS node of
 // every deploy (ca.crt, server.crt, server.key, as deploy/README.md names
-// them) into dir. The server certificate also authenticates routes: it
+// them) into dir, and other.crt, the same key certified without the route
+// identity. The server certificate also authenticates routes: it
 // names routeIdentity and may be used as a client certificate.
 func deployTLS(t testing.TB, dir string) {
 	t.Helper()
@@ -80,10 +81,19 @@ func deployTLS(t testing.TB, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A certificate of the same CA without the route identity, which a
+	// node must not accept as a route.
+	other := *leaf
+	other.SerialNumber, other.URIs = big.NewInt(3), nil
+	otherDER, err := x509.CreateCertificate(rand.Reader, &other, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, block := range map[string]*pem.Block{
 		"ca.crt":     {Type: "CERTIFICATE", Bytes: caDER},
 		"server.crt": {Type: "CERTIFICATE", Bytes: leafDER},
 		"server.key": {Type: "PRIVATE KEY", Bytes: keyDER},
+		"other.crt":  {Type: "CERTIFICATE", Bytes: otherDER},
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
 			t.Fatal(err)
@@ -195,6 +205,23 @@ func (l *violationLog) add(format string, v ...any) {
 	defer l.mu.Unlock()
 	l.lines = append(l.lines, fmt.Sprintf(format, v...))
 }
+
+// contains reports whether one line holds every part.
+func (l *violationLog) contains(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *violationLog) Noticef(format string, v ...any) {}
 func (l *violationLog) Warnf(format string, v ...any)   { l.add(format, v...) }
 func (l *violationLog) Fatalf(format string, v ...any)  { l.add(format, v...) }

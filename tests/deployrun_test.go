@@ -13,6 +13,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -269,6 +271,7 @@ func (d *deployment) checkRefusals(t *testing.T) {
 			}
 		})
 	}
+	t.Run("route without the route identity", func(t *testing.T) { d.checkRogueRoute(t) })
 	t.Run("plaintext", func(t *testing.T) {
 		n := d.cluster.nodes[0]
 		_, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", n.client), nats.UserInfo("ingest", d.cluster.passwords["ingest"]), nats.NoReconnect())
@@ -284,6 +287,57 @@ func (d *deployment) checkRefusals(t *testing.T) {
 			t.Errorf("a wrong password: %v", err)
 		}
 	})
+}
+
+// checkRogueRoute starts a fourth node made from nats-1.conf whose
+// certificate comes from the cluster's CA but does not name the route
+// identity, routed to node 2, and checks that node 2 refuses the route.
+func (d *deployment) checkRogueRoute(t *testing.T) {
+	n := d.cluster.nodes[1]
+	file := "deploy/nats/nats-1.conf"
+	conf := string(readDeployFile(t, file))
+	tlsDir := filepath.Join(d.cluster.dir, "tls")
+	conf = rewrite(t, file, conf, "server_name: nats-1", "server_name: rogue", 1)
+	conf = rewrite(t, file, conf, "listen: 0.0.0.0:4222", "listen: 127.0.0.1:-1", 1)
+	conf = rewrite(t, file, conf, "http: 127.0.0.1:8222", "http: 127.0.0.1:0", 1)
+	conf = rewrite(t, file, conf, "listen: 0.0.0.0:6222", "listen: 127.0.0.1:-1", 1)
+	conf = rewrite(t, file, conf, "nats-route://nats-1:6222", "", 1)
+	conf = rewrite(t, file, conf, "nats-route://nats-2:6222", fmt.Sprintf("nats-route://127.0.0.1:%d", n.route), 1)
+	conf = rewrite(t, file, conf, "nats-route://nats-3:6222", "", 1)
+	conf = rewrite(t, file, conf, "store_dir: /data/jetstream", "store_dir: "+filepath.Join(t.TempDir(), "jetstream"), 1)
+	conf = rewrite(t, file, conf, "/etc/nats/tls/server.crt", filepath.Join(tlsDir, "other.crt"), 2)
+	conf = rewrite(t, file, conf, "/etc/nats/tls/", tlsDir+"/", 4)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), readDeployFile(t, "deploy/nats/accounts.conf"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue.SetLoggerV2(&violationLog{}, false, false, false)
+	rogue.Start()
+	defer rogue.Shutdown()
+	eventually(t, 30*time.Second, "node 2 refuses the route", func() bool {
+		return d.cluster.logs.contains("rid:", "authentication error")
+	})
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rz.Routes {
+		if r.RemoteName == "rogue" {
+			t.Errorf("node 2 routes to the node without the route identity: %+v", r)
+		}
+	}
 }
 
 // routedTransport sends the client API to the api role and everything else
