@@ -16,8 +16,7 @@ const (
 	// routeAttachment: attachment.* signals, ordered per attachment key
 	// (EVENT-057).
 	routeAttachment
-	// routeClient: client-wide signals, ordered per client; the connection
-	// state is kept to emit only on a change (EVENT-027).
+	// routeClient: client-wide signals, ordered per client.
 	routeClient
 	// routeLockout: client.lockout_changed, kept per credential handle and
 	// delivered to every client sharing it (EVENT-055).
@@ -33,7 +32,6 @@ var signalKinds = map[schema.EventKind]route{
 	schema.KindLockoutChanged:              routeLockout,
 	schema.KindNotificationsFailed:         routeClient,
 	schema.KindArchiveRestored:             routeClient,
-	schema.KindConnectionStateChanged:      routeClient,
 	schema.KindAttachmentUploadStarted:     routeAttachment,
 	schema.KindAttachmentUploadCompleted:   routeAttachment,
 	schema.KindAttachmentUploadFailed:      routeAttachment,
@@ -67,6 +65,9 @@ func refuseKind(ev schema.ClientEvent) *httpapi.Error {
 	switch {
 	case k == schema.KindLagged:
 		return notSignal("lagged is made by the gateway for a subscription, not reported")
+	case k == schema.KindConnectionStateChanged:
+		// EVENT-027: the state is the fabric's to compute over the streams.
+		return notSignal("connection.state_changed is computed by the fabric over the client's streams; report each stream's state with POST …/connection")
 	case storeKinds[k]:
 		return notSignal("%s is emitted by the fabric's client stores; use the client store endpoints", k)
 	}

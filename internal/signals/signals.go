@@ -1,11 +1,13 @@
 // Package signals accepts the local changes a tenant's runtime reports for
 // a hosted client (DESIGN §6): message.status_changed, message.deleted with
 // cause deleted_locally, client.rejected_by_server, client.lockout_changed,
-// notifications.failed, archive.restored, connection.state_changed and the
-// attachment.* kinds. Each signal is a ClientEvent, validated, refused when
-// convergence or the client stores own its kind, and routed to the client's
-// event subject, or for a lockout to every client sharing the credential
-// (EVENT-055).
+// notifications.failed, archive.restored and the attachment.* kinds. Each
+// signal is a ClientEvent, validated, refused when convergence or the client
+// stores own its kind, and routed to the client's event subject, or for a
+// lockout to every client sharing the credential (EVENT-055). The runtime
+// reports the state of each app stream instead of connection.state_changed:
+// the fabric keeps the client's open streams, computes the client's one
+// connection state over them and emits its changes (EVENT-027).
 //
 // A signal is exactly-once by its Idempotency-Key: the event id derives from
 // tenant, client and key, and a repeated key answers what the first request
@@ -107,9 +109,11 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// Mount adds POST /v1/tenants/{tenant}/clients/{client_id}/signals to mux.
+// Mount adds POST /v1/tenants/{tenant}/clients/{client_id}/signals and
+// …/connection (a stream's state) to mux.
 func (s *Service) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/tenants/{tenant}/clients/{client_id}/signals", s.serveHTTP)
+	mux.HandleFunc("POST /v1/tenants/{tenant}/clients/{client_id}/connection", s.serveConnection)
 }
 
 // Answer is the answer to a signal.
@@ -118,6 +122,9 @@ type Answer struct {
 	// for a connection state or lockout state the client already had, one
 	// per sharing client for a lockout change.
 	Emitted int `json:"emitted" msgpack:"emitted"`
+	// Connection, answering a stream report, is the client's connection
+	// state over its open streams after the report (EVENT-027).
+	Connection schema.ConnectionState `json:"connection,omitempty" msgpack:"connection,omitempty"`
 }
 
 // idemRecord is what fabric-stores keeps per idempotency key. It is
@@ -133,6 +140,11 @@ type idemRecord struct {
 
 func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	kind, ans, replayed, err := s.handle(r)
+	s.answer(w, r, kind, ans, replayed, err)
+}
+
+// answer writes a request's answer and counts it.
+func (s *Service) answer(w http.ResponseWriter, r *http.Request, kind schema.EventKind, ans Answer, replayed bool, err error) {
 	if err != nil {
 		s.metrics.refusals.WithLabelValues(clientstore.ErrorCode(err)).Inc()
 		httpapi.WriteError(w, r, err)
@@ -167,15 +179,21 @@ func (s *Service) handle(r *http.Request) (kind schema.EventKind, ans Answer, re
 	if err != nil {
 		return "", Answer{}, false, err
 	}
-	client, err := clientstore.Lookup(ctx, s.clients, t.Tenant, t.ClientID)
-	if errors.Is(err, clientstore.ErrNotFound) {
-		return "", Answer{}, false, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
-	}
+	client, err := s.lookup(ctx, t)
 	if err != nil {
 		return "", Answer{}, false, err
 	}
 	ans, replayed, err = s.Report(ctx, client, key, ev)
 	return ev.Kind, ans, replayed, err
+}
+
+// lookup loads the client a request names; 404 when the tenant has none.
+func (s *Service) lookup(ctx context.Context, t clientstore.Target) (clientstore.Record, error) {
+	client, err := clientstore.Lookup(ctx, s.clients, t.Tenant, t.ClientID)
+	if errors.Is(err, clientstore.ErrNotFound) {
+		return clientstore.Record{}, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
+	}
+	return client, err
 }
 
 // checkIdempotencyKey checks the header: 1 to MaxIdempotencyKey visible
@@ -253,6 +271,16 @@ func (s *Service) Report(ctx context.Context, client clientstore.Record, key str
 	if err != nil {
 		return Answer{}, false, fmt.Errorf("signals: encode: %w", err)
 	}
+	return s.once(ctx, client, key, body, func(keyDigest string) (Answer, bool, error) {
+		return s.apply(ctx, client, keyDigest, ev)
+	})
+}
+
+// once applies a request of client, whose msgpack body is body, at most
+// once per idempotency key: a repeated key answers the first answer, a key
+// held for another body is a 422.
+func (s *Service) once(ctx context.Context, client clientstore.Record, key string, body []byte,
+	apply func(keyDigest string) (Answer, bool, error)) (ans Answer, replayed bool, err error) {
 	digest := sha256.Sum256(body)
 	keyDigest := digestHex(key)
 	ikey, err := subject.Key(client.Tenant, client.ClientID, "signal", keyDigest)
@@ -268,7 +296,7 @@ func (s *Service) Report(ctx context.Context, client clientstore.Record, key str
 	}
 	// A new key, the retry of a request that did not finish, or a
 	// concurrent twin: the ordering record applies each key once.
-	ans, replayed, err = s.apply(ctx, client, keyDigest, ev)
+	ans, replayed, err = apply(keyDigest)
 	if err != nil {
 		return Answer{}, false, emitError(err)
 	}
@@ -329,14 +357,18 @@ func (s *Service) loadIdem(ctx context.Context, key string) (idemRecord, bool, e
 // it applied lately with their answers, and for the client-wide and
 // lockout records the state that decides whether a report is a change.
 type orderState struct {
-	Recent     []recent               `msgpack:"recent,omitempty"`
-	Connection schema.ConnectionState `msgpack:"connection,omitempty"`
-	Lockout    schema.LockoutChange   `msgpack:"lockout,omitempty"`
+	Recent []recent `msgpack:"recent,omitempty"`
+	// Streams are the client's open streams and their states; Connection
+	// is the state computed over them, the one the client holds (EVENT-027).
+	Streams    map[string]schema.ConnectionState `msgpack:"streams,omitempty"`
+	Connection schema.ConnectionState            `msgpack:"connection,omitempty"`
+	Lockout    schema.LockoutChange              `msgpack:"lockout,omitempty"`
 }
 
 type recent struct {
-	Key     string `msgpack:"key"`
-	Emitted int    `msgpack:"emitted"`
+	Key        string                 `msgpack:"key"`
+	Emitted    int                    `msgpack:"emitted"`
+	Connection schema.ConnectionState `msgpack:"connection,omitempty"`
 }
 
 // apply stores the signal in its ordering record and emits its events.
@@ -359,11 +391,9 @@ func (s *Service) apply(ctx context.Context, client clientstore.Record, keyDiges
 	var replayed bool
 	_, _, err = outbox.Apply(ctx, s.out, okey, func(cur orderState, found bool) (outbox.Change[orderState], error) {
 		ans, replayed = Answer{}, false
-		for _, r := range cur.Recent {
-			if r.Key == keyDigest {
-				ans, replayed = Answer{Emitted: r.Emitted}, true
-				return outbox.Change[orderState]{State: cur}, nil
-			}
+		if r, ok := cur.replay(keyDigest); ok {
+			ans, replayed = r, true
+			return outbox.Change[orderState]{State: cur}, nil
 		}
 		next := cur
 		var events []outbox.Event
@@ -371,13 +401,6 @@ func (s *Service) apply(ctx context.Context, client clientstore.Record, keyDiges
 			return outbox.ID(client.Tenant, client.ClientID, "signal", keyDigest, target)
 		}
 		switch ev.Kind {
-		case schema.KindConnectionStateChanged:
-			// EVENT-027: the state a report leaves is the client's; the
-			// same state again is no change.
-			if cur.Connection != ev.ConnectionStateChanged.Current {
-				next.Connection = ev.ConnectionStateChanged.Current
-				events = append(events, outbox.Event{Tenant: client.Tenant, ClientID: client.ClientID, ID: id(client.ClientID), Event: ev})
-			}
 		case schema.KindLockoutChanged:
 			held := cur.Lockout
 			if held == "" {
@@ -393,10 +416,7 @@ func (s *Service) apply(ctx context.Context, client clientstore.Record, keyDiges
 			events = append(events, outbox.Event{Tenant: client.Tenant, ClientID: client.ClientID, ID: id(client.ClientID), Event: ev})
 		}
 		ans = Answer{Emitted: len(events)}
-		next.Recent = append(slices.Clone(cur.Recent), recent{Key: keyDigest, Emitted: len(events)})
-		if len(next.Recent) > recentKeys {
-			next.Recent = next.Recent[len(next.Recent)-recentKeys:]
-		}
+		next.remember(keyDigest, ans)
 		return outbox.Change[orderState]{State: next, Store: true, Events: events}, nil
 	})
 	return ans, replayed, err

@@ -149,7 +149,13 @@ type result struct {
 // for the tenant naming every client unless tok is given.
 func (e *env) post(tenant, clientID, key string, body []byte, tok ...string) result {
 	e.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/tenants/"+tenant+"/clients/"+clientID+"/signals", bytes.NewReader(body))
+	return e.postAt("signals", tenant, clientID, key, body, tok...)
+}
+
+// postAt is post to another endpoint below the client.
+func (e *env) postAt(endpoint, tenant, clientID, key string, body []byte, tok ...string) result {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/tenants/"+tenant+"/clients/"+clientID+"/"+endpoint, bytes.NewReader(body))
 	if len(tok) > 0 {
 		req.Header.Set("Authorization", "Bearer "+tok[0])
 	} else {
@@ -233,7 +239,6 @@ func signalSamples() []schema.ClientEvent {
 		{Kind: schema.KindLockoutChanged, LockoutChanged: &schema.LockoutChanged{Change: schema.LockoutEntered}},
 		{Kind: schema.KindNotificationsFailed, NotificationsFailed: &schema.NotificationsFailed{Cause: "token_expired"}},
 		{Kind: schema.KindArchiveRestored, ArchiveRestored: &schema.ArchiveRestored{Complete: false}},
-		{Kind: schema.KindConnectionStateChanged, ConnectionStateChanged: &schema.ConnectionStateChanged{Previous: schema.ConnectionClosed, Current: schema.ConnectionConnecting}},
 		{Kind: schema.KindAttachmentUploadStarted, AttachmentUploadStarted: &a},
 		{Kind: schema.KindAttachmentUploadCompleted, AttachmentUploadCompleted: &a},
 		{Kind: schema.KindAttachmentUploadFailed, AttachmentUploadFailed: &attF},
@@ -366,6 +371,7 @@ func TestRefusesWhatIsNotASignal(t *testing.T) {
 		{"version without minimum", `{"kind":"client.rejected_by_server","rejected_by_server":{"cause":"version_too_old"}}`, "7", 422, "invalid_event", "min_libxmtp_version"},
 		{"minimum without version", `{"kind":"client.rejected_by_server","rejected_by_server":{"cause":"backend_mismatch","min_libxmtp_version":"1.0"}}`, "8", 422, "invalid_event", "min_libxmtp_version"},
 		{"no state change", `{"kind":"connection.state_changed","connection_state_changed":{"previous":"connected","current":"connected"}}`, "9", 422, "invalid_event", "current"},
+		{"connection state", `{"kind":"connection.state_changed","connection_state_changed":{"previous":"closed","current":"connected"}}`, "16", 422, "kind_not_signal", "each stream"},
 		{"wrong member", `{"kind":"archive.restored","notifications_failed":{"cause":"x"}}`, "10", 422, "invalid_event", ""},
 		{"unknown member", `{"kind":"archive.restored","archive_restored":{"complete":true,"extra":1}}`, "11", 400, "bad_request", "extra"},
 		{"uppercase hex", `{"kind":"message.deleted","message_deleted":{"group_id":"A1","message_id":"b2","cause":"deleted_locally"}}`, "12", 400, "bad_request", "group_id"},
@@ -385,36 +391,100 @@ func TestRefusesWhatIsNotASignal(t *testing.T) {
 	}
 }
 
-func connection(prev, cur schema.ConnectionState) schema.ClientEvent {
-	return schema.ClientEvent{Kind: schema.KindConnectionStateChanged, ConnectionStateChanged: &schema.ConnectionStateChanged{Previous: prev, Current: cur}}
+// stream reports one stream's state under key.
+func (e *env) stream(clientID, key, id string, st schema.ConnectionState) result {
+	e.t.Helper()
+	b, err := json.Marshal(StreamReport{StreamID: id, State: st})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.postAt("connection", tenant, clientID, key, b)
 }
 
-func TestConnectionStateOnlyOnChange_EVENT027(t *testing.T) {
+// The client's connection state is computed over its open streams; each
+// change is one connection.state_changed whose previous is the state the
+// client held, whatever a stream was before; a report that leaves the
+// computed state as it was emits nothing, a first closed included.
+func TestConnectionStatePreviousIsHeld_EVENT027(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 4, "")
+	const (
+		closed       = schema.ConnectionClosed
+		connecting   = schema.ConnectionConnecting
+		connected    = schema.ConnectionConnected
+		reconnecting = schema.ConnectionReconnecting
+		failed       = schema.ConnectionFailed
+	)
 	steps := []struct {
-		ev   schema.ClientEvent
-		emit int
+		stream string
+		state  schema.ConnectionState
+		held   schema.ConnectionState // the client's state after the report
 	}{
-		{connection(schema.ConnectionClosed, schema.ConnectionConnecting), 1},
-		{connection(schema.ConnectionConnecting, schema.ConnectionConnected), 1},
-		{connection(schema.ConnectionReconnecting, schema.ConnectionConnected), 0}, // already connected
-		{connection(schema.ConnectionConnected, schema.ConnectionFailed), 1},
+		{"a", closed, closed},         // nothing was open: no change
+		{"a", connecting, connecting}, // closed -> connecting
+		{"b", connected, connecting},  // a still connecting
+		{"a", connected, connected},   // connecting -> connected
+		{"b", reconnecting, reconnecting},
+		{"a", failed, failed},       // failed wins over reconnecting
+		{"b", connected, failed},    // a is still failed
+		{"a", closed, connected},    // failed -> connected: b alone is open
+		{"b", connected, connected}, // the same again
+		{"b", closed, closed},       // none open
 	}
-	for i, s := range steps {
-		if r := e.postEvent(tenant, c.ClientID, "c"+string(rune('0'+i)), s.ev); r.status != 200 || r.answer.Emitted != s.emit {
-			t.Fatalf("step %d: %+v", i, r)
+	var want []schema.ConnectionStateChanged
+	held := closed
+	for i, st := range steps {
+		r := e.stream(c.ClientID, fmt.Sprint("s", i), st.stream, st.state)
+		emit := 0
+		if st.held != held {
+			emit = 1
+			want = append(want, schema.ConnectionStateChanged{Previous: held, Current: st.held})
 		}
+		if r.status != http.StatusOK || r.answer.Emitted != emit || r.answer.Connection != st.held {
+			t.Fatalf("step %d (%s %s): %+v, want emitted %d, connection %s", i, st.stream, st.state, r, emit, st.held)
+		}
+		held = st.held
 	}
 	got := e.signals(tenant, c.ClientID)
-	want := []schema.ConnectionState{schema.ConnectionConnecting, schema.ConnectionConnected, schema.ConnectionFailed}
 	if len(got) != len(want) {
-		t.Fatalf("%d events", len(got))
+		t.Fatalf("%d events, want %d", len(got), len(want))
 	}
 	for i, w := range want {
-		if p := got[i].Event.ConnectionStateChanged; p.Current != w || p.Previous == p.Current {
-			t.Errorf("event %d: %+v", i, p)
+		if p := got[i].Event.ConnectionStateChanged; p == nil || *p != w {
+			t.Errorf("event %d: %+v, want %+v", i, p, w)
 		}
+	}
+	// A repeated key answers as before and emits nothing.
+	if r := e.stream(c.ClientID, "s1", "a", connecting); !r.replayed || r.answer.Emitted != 1 || r.answer.Connection != connecting {
+		t.Errorf("repeated key: %+v", r)
+	}
+	if n := len(e.signals(tenant, c.ClientID)); n != len(want) {
+		t.Errorf("repeated key emitted: %d events", n)
+	}
+}
+
+// Stream reports are checked: a stream id and one of the states, at most
+// MaxStreams open at once.
+func TestStreamReportsAreChecked(t *testing.T) {
+	e := newEnv(t)
+	c := e.register(tenant, 16, "")
+	for name, body := range map[string]string{
+		"no stream id":  `{"state":"connected"}`,
+		"unknown state": `{"stream_id":"a","state":"online"}`,
+		"space in id":   `{"stream_id":"a b","state":"connected"}`,
+		"unknown field": `{"stream_id":"a","state":"connected","previous":"closed"}`,
+	} {
+		if r := e.postAt("connection", tenant, c.ClientID, name, []byte(body)); r.status != http.StatusBadRequest {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+	for i := range MaxStreams {
+		if r := e.stream(c.ClientID, fmt.Sprint("k", i), fmt.Sprint("s", i), schema.ConnectionConnected); r.status != http.StatusOK {
+			t.Fatalf("stream %d: %+v", i, r)
+		}
+	}
+	if r := e.stream(c.ClientID, "over", "one-more", schema.ConnectionConnected); r.status != http.StatusUnprocessableEntity || r.errCode != "too_many_streams" {
+		t.Fatalf("stream past the bound: %+v", r)
 	}
 }
 
@@ -530,14 +600,13 @@ func TestRefusesOtherTenantsClientsAndScopes(t *testing.T) {
 func TestRestartEmitsNothingTwice(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 12, "")
-	ev := connection(schema.ConnectionClosed, schema.ConnectionConnected)
-	first := e.postEvent(tenant, c.ClientID, "r1", ev)
+	first := e.stream(c.ClientID, "r1", "a", schema.ConnectionConnected)
 	e.restart()
-	again := e.postEvent(tenant, c.ClientID, "r1", ev)
+	again := e.stream(c.ClientID, "r1", "a", schema.ConnectionConnected)
 	if !again.replayed || again.answer != first.answer {
 		t.Fatalf("after restart: %+v, first %+v", again, first)
 	}
-	if r := e.postEvent(tenant, c.ClientID, "r2", connection(schema.ConnectionFailed, schema.ConnectionConnected)); r.answer.Emitted != 0 {
+	if r := e.stream(c.ClientID, "r2", "b", schema.ConnectionConnected); r.answer.Emitted != 0 || r.answer.Connection != schema.ConnectionConnected {
 		t.Fatalf("connection state lost across restart: %+v", r)
 	}
 	if n := len(e.signals(tenant, c.ClientID)); n != 1 {
@@ -615,10 +684,9 @@ func TestMsgpackBody(t *testing.T) {
 func TestMetricsCountResultsAndRefusals(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 15, "")
-	ev := connection(schema.ConnectionClosed, schema.ConnectionConnected)
-	e.postEvent(tenant, c.ClientID, "m1", ev)
-	e.postEvent(tenant, c.ClientID, "m1", ev)
-	e.postEvent(tenant, c.ClientID, "m2", connection(schema.ConnectionFailed, schema.ConnectionConnected))
+	e.stream(c.ClientID, "m1", "a", schema.ConnectionConnected)
+	e.stream(c.ClientID, "m1", "a", schema.ConnectionConnected)
+	e.stream(c.ClientID, "m2", "b", schema.ConnectionConnected)
 	e.post(tenant, c.ClientID, "m3", []byte(`{"kind":"lagged","lagged":{"discarded":1}}`))
 	kind := string(schema.KindConnectionStateChanged)
 	for result, want := range map[string]float64{resultEmitted: 1, resultReplayed: 1, resultUnchanged: 1} {
