@@ -53,6 +53,7 @@ type envOpts struct {
 	limits  Limits
 	workers int
 	token   bool // NATS intake requires a token
+	none    bool // no worker: the server and its streams only
 	reg     prometheus.Registerer
 	inBytes int64 // FABRIC_IN's byte bound; the default when 0
 }
@@ -79,7 +80,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, connect: func() (*nats.Conn, error) { return srv.Connect() }, nc: nc, js: js}
-	e.addWorkers(o)
+	if !o.none {
+		e.addWorkers(o)
+	}
 	return e
 }
 

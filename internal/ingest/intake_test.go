@@ -246,6 +246,27 @@ func statusOf(t *testing.T, m *nats.Msg) int {
 
 // Two workers on one stream, every message delivered to both over both
 // transports at once: every message lands on FABRIC_IN exactly once.
+// A worker whose Start has returned answers NATS intake at once: its
+// intake subscription has reached the server before it reports ready, so a
+// request right after gets an answer, not "no responders".
+func TestNATSIntakeAnswersOnceStarted(t *testing.T) {
+	e := newEnv(t, envOpts{none: true})
+	body, _ := json.Marshal(wire{V: 1, Group: []byte{1}, Kind: "mls", Payload: []byte{0}})
+	for i := range 10 {
+		w := e.addWorker(envOpts{})
+		reply, err := e.natsRequest(t, testTenant, nil, body)
+		if err != nil {
+			t.Fatalf("request %d right after Start: %v", i, err)
+		}
+		if statusOf(t, reply) != http.StatusOK {
+			t.Fatalf("request %d: status %s: %s", i, reply.Header.Get(HeaderStatus), reply.Data)
+		}
+		if err := w.svc.Shutdown(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestTwoWorkersExactlyOnce(t *testing.T) {
 	e := newEnv(t, envOpts{workers: 2})
 	g := newGroup(t)

@@ -155,6 +155,14 @@ func (s *Service) Start(ctx context.Context) error {
 			s.halt()
 			return fmt.Errorf("ingest: subscribe intake: %w", err)
 		}
+		// Ready means the server routes intake here: the subscription
+		// must have reached it, or a request right after Start finds no
+		// responder.
+		if err := s.cfg.Conn.FlushWithContext(ctx); err != nil {
+			_ = sub.Unsubscribe()
+			s.halt()
+			return fmt.Errorf("ingest: subscribe intake: %w", err)
+		}
 		s.sub = sub
 	}
 	s.started.Store(true)
