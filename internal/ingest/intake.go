@@ -13,6 +13,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Result is the intake answer for one transport message, in input order
@@ -162,12 +163,9 @@ func batchTooLarge(n, limit int) error {
 }
 
 func decodeIntakeJSON(body []byte, lim Limits) (msgs []schema.TransportMessage, batch bool, err error) {
-	var top map[string]json.RawMessage
-	if err := strictJSON(body, &top); err != nil {
+	top, err := jsonObject(body)
+	if err != nil {
 		return nil, false, httpapi.BadRequest("malformed JSON: %v", err)
-	}
-	if top == nil {
-		return nil, false, httpapi.BadRequest("malformed JSON: want an object")
 	}
 	raw, ok := top["messages"]
 	if !ok {
@@ -193,8 +191,11 @@ func decodeIntakeJSON(body []byte, lim Limits) (msgs []schema.TransportMessage, 
 	msgs = make([]schema.TransportMessage, len(items))
 	for i, item := range items {
 		field := fieldOf(true, i)
-		var members map[string]json.RawMessage
-		if err := json.Unmarshal(item, &members); err != nil || members == nil {
+		members, err := jsonObject(item)
+		if errors.Is(err, errDuplicateMember) {
+			return nil, true, badField(field, "%v", err)
+		}
+		if err != nil {
 			return nil, true, badField(field, "want an object")
 		}
 		m, err := decodeMessageJSON(members, field)
@@ -206,20 +207,42 @@ func decodeIntakeJSON(body []byte, lim Limits) (msgs []schema.TransportMessage, 
 	return msgs, true, nil
 }
 
-// strictJSON decodes exactly one JSON value.
-func strictJSON(b []byte, v any) error {
+var errDuplicateMember = errors.New("duplicate member")
+
+// jsonObject decodes one JSON object, and nothing after it, into its
+// members, refusing a member given twice: decoding is strict, never
+// last-wins (docs/wire-formats.md).
+func jsonObject(b []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("want %s", te.Type)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("want an object")
+	}
+	members := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
 		}
-		return err
+		name, ok := tok.(string)
+		if !ok {
+			return nil, errors.New("want an object")
+		}
+		if _, dup := members[name]; dup {
+			return nil, fmt.Errorf("%w %s", errDuplicateMember, quoteMember(name))
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		members[name] = raw
 	}
-	if dec.More() {
-		return errors.New("trailing data after the value")
+	if _, err := dec.Token(); err != nil {
+		return nil, err
 	}
-	return nil
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after the value")
+	}
+	return members, nil
 }
 
 func decodeMessageJSON(members map[string]json.RawMessage, field string) (schema.TransportMessage, error) {
@@ -335,10 +358,18 @@ func newBodyDecoder(body []byte) *bodyDecoder {
 	return &bodyDecoder{body: body, r: r, dec: msgpack.NewDecoder(r)}
 }
 
-// bin reads a bin (or str) value as a slice of the body; nil stays nil.
+// bin reads a bin value as a slice of the body. Octets are bin in msgpack,
+// never str or nil (docs/wire-formats.md).
 func (d *bodyDecoder) bin() ([]byte, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	if c != msgpcode.Bin8 && c != msgpcode.Bin16 && c != msgpcode.Bin32 {
+		return nil, errors.New("want bin")
+	}
 	n, err := d.dec.DecodeBytesLen()
-	if err != nil || n < 0 {
+	if err != nil {
 		return nil, err
 	}
 	off := len(d.body) - d.r.Len()

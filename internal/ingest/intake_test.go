@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -427,6 +428,64 @@ func TestResponseMsgpackMatchesTags(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%+v:\n got %x\nwant %x", r, got, want)
+		}
+	}
+}
+
+// Decoding is strict (docs/wire-formats.md): a member given twice is
+// refused at every level of a transport body, in both formats, never
+// decided by whichever came last.
+func TestIntakeRefusesMemberGivenTwice(t *testing.T) {
+	lim := Limits{}.withDefaults()
+	const msg = `"v":1,"group":"0a","kind":"mls","payload":"0001"`
+	for _, body := range []string{
+		`{"v":1,` + msg + `}`,
+		`{` + msg + `,"payload":"0002"}`,
+		`{` + msg + `,"group":"0b"}`,
+		`{` + msg + `,"kind":"sealed"}`,
+		`{` + msg + `,"\u0076":1}`,
+		`{"messages":[{` + msg + `},{` + msg + `,"payload":"0002"}]}`,
+		`{"messages":[{` + msg + `}],"messages":[{` + msg + `}]}`,
+	} {
+		_, err := decodeIntake([]byte(body), false, lim)
+		var he *httpapi.Error
+		if !errors.As(err, &he) || he.Status != http.StatusBadRequest || !strings.Contains(he.Message, "duplicate member") {
+			t.Errorf("%s: err = %v, want 400 naming the duplicate member", body, err)
+		}
+	}
+	// msgpack: a message map of five members, the fifth repeating one.
+	twice := func(name string) []byte {
+		one := msgpackBody(t, map[string]any{"v": 1, "group": []byte{1}, "kind": "mls", "payload": []byte{2}})
+		again := msgpackBody(t, map[string]any{name: []byte{3}})
+		return append(append([]byte{0x85}, one[1:]...), again[1:]...)
+	}
+	for _, body := range [][]byte{
+		twice("v"),
+		twice("payload"),
+		append([]byte{0x81, 0xa8, 'm', 'e', 's', 's', 'a', 'g', 'e', 's', 0x91}, twice("group")...),
+	} {
+		_, err := decodeIntake(body, true, lim)
+		var he *httpapi.Error
+		if !errors.As(err, &he) || he.Status != http.StatusBadRequest || !strings.Contains(he.Message, "duplicate member") {
+			t.Errorf("msgpack %x: err = %v, want 400 naming the duplicate member", body, err)
+		}
+	}
+}
+
+// Octets are bin in msgpack (docs/wire-formats.md): a group or payload
+// given as a string is refused, alone or in a batch.
+func TestIntakeRefusesOctetsAsString(t *testing.T) {
+	lim := Limits{}.withDefaults()
+	for _, m := range []map[string]any{
+		{"v": 1, "group": "\x01", "kind": "mls", "payload": []byte{2}},
+		{"v": 1, "group": []byte{1}, "kind": "mls", "payload": "\x02"},
+	} {
+		for _, body := range [][]byte{msgpackBody(t, m), msgpackBody(t, map[string]any{"messages": []any{m}})} {
+			_, err := decodeIntake(body, true, lim)
+			var he *httpapi.Error
+			if !errors.As(err, &he) || he.Status != http.StatusBadRequest || !strings.Contains(he.Message, "want bin") {
+				t.Errorf("%x: err = %v, want 400 want bin", body, err)
+			}
 		}
 	}
 }

@@ -249,6 +249,8 @@ func TestDecodeTransportStrict(t *testing.T) {
 		{"version 2", `{"v":2,"group":"01","kind":"mls","payload":"00"}`, nil, "v"},
 		{"huge version", `{"v":99999999999,"group":"01","kind":"mls","payload":"00"}`, ErrMalformed, "v"},
 		{"unknown kind", `{"v":1,"group":"01","kind":"nostr","payload":"00"}`, nil, "kind"},
+		{"payload twice", `{"v":1,"group":"01","kind":"mls","payload":"00","payload":"01"}`, ErrDuplicateMember, "payload"},
+		{"v twice", `{"v":1,"v":1,"group":"01","kind":"mls","payload":"00"}`, ErrDuplicateMember, "v"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -261,6 +263,11 @@ func TestDecodeTransportStrict(t *testing.T) {
 			wantDecodeErr(t, err, c.sentinel, c.member)
 		})
 	}
+	// msgpack octets are bin: group as a str is refused.
+	groupStr := []byte{0x84, 0xa1, 'v', 0x01, 0xa5, 'g', 'r', 'o', 'u', 'p', 0xa1, 0x01, 0xa4, 'k', 'i', 'n', 'd', 0xa3, 'm', 'l', 's',
+		0xa7, 'p', 'a', 'y', 'l', 'o', 'a', 'd', 0xc4, 0x01, 0x00}
+	var m TransportMessage
+	wantDecodeErr(t, m.UnmarshalMsgpack(groupStr), ErrMalformed, "group")
 }
 
 func TestBytesText(t *testing.T) {
