@@ -145,7 +145,7 @@ func commitOf(op string, pm *framing.PublicMessage) (*group.Commit, error) {
 // feature the fabric does not support. The classification has no
 // MessageID: hashing a large commit is left to the callers that need it.
 func parsePublicHandshake(op string, mlsMessage []byte) (Classification, *framing.PublicMessage, error) {
-	c, err := classifyHeader(mlsMessage)
+	c, err := classifyFraming(mlsMessage)
 	if err != nil {
 		return c, nil, err
 	}

@@ -28,9 +28,9 @@ func BenchmarkClassify(b *testing.B) {
 				}
 			}
 		})
-		b.Run(name+"/header-only", func(b *testing.B) {
+		b.Run(name+"/without-id", func(b *testing.B) {
 			for b.Loop() {
-				if _, err := classifyHeader(msg); err != nil {
+				if _, err := classifyFraming(msg); err != nil {
 					b.Fatal(err)
 				}
 			}

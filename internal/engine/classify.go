@@ -65,14 +65,17 @@ type Classification struct {
 // SupportedCipherSuite reports whether mls-go implements cs (RFC 9420 suites 1–3).
 func SupportedCipherSuite(cs uint16) bool { return cs >= 1 && cs <= 3 }
 
-// Classify reads the header of an MLSMessage (RFC 9420 §6) without decoding
-// its body: wire format, content type, group id and epoch where they are in
-// the clear, and the message id. Malformed bytes fail closed with category
+// Classify reads the header of an MLSMessage (RFC 9420 §6): wire format,
+// content type, group id and epoch where they are in the clear, and the
+// message id. It walks the whole framing, and a Welcome's, GroupInfo's and
+// KeyPackage's structure, to the last byte without decrypting or copying
+// anything, so a cut, padded or garbled message is malformed here, before
+// convergence. Malformed bytes fail closed with category
 // invalid_encoding; another protocol version, an unknown wire format or an
 // unimplemented cipher suite with unsupported_required_feature. It never
 // panics on any input.
 func Classify(mlsMessage []byte) (Classification, error) {
-	c, err := classifyHeader(mlsMessage)
+	c, err := classifyFraming(mlsMessage)
 	if err != nil {
 		return Classification{}, err
 	}
@@ -80,7 +83,7 @@ func Classify(mlsMessage []byte) (Classification, error) {
 	return c, nil
 }
 
-func classifyHeader(b []byte) (Classification, error) {
+func classifyFraming(b []byte) (Classification, error) {
 	var c Classification
 	r := reader{b: b}
 	version, ok := r.u16()
@@ -124,8 +127,8 @@ func classifyHeader(b []byte) (Classification, error) {
 			return c, malformedInput(ErrTruncated)
 		}
 		c.ContentType = ContentType(ct)
-		if r.off == len(b) {
-			return c, malformedInput(ErrTruncated)
+		if !walkPublicBody(&r, c.ContentType, c.Sender) {
+			return c, bodyError(r.err())
 		}
 	case WirePrivateMessage:
 		if !r.varBytes(&c.GroupID) || !r.u64(&c.Epoch) {
@@ -155,6 +158,9 @@ func classifyHeader(b []byte) (Classification, error) {
 		}
 		c.CipherSuite = cs
 		c.Class = schema.ClassWelcome
+		if SupportedCipherSuite(cs) && !walkWelcomeBody(&r) {
+			return c, bodyError(r.err())
+		}
 	case WireGroupInfo:
 		var gcVersion uint16
 		if gcVersion, ok = r.u16(); !ok {
@@ -171,6 +177,9 @@ func classifyHeader(b []byte) (Classification, error) {
 		}
 		c.HasEpoch = true
 		c.Class = schema.ClassGroupInfo
+		if SupportedCipherSuite(c.CipherSuite) && !walkGroupInfoBody(&r) {
+			return c, bodyError(r.err())
+		}
 	case WireKeyPackage:
 		var kpVersion uint16
 		if kpVersion, ok = r.u16(); !ok {
@@ -183,6 +192,9 @@ func classifyHeader(b []byte) (Classification, error) {
 			return c, malformedInput(ErrTruncated)
 		}
 		c.Class = schema.ClassKeyPackage
+		if SupportedCipherSuite(c.CipherSuite) && !walkKeyPackageBody(&r) {
+			return c, bodyError(r.err())
+		}
 	default:
 		return c, unsupportedInput(ErrWireFormat)
 	}
@@ -201,9 +213,6 @@ func classifyHeader(b []byte) (Classification, error) {
 	default:
 		if !SupportedCipherSuite(c.CipherSuite) {
 			return c, unsupportedInput(ErrCipherSuite)
-		}
-		if r.off == len(b) {
-			return c, malformedInput(ErrTruncated)
 		}
 	}
 	return c, nil

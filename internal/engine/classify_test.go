@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -202,4 +203,44 @@ func FuzzClassify(f *testing.F) {
 			t.Fatalf("classification %+v", c)
 		}
 	})
+}
+
+// Inbound processing runs the encoding checks before convergence: a real
+// message of any wire format cut anywhere (a commit to half its length or
+// one byte short, a Welcome to 10 bytes or one byte short), or with a byte
+// appended, is invalid_encoding at classification, never left for
+// convergence to call stale_epoch or to fail on later.
+func TestTruncatedOrPaddedMessageIsInvalidEncoding(t *testing.T) {
+	samples, err := testpeer.Samples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range samples {
+		t.Run(s.Name, func(t *testing.T) {
+			if _, err := Classify(s.MLS); err != nil {
+				t.Fatalf("whole message: %v", err)
+			}
+			for n := range len(s.MLS) {
+				if _, err := Classify(s.MLS[:n]); CategoryOf(err) != schema.CategoryInvalidEncoding {
+					t.Fatalf("cut to %d of %d bytes: err = %v, want invalid_encoding", n, len(s.MLS), err)
+				}
+			}
+			padded := append(bytes.Clone(s.MLS), 0)
+			if _, err := Classify(padded); CategoryOf(err) != schema.CategoryInvalidEncoding || !errors.Is(err, ErrTrailing) {
+				t.Fatalf("a byte appended: err = %v, want invalid_encoding (trailing)", err)
+			}
+		})
+	}
+}
+
+// A structure whose layout an extension defines cannot be delimited, so it
+// is an unsupported feature rather than malformed input.
+func TestUnknownProposalTypeIsUnsupported(t *testing.T) {
+	// A PublicMessage proposal from an external sender (index 0) of proposal
+	// type 0x0a0a, then an empty signature.
+	msg := []byte{0, 1, 0, 1, 1, 0xAA, 0, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 2, 0x0a, 0x0a, 0}
+	_, err := Classify(msg)
+	if CategoryOf(err) != schema.CategoryUnsupportedRequiredFeature || !errors.Is(err, ErrProposalType) {
+		t.Fatalf("err = %v, want unsupported_required_feature (proposal type)", err)
+	}
 }

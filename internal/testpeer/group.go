@@ -341,6 +341,17 @@ func (g *Group) Leave() (Message, error) {
 	return g.emit(b, g.Epoch(), true)
 }
 
+// GroupInfo returns the signed GroupInfo of the member's current epoch as
+// MLSMessage bytes (wire format mls_group_info), ratchet tree included.
+func (g *Group) GroupInfo() (Message, error) {
+	info, err := g.state.GetGroupInfo(g.peer.sig)
+	if err != nil {
+		return Message{}, fmt.Errorf("testpeer %s: group info: %w", g.peer.name, err)
+	}
+	b := (&framing.MLSMessage{GroupInfo: info.Marshal()}).Marshal()
+	return g.emit(b, g.Epoch(), false)
+}
+
 // Commit commits the proposals the member has received (a leave request, for
 // instance); with none it is an empty commit that updates the member's path.
 func (g *Group) Commit() (Message, error) {
