@@ -87,6 +87,9 @@ func (o *outcomes) start(ctx context.Context, tenant string, notes []outcomeNote
 		if p != nil && p.Status == n.Status && p.Disposition == n.Disposition && p.Category == n.Category && p.NamedOutcome == n.Named {
 			continue
 		}
+		if p != nil && refusesRoutingOfApplied(p, n) {
+			continue
+		}
 		// Without a record the stored input is the first one (ingest
 		// answers it as queued, revision 1).
 		rev := uint64(1)
@@ -121,6 +124,15 @@ func (o *outcomes) start(ctx context.Context, tenant string, notes []outcomeNote
 		prev[subjects[i]] = rec
 	}
 	return ow, nil
+}
+
+// refusesRoutingOfApplied reports a wrong_recipient decision about one copy
+// of a message (a Welcome posted with another group as its hint) after
+// another copy of the same bytes was applied: the refusal is about the
+// copy's routing, and must not hide the applied decision under the same
+// message id (docs/ingest.md, "Routing").
+func refusesRoutingOfApplied(p *schema.Outcome, n outcomeNote) bool {
+	return n.Category == schema.CategoryWrongRecipient && p.Status == schema.StatusQueued && p.Disposition == schema.DispositionAccepted
 }
 
 // await waits for every record start sent.

@@ -305,10 +305,12 @@ func preConvergence(c schema.Category) bool {
 // its group's input subject: ingest writes queued only after the input's
 // publish was acknowledged, and convergence (which keeps status queued with
 // a disposition, or rejects terminally) only writes about input it took
-// from there. A pre-convergence rejection, or wrong_recipient for a
-// transport that named another group, does not: the same bytes may enter
-// later. Ingest never writes on top of an admitted input's record, and an
-// admitted input delivered again is a duplicate.
+// from there. A pre-convergence rejection does not: the same bytes may
+// enter later. Nor does wrong_recipient, ingest's or convergence's: it
+// refuses the routing (the transport's group, a Welcome's hint), not the
+// bytes, so a copy of the same bytes routed right is not its duplicate
+// (docs/ingest.md, "Routing"). Ingest never writes on top of an admitted
+// input's record, and an admitted input delivered again is a duplicate.
 func admitted(l *latest) bool {
 	if l == nil {
 		return false
@@ -317,11 +319,7 @@ func admitted(l *latest) bool {
 	switch {
 	case r.Status == schema.StatusQueued:
 		return true
-	case preConvergence(r.Category):
-		return false
-	case r.Category == schema.CategoryWrongRecipient && r.Class != schema.ClassWelcome:
-		// Ingest's routing check; convergence gives wrong_recipient only to
-		// a Welcome.
+	case preConvergence(r.Category), r.Category == schema.CategoryWrongRecipient:
 		return false
 	}
 	return r.Status == schema.StatusRejected
