@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/subject"
@@ -52,14 +53,39 @@ func TestSecondCopyOfMessageIDIsDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A later message shows the copy has been processed before it.
-	later := must[testpeer.Message](t)(g.SendText("after the copy"))
-	e.publish(later)
-	evs := e.waitEvents(h.rec.ClientID, 3)
-	if r := evs[2].Event.MessageReceived; r == nil || !r.MessageID.Equal(later.ID) {
-		t.Fatalf("third event %s, want the later message", describe(evs[2].Event))
+	e.barrier(g, h.rec.ClientID, 3)
+	e.wantOutcomeKept(m.ID, first)
+}
+
+// A wrong-hint copy that converge refuses after the genuine copy was
+// applied leaves the applied decision as the message's outcome.
+func TestRoutingRefusalKeepsAppliedWelcomeOutcome(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 2)
+	e.worker("w1", nil)
+	alice := peer(t, "alice")
+	_, welcome1 := e.invited(alice, h)
+	g2, err := alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.outcome(later.ID)
-	if o := e.outcome(m.ID); o.Disposition != first.Disposition || o.Status != first.Status || o.Revision != first.Revision {
-		t.Fatalf("first decision overwritten: %+v, was %+v", o, first)
+	_, welcome2, err := g2.Invite(h.kps[1])
+	if err != nil {
+		t.Fatal(err)
 	}
+	e.publish(welcome1)
+	e.publish(welcome2)
+	e.waitEvents(h.rec.ClientID, 2)
+	applied := e.settledOutcome(welcome1.ID)
+	if applied.Disposition != schema.DispositionAccepted {
+		t.Fatalf("welcome: %+v", applied)
+	}
+
+	// The same Welcome hinted at the other group, then a message of that
+	// group: its inputs are in order, so the copy is decided before it.
+	copyTo2 := welcome1
+	copyTo2.Transport.Group = g2.ID()
+	e.publish(copyTo2)
+	e.barrier(g2, h.rec.ClientID, 3)
+	e.wantOutcomeKept(welcome1.ID, applied)
 }

@@ -247,3 +247,63 @@ func (e *env) outcome(id []byte) schema.Outcome {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// startIngest runs an ingest worker on the env's server and returns a
+// function that submits one transport message through it.
+func (e *env) startIngest() func(schema.TransportMessage) ingest.Result {
+	e.t.Helper()
+	verifier, err := auth.NewVerifier([]byte(strings.Repeat("v", 32)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	svc, err := ingest.New(ingest.Config{Conn: e.nc, Verifier: verifier, Logger: quiet()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := svc.Start(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = svc.Shutdown(e.ctx) })
+	return func(m schema.TransportMessage) ingest.Result {
+		e.t.Helper()
+		res, err := svc.Submit(e.ctx, tenant, "test", []schema.TransportMessage{m})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return res[0]
+	}
+}
+
+// barrier publishes a new message of g and waits for it as the client's
+// n-th event: a group's inputs are applied in order, so whatever was
+// published to g before it has been decided.
+func (e *env) barrier(g *testpeer.Group, clientID string, n int) {
+	e.t.Helper()
+	later := must[testpeer.Message](e.t)(g.SendText("barrier"))
+	e.publish(later)
+	evs := e.waitEvents(clientID, n)
+	if r := evs[n-1].Event.MessageReceived; r == nil || !r.MessageID.Equal(later.ID) {
+		e.t.Fatalf("event %d %s, want the barrier message", n, describe(evs[n-1].Event))
+	}
+	e.settledOutcome(later.ID)
+}
+
+// wantOutcomeKept fails unless an input's outcome is still was.
+func (e *env) wantOutcomeKept(id []byte, was schema.Outcome) {
+	e.t.Helper()
+	if o := e.outcome(id); o.Disposition != was.Disposition || o.Status != was.Status || o.Revision != was.Revision {
+		e.t.Fatalf("decision overwritten: %+v, was %+v", o, was)
+	}
+}
+
+// hostedInvite registers a hosted client (of bob's account, one
+// KeyPackage), starts converge worker w1, and has alice make a group and a
+// Welcome of the client into it.
+func (e *env) hostedInvite() (h hosted, alice *testpeer.Peer, g *testpeer.Group, welcome testpeer.Message) {
+	e.t.Helper()
+	h = e.register(peer(e.t, "bob").AccountID(), 1)
+	e.worker("w1", nil)
+	alice = peer(e.t, "alice")
+	g, welcome = e.invited(alice, h)
+	return h, alice, g, welcome
+}

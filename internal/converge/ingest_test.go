@@ -1,11 +1,11 @@
 package converge
 
 import (
-	"strings"
+	"bytes"
+	"crypto/rand"
 	"testing"
 
-	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -17,32 +17,9 @@ import (
 // moves from queued to accepted.
 func TestThroughIngestSealed(t *testing.T) {
 	e := newEnv(t)
-	verifier, err := auth.NewVerifier([]byte(strings.Repeat("v", 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := ingest.New(ingest.Config{Conn: e.nc, Verifier: verifier, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Shutdown(e.ctx) })
-	h := e.register(peer(t, "bob").AccountID(), 1)
-	e.worker("w1", nil)
-
-	alice := peer(t, "alice")
-	g, welcome := e.invited(alice, h)
-	submit := func(m testpeer.Message) ingest.Result {
-		t.Helper()
-		res, err := svc.Submit(e.ctx, tenant, "test", []schema.TransportMessage{m.Transport})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res[0]
-	}
-	if r := submit(welcome); r.Status != schema.StatusQueued {
+	submit := e.startIngest()
+	h, alice, g, welcome := e.hostedInvite()
+	if r := submit(welcome.Transport); r.Status != schema.StatusQueued {
 		t.Fatalf("welcome: %+v", r)
 	}
 	e.waitEvents(h.rec.ClientID, 1)
@@ -54,7 +31,7 @@ func TestThroughIngestSealed(t *testing.T) {
 	}
 	// ingest may not have seen the keys yet: then it defers the object
 	// and retries it when they arrive.
-	if r := submit(m); r.Status == schema.StatusRejected {
+	if r := submit(m.Transport); r.Status == schema.StatusRejected {
 		t.Fatalf("sealed message rejected: %+v", r)
 	}
 	evs := e.waitEvents(h.rec.ClientID, 2)
@@ -63,5 +40,60 @@ func TestThroughIngestSealed(t *testing.T) {
 	}
 	if o := e.settledOutcome(m.ID); o.Disposition != schema.DispositionAccepted || o.Revision < 2 {
 		t.Fatalf("outcome %+v, want accepted after ingest's queued record", o)
+	}
+}
+
+// A Welcome posted with a wrong routing hint (a wildcard, random bytes,
+// another group) is refused for its routing, and refusing it never makes
+// the genuine copy, the same MLS bytes with the right hint, a duplicate:
+// the hosted client joins and the group's next message is delivered, not
+// unknown_group. Anyone who may post to a tenant's intake could otherwise
+// block any join.
+func TestWelcomeWithWrongHintDoesNotBlockJoin(t *testing.T) {
+	e := newEnv(t)
+	submit := e.startIngest()
+	h, alice, g, welcome := e.hostedInvite()
+	other, err := alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	random := make([]byte, 16)
+	rand.Read(random)
+	for _, hint := range [][]byte{[]byte("*.>"), random, other.ID()} {
+		wrong := welcome.Transport
+		wrong.Group = hint
+		if r := submit(wrong); r.Status != schema.StatusQueued {
+			t.Fatalf("wrong hint %x: %+v, want queued (only convergence can read a Welcome's group)", hint, r)
+		}
+		if o := e.settledOutcome(welcome.ID); o.Category != schema.CategoryWrongRecipient {
+			t.Fatalf("wrong hint %x: outcome %+v, want wrong_recipient", hint, o)
+		}
+	}
+
+	if r := submit(welcome.Transport); r.Status != schema.StatusQueued {
+		t.Fatalf("genuine Welcome after wrong-hint copies: %+v, want queued", r)
+	}
+	evs := e.waitEvents(h.rec.ClientID, 1)
+	if j := evs[0].Event.ConversationJoined; j == nil || !bytes.Equal(j.GroupID, g.ID()) {
+		t.Fatalf("first event %s, want conversation.joined", describe(evs[0].Event))
+	}
+	if o := e.settledOutcome(welcome.ID); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("genuine Welcome outcome %+v, want accepted", o)
+	}
+
+	m := must[testpeer.Message](t)(g.SendText("after the join"))
+	if r := submit(m.Transport); r.Status != schema.StatusQueued {
+		t.Fatalf("the group's next message: %+v, want queued", r)
+	}
+	evs = e.waitEvents(h.rec.ClientID, 2)
+	if r := evs[1].Event.MessageReceived; r == nil || !r.MessageID.Equal(m.ID) {
+		t.Fatalf("second event %s, want the message", describe(evs[1].Event))
+	}
+
+	// Once applied, any copy is a duplicate, whatever its hint.
+	wrong := welcome.Transport
+	wrong.Group = random
+	if r := submit(wrong); r.Status != schema.StatusRejected || r.Category != schema.CategoryDuplicate {
+		t.Fatalf("wrong-hint copy after the join: %+v, want duplicate", r)
 	}
 }
