@@ -38,19 +38,36 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 		if err != nil {
 			return err
 		}
-		t := w.newTxn(tenant, g)
+		t := w.newTxn(ctx, tenant, g)
 		changed, err := body(ctx, t, g)
+		if err == nil {
+			err = t.err
+		}
 		if err != nil || !changed {
 			delete(part.groups, key) // the body may have moved ratchets
 			return err
 		}
-		next, events, written, err := w.prepare(ctx, g, t)
+		next, events, ix, written, err := w.prepare(ctx, g, t)
 		if err != nil {
 			delete(part.groups, key)
 			w.purge(ctx, written)
 			return err
 		}
-		ckSeq, err := commitBatch(ctx, w.js, w.cfg.MaxBatch, tenant, groupHex, g.ckSeq, next, events)
+		var ckSeq uint64
+		if w.fits(events, ix) {
+			ckSeq, err = commitBatch(ctx, w.js, w.cfg.MaxBatch, tenant, groupHex, g.ckSeq, next, events, ix)
+		} else {
+			var first []*nats.Msg
+			var more []string
+			first, more, err = w.spill(ctx, tenant, groupHex, &next, events, ix)
+			written = append(written, more...)
+			if err != nil {
+				delete(part.groups, key)
+				w.purge(ctx, written)
+				return err
+			}
+			ckSeq, err = commitBatch(ctx, w.js, w.cfg.MaxBatch, tenant, groupHex, g.ckSeq, next, nil, first)
+		}
 		delete(part.groups, key)
 		if err != nil && !errors.Is(err, ErrFenced) {
 			// The batch may have been stored even so (a lost ack): the
@@ -69,20 +86,33 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 		if err != nil {
 			return err
 		}
+		if lg := part.groups[key]; lg != nil {
+			if err := w.drain(ctx, part, lg); err != nil {
+				return err
+			}
+		}
 		return ow.await(ctx)
 	}
 	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
 }
 
 // newTxn starts a transaction over a loaded group.
-func (w *Worker) newTxn(tenant string, g *loadedGroup) *txn {
-	return &txn{tenant: tenant, g: g.state, members: g.members, chunks: maps.Clone(g.chunks), dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir}
+func (w *Worker) newTxn(ctx context.Context, tenant string, g *loadedGroup) *txn {
+	return &txn{
+		tenant: tenant, g: g.state, members: g.members, chunks: maps.Clone(g.chunks),
+		dirty: map[string]bool{}, ratchet: map[string]bool{}, now: w.cfg.Now().UnixMilli(), mls: w.cfg.MLS, dir: w.dir,
+		read: func(id []byte) (*storedMessage, error) {
+			return w.readEntry(ctx, tenant, g.groupHex, id)
+		},
+		expiry: slices.Clone(g.state.Expiry),
+	}
 }
 
-// prepare writes the state blobs of a transaction and builds its checkpoint
-// and events. Nothing it writes is current until the checkpoint commits;
-// it returns the keys it wrote, so a failed commit can remove them.
-func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []eventbus.Event, []string, error) {
+// prepare writes the state blobs of a transaction and builds its checkpoint,
+// its events and the messages of its index writes. Nothing it writes is
+// current until the checkpoint commits; it returns the keys it wrote, so a
+// failed commit can remove them.
+func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []eventbus.Event, []*nats.Msg, []string, error) {
 	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: t.name, Members: map[string]string{}, Outcomes: t.notes, Consumed: t.consumed, Worker: w.cfg.WorkerID}
 	if t.inputSeq != 0 {
 		next.InputSeq = t.inputSeq
@@ -118,7 +148,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
-		return checkpoint{}, nil, nil, err
+		return checkpoint{}, nil, nil, nil, err
 	}
 	blobs := make(map[string][]byte, len(save)+1)
 	for i, m := range save {
@@ -137,23 +167,21 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		}
 	}
 	// The group state goes last: the loop above counts unsaved ratchets.
-	chunks, chunkBlobs, stored, err := t.g.storeIndex(g.tenant, g.groupHex, g.ck.Chunks)
+	sb, err := t.g.encode()
 	if err != nil {
-		return checkpoint{}, nil, nil, err
-	}
-	next.Chunks = chunks
-	maps.Copy(blobs, chunkBlobs)
-	sb, err := stored.encode()
-	if err != nil {
-		return checkpoint{}, nil, nil, err
+		return checkpoint{}, nil, nil, nil, err
 	}
 	if next.State, err = blobKey(g.tenant, g.groupHex, ""); err != nil {
-		return checkpoint{}, nil, nil, err
+		return checkpoint{}, nil, nil, nil, err
 	}
 	blobs[next.State] = sb
+	ix, err := indexMsgs(g.tenant, g.groupHex, &t.ix)
+	if err != nil {
+		return checkpoint{}, nil, nil, nil, err
+	}
 	written, parts, err := w.putBlobs(ctx, blobs)
 	if err != nil {
-		return checkpoint{}, nil, written, err
+		return checkpoint{}, nil, nil, written, err
 	}
 	for _, k := range next.named() {
 		if n := g.ck.Parts[k]; n > 0 && parts[k] == 0 {
@@ -170,7 +198,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	// fence's sequence, so the record written after the commit replaces it.
 	if len(g.ck.Members) == 0 && len(t.g.active()) > 0 {
 		if err := w.publishGroup(ctx, g.tenant, g.groupHex, t.g, g.ckSeq); err != nil {
-			return checkpoint{}, nil, written, err
+			return checkpoint{}, nil, nil, written, err
 		}
 	}
 	dmKey := dmConversationKey(t.g.components())
@@ -188,7 +216,11 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		}
 		events = append(events, ev)
 	}
-	return next, events, written, nil
+	if t.ix.size() > 0 {
+		// Read by the next transactions until the batch is stored.
+		t.g.unstored = append(t.g.unstored, &t.ix)
+	}
+	return next, events, ix, written, nil
 }
 
 // unnamed returns the keys of written that the group's newest checkpoint
@@ -361,6 +393,8 @@ func (w *Worker) consumeKeyPackages(ctx context.Context, tenant string, kps []co
 // blobs the new checkpoint no longer names.
 func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
 	key := g.tenant + "." + g.groupHex
+	t.g.unstored = slices.DeleteFunc(t.g.unstored, func(x *indexWrites) bool { return x == &t.ix })
+	w.purgePages(ctx, g.tenant, g.groupHex, t.expiry, t.g.Expiry)
 	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members, chunks: t.chunks})
 	part.setExpiry(key, next.NextExpiry)
 	for _, e := range events {
@@ -499,6 +533,7 @@ type staged struct {
 	t       *txn
 	next    checkpoint
 	events  []eventbus.Event
+	ix      []*nats.Msg
 	written []string
 	used    int
 }
@@ -521,12 +556,13 @@ func (w *Worker) commitShared(ctx context.Context, part *partition, runs []*grou
 		if s == nil {
 			continue
 		}
-		if n := len(s.events) + 1; size+n > w.cfg.MaxBatch {
+		n := len(s.events) + len(s.ix) + 1
+		if size+n > w.cfg.MaxBatch {
 			w.flush(ctx, part, batch)
 			batch, size = nil, 0
 		}
 		batch = append(batch, s)
-		size += len(s.events) + 1
+		size += n
 	}
 	w.flush(ctx, part, batch)
 }
@@ -540,7 +576,7 @@ func (w *Worker) stage(ctx context.Context, part *partition, r *groupRun) *stage
 	if err != nil {
 		return nil
 	}
-	t := w.newTxn(r.tenant, g)
+	t := w.newTxn(ctx, r.tenant, g)
 	used, applied, err := w.applyRun(ctx, t, g, r.ins)
 	if err != nil || !applied {
 		delete(part.groups, key)
@@ -549,13 +585,14 @@ func (w *Worker) stage(ctx context.Context, part *partition, r *groupRun) *stage
 		}
 		return nil
 	}
-	next, events, written, err := w.prepare(ctx, g, t)
-	if err != nil {
+	next, events, ix, written, err := w.prepare(ctx, g, t)
+	if err != nil || !w.fits(events, ix) {
+		// One batch too large is the per-group path's to split.
 		delete(part.groups, key)
 		w.purge(ctx, written)
 		return nil
 	}
-	return &staged{run: r, g: g, t: t, next: next, events: events, written: written, used: used}
+	return &staged{run: r, g: g, t: t, next: next, events: events, ix: ix, written: written, used: used}
 }
 
 // flush commits staged transactions in one atomic batch.
@@ -607,7 +644,7 @@ func (w *Worker) flush(ctx context.Context, part *partition, batch []*staged) {
 func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, error) {
 	if len(batch) == 1 {
 		s := batch[0]
-		seq, err := commitBatch(ctx, w.js, w.cfg.MaxBatch, s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next, s.events)
+		seq, err := commitBatch(ctx, w.js, w.cfg.MaxBatch, s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next, s.events, s.ix)
 		return []uint64{seq}, err
 	}
 	var msgs []*nats.Msg
@@ -620,6 +657,7 @@ func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, err
 			}
 			msgs = append(msgs, m)
 		}
+		msgs = append(msgs, s.ix...)
 		ck, err := checkpointMsg(s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next)
 		if err != nil {
 			return nil, err

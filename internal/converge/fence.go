@@ -51,8 +51,8 @@ type checkpoint struct {
 	// are retired after the batch (Marmot joining.md steps 11–12); a
 	// retry finds them here and retires them again, which is idempotent.
 	Consumed []consumedKeyPackage `msgpack:"consumed,omitempty"`
-	// Chunks name the blobs of the group's message index chunks, in
-	// order (index.go).
+	// Chunks name the blobs of a version 2 group state's message index
+	// chunks, in order (index.go); a version 3 checkpoint names none.
 	Chunks []chunkRef `msgpack:"chunks,omitempty"`
 	// MemberChunks name, per hosted client whose blob is a split
 	// convergence state, the blobs of its settled chunks, in order
@@ -61,6 +61,9 @@ type checkpoint struct {
 	// Parts counts the parts of each blob it names that was too large for
 	// one message (see putBlobs), so the parts go when the blob does.
 	Parts map[string]int `msgpack:"parts,omitempty"`
+	// Pending is the part of the transaction's batch not stored yet
+	// (spill.go): stored before any later input is applied.
+	Pending *pendingBatch `msgpack:"pending,omitempty"`
 	// Worker is the worker that wrote it (diagnostics only).
 	Worker string `msgpack:"worker"`
 }
@@ -80,6 +83,9 @@ func (c checkpoint) named() []string {
 	}
 	for _, keys := range c.MemberChunks {
 		out = append(out, keys...)
+	}
+	if c.Pending != nil {
+		out = append(out, c.Pending.Key)
 	}
 	return out
 }
@@ -138,15 +144,15 @@ func readCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 	return c, seq, nil
 }
 
-// commitBatch stores the events and the checkpoint as one atomic batch of
-// at most maxBatch messages, fenced on the checkpoint sequence the worker
+// commitBatch stores the events, the index writes ix and the checkpoint as
+// one atomic batch of at most maxBatch messages, fenced on the checkpoint sequence the worker
 // loaded (DESIGN section 5).
-func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tenant, groupHex string, expect uint64, ck checkpoint, events []eventbus.Event) (uint64, error) {
+func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tenant, groupHex string, expect uint64, ck checkpoint, events []eventbus.Event, ix []*nats.Msg) (uint64, error) {
 	body, err := encodeCheckpoint(ck)
 	if err != nil {
 		return 0, err
 	}
-	seq, err := eventbus.PublishBatch(ctx, js, events, eventbus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect}, eventbus.WithMaxBatch(maxBatch))
+	seq, err := eventbus.PublishBatch(ctx, js, events, eventbus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect}, eventbus.WithMaxBatch(maxBatch), eventbus.WithMessages(ix))
 	if errors.Is(err, eventbus.ErrFenced) || errors.Is(err, eventbus.ErrDuplicateEvent) || isConflict(err) {
 		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
 	}

@@ -30,7 +30,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 func FuzzDecodeGroupState(f *testing.F) {
 	g := newGroupState("t", []byte{1})
 	g.Members["c"] = &hostedMember{ClientID: "c", InboxID: "i", Installation: []byte{2}}
-	g.addMessage(storedMessage{ID: []byte{3}, ExpiresAt: 5})
+	g.queue(60).Head = 5
 	g.setKey(1, make([]byte, 32))
 	b, _ := g.encode()
 	f.Add(b)
@@ -45,7 +45,25 @@ func FuzzDecodeGroupState(f *testing.F) {
 		}
 		g.active()
 		g.nextExpiry()
-		g.message([]byte{3})
+	})
+}
+
+// FuzzDecodeIndex: stored index entries and expiry pages decode or fail,
+// never panic; a page decoded is sorted by expiry.
+func FuzzDecodeIndex(f *testing.F) {
+	e, _ := msgpack.Marshal(storedMessage{ID: make([]byte, 32), SenderInboxID: "i", SenderInstallation: []byte{2}, Seq: 9, ExpiresAt: 5})
+	p, _ := msgpack.Marshal([]expiryEntry{{ID: make([]byte, 32), ExpiresAt: 5}, {ID: []byte{1}, ExpiresAt: 7}})
+	f.Add(e)
+	f.Add(p)
+	f.Add([]byte{0x92, 0x80, 0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = decodeEntry(data)
+		page, err := decodePage(data)
+		for i := 1; err == nil && i < len(page); i++ {
+			if page[i].ExpiresAt < page[i-1].ExpiresAt {
+				t.Fatal("unsorted page decoded")
+			}
+		}
 	})
 }
 

@@ -73,6 +73,15 @@ type txn struct {
 	// chunks are the settled chunks stored for each member, brought up
 	// to date by prepare.
 	chunks map[string][]storedChunk
+	// ix are the transaction's changes of the message index (index.go);
+	// read reads the stored index, and err is the first read that failed:
+	// the transaction fails with it.
+	ix   indexWrites
+	read func(id []byte) (*storedMessage, error)
+	err  error
+	// expiry are the group's expiry queues as the transaction found them:
+	// the pages consumed since are purged once it is stored.
+	expiry []expiryQueue
 
 	mls MLS
 	dir directory
@@ -421,8 +430,10 @@ func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, err
 func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, opened func(*hostedMember) bool) {
 	comps := t.components()
 	msg := storedMessage{ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey, Seq: seq}
+	var secs uint64
 	if comps.Retention != nil && comps.Retention.DisappearingSecs > 0 {
-		msg.ExpiresAt = at + int64(comps.Retention.DisappearingSecs)*1000 // META-050
+		secs = uint64(comps.Retention.DisappearingSecs)
+		msg.ExpiresAt = at + int64(secs)*1000 // META-050
 	}
 	var ct *schema.ContentTypeID
 	var refID, target []byte
@@ -438,14 +449,13 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 	// PROC-037 / CTYPE-018: a deletion applies to a stored message of the
 	// same sender inbox, or by an admin.
 	var deleted *storedMessage
-	deletedAt := -1
-	if i := t.g.messageIndex(target); i >= 0 {
-		if s := &t.g.Messages[i]; !s.Deleted &&
-			(s.SenderInboxID == app.Sender.InboxID || components.IsAdmin(comps, app.Sender.InboxID)) {
-			deleted, deletedAt = s, i
-		}
+	if s := t.message(target); s != nil &&
+		(s.SenderInboxID == app.Sender.InboxID || components.IsAdmin(comps, app.Sender.InboxID)) {
+		deleted = s
 	}
-	ref := t.g.message(refID)
+	// EVENT-021: a message deleted or expired is no longer held: it has
+	// no entry.
+	ref := t.message(refID)
 	for _, m := range t.g.active() {
 		if bytes.Equal(m.Installation, app.Sender.InstallationKey) || !opened(m) {
 			continue
@@ -466,31 +476,9 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 		t.emit(m.ClientID, cause, evs...)
 	}
 	if deleted != nil {
-		t.g.deleteMessage(deletedAt)
+		t.unindex(deleted.ID)
 	}
-	t.g.addMessage(msg)
-}
-
-// expire is the cleanup pass under disappearing messages (META-063): every
-// message whose expiry has passed is deleted, with message.expired for each
-// member that holds it.
-func (t *txn) expire() bool {
-	any := false
-	for i := range t.g.Messages {
-		s := &t.g.Messages[i]
-		if s.Deleted || s.ExpiresAt == 0 || s.ExpiresAt > t.now {
-			continue
-		}
-		t.g.deleteMessage(i)
-		any = true
-		cause := append([]byte("expired:"), s.ID...)
-		for _, m := range t.g.active() {
-			if m.holds(s) {
-				t.emit(m.ClientID, cause, project.Expired(t.g.GroupID, s.ID))
-			}
-		}
-	}
-	return any
+	t.index(msg, secs)
 }
 
 // categoryOr returns the category an engine error carries, or def.

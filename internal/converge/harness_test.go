@@ -46,7 +46,13 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return newEnvWithin(t, 2*time.Minute)
+}
+
+// newEnvWithin is newEnv for a test that may take longer than two minutes.
+func newEnvWithin(t testing.TB, d time.Duration) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	n := natstest.Start(t, natstest.OverLoopback())
 	srv, nc, js := n.Server, n.Conn, n.JS
@@ -186,7 +192,13 @@ func (e *env) events(clientID string) []eventbus.Delivered {
 // waitEvents waits until a client has n converge events and returns them.
 func (e *env) waitEvents(clientID string, n int) []eventbus.Delivered {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	return e.waitEventsWithin(clientID, n, 20*time.Second)
+}
+
+// waitEventsWithin is waitEvents with its own timeout.
+func (e *env) waitEventsWithin(clientID string, n int, timeout time.Duration) []eventbus.Delivered {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		evs := e.events(clientID)
 		if len(evs) >= n || time.Now().After(deadline) {

@@ -1,116 +1,381 @@
 package converge
 
 import (
-	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/converge/project"
+	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/subject"
 )
 
-// The message index (groupState.Messages) is stored in chunks: the entries
-// of ordinals [c·messageChunkLen, (c+1)·messageChunkLen) form chunk c. A
-// full chunk is a blob of its own, written once and named by every later
-// checkpoint until an entry of it changes (a deletion or an expiry) or the
-// index drops all of it; the entries after the last full chunk ride inline
-// in the group state. So a transaction writes what it changed, not the
-// whole index: up to maxMessages entries of about 200 bytes each.
+// The message index is stored, not held: every message a group holds has
+// an entry on <checkpoint subject>.m.<message id hex> in FABRIC_EVENTS,
+// written in the atomic batch of the transaction that indexed it, behind
+// the same fence as its checkpoint (never ahead of it, never by a worker
+// that lost the group). No bound of memory decides what a reply, a
+// deletion or an expiry finds (EVENT-021, PROC-037, META-063). An entry
+// is replaced by a rollup of its subject; a message deleted, expired or
+// withdrawn is removed by a rollup with an empty body that expires a
+// second later, so the subject is empty: an absent entry is a message the
+// group does not hold.
+//
+// Expiry is found without reading every entry: each transaction appends
+// one page per disappearing-messages duration, its entries sorted by
+// expiry, on <checkpoint subject>.x.<seconds>. Within one duration, pages
+// follow stream time, so each is a queue read from its head
+// (groupState.Expiry); consumed pages are purged.
+const (
+	entryToken = "m"
+	pageToken  = "x"
+	// removedTTL is how long the empty rollup that removes an entry stays.
+	removedTTL = "1s"
+)
+
+// expiryEntry is one message of an expiry page.
+type expiryEntry struct {
+	ID        []byte `msgpack:"id"`
+	ExpiresAt int64  `msgpack:"expires_at"`
+}
+
+// expiryQueue is where the cleanup pass stands in the pages of one
+// duration.
+type expiryQueue struct {
+	Secs uint64 `msgpack:"secs"`
+	// Seq is the stream sequence the next page is read from (the page
+	// being consumed, or a later one); Offset counts the entries of that
+	// page already consumed.
+	Seq    uint64 `msgpack:"seq"`
+	Offset int    `msgpack:"offset,omitempty"`
+	// Head is the earliest expiry the queue may hold (unix ms), 0 when it
+	// holds none.
+	Head int64 `msgpack:"head,omitempty"`
+}
+
+// legacySecs names the queue of the entries of an index stored before
+// version 3, whose durations are not known: one page sorted by expiry.
+const legacySecs = 0
+
+// indexWrites are the index changes of one transaction, by message id: an
+// entry to store, or nil to remove it; and the expiry entries to append,
+// by duration.
+type indexWrites struct {
+	entries map[string]*storedMessage
+	order   []string
+	pages   map[uint64][]expiryEntry
+}
+
+func (x *indexWrites) set(id []byte, s *storedMessage) {
+	if x.entries == nil {
+		x.entries = map[string]*storedMessage{}
+	}
+	k := string(id)
+	if _, ok := x.entries[k]; !ok {
+		x.order = append(x.order, k)
+	}
+	x.entries[k] = s
+}
+
+// size is how many messages the writes add to a batch.
+func (x *indexWrites) size() int { return len(x.order) + len(x.pages) }
+
+// indexedID reports whether id can have an entry: message ids are SHA-256
+// hashes; a reference of any other length names nothing the group holds.
+func indexedID(id []byte) bool { return len(id) == sha256.Size }
+
+// message finds what the group holds under id: this transaction's writes,
+// then those of transactions whose batches are not known stored yet, then
+// the stored index. nil when it holds no such message. A read that fails
+// fails the transaction (t.err).
+func (t *txn) message(id []byte) *storedMessage {
+	if !indexedID(id) {
+		return nil
+	}
+	k := string(id)
+	if s, ok := t.ix.entries[k]; ok {
+		return s
+	}
+	for i := len(t.g.unstored) - 1; i >= 0; i-- {
+		if s, ok := t.g.unstored[i].entries[k]; ok {
+			return s
+		}
+	}
+	if t.read == nil {
+		return nil
+	}
+	s, err := t.read(id)
+	if err != nil {
+		t.fail(err)
+		return nil
+	}
+	return s
+}
+
+// fail records the first error of a read the transaction depends on.
+func (t *txn) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// index stores a delivered message; secs is its disappearing-messages
+// duration, 0 for none.
+func (t *txn) index(s storedMessage, secs uint64) {
+	if !indexedID(s.ID) {
+		return
+	}
+	t.ix.set(s.ID, &s)
+	if s.ExpiresAt == 0 {
+		return
+	}
+	if t.ix.pages == nil {
+		t.ix.pages = map[uint64][]expiryEntry{}
+	}
+	t.ix.pages[secs] = append(t.ix.pages[secs], expiryEntry{ID: s.ID, ExpiresAt: s.ExpiresAt})
+	q := t.g.queue(secs)
+	if q.Head == 0 || s.ExpiresAt < q.Head {
+		q.Head = s.ExpiresAt
+	}
+}
+
+// unindex removes a message from the index: deleted, expired or withdrawn.
+func (t *txn) unindex(id []byte) {
+	if indexedID(id) {
+		t.ix.set(id, nil)
+	}
+}
+
+// queue returns the expiry queue of a duration, made when missing.
+func (g *groupState) queue(secs uint64) *expiryQueue {
+	for i := range g.Expiry {
+		if g.Expiry[i].Secs == secs {
+			return &g.Expiry[i]
+		}
+	}
+	g.Expiry = append(g.Expiry, expiryQueue{Secs: secs, Seq: 1})
+	slices.SortFunc(g.Expiry, func(a, b expiryQueue) int { return cmp.Compare(a.Secs, b.Secs) })
+	return g.queue(secs)
+}
+
+// indexMsgs are the batch messages that store a transaction's index
+// writes, in the order they were made.
+func indexMsgs(tenant, groupHex string, x *indexWrites) ([]*nats.Msg, error) {
+	if x.size() == 0 {
+		return nil, nil
+	}
+	ck, err := subject.Checkpoint(tenant, groupHex)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*nats.Msg, 0, x.size())
+	for _, k := range x.order {
+		m := nats.NewMsg(ck + "." + entryToken + "." + hex.EncodeToString([]byte(k)))
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		if s := x.entries[k]; s != nil {
+			if m.Data, err = msgpack.Marshal(s); err != nil {
+				return nil, fmt.Errorf("encode index entry: %w", err)
+			}
+			m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+		} else {
+			m.Header.Set(jetstream.MsgTTLHeader, removedTTL)
+		}
+		out = append(out, m)
+	}
+	for _, secs := range slices.Sorted(maps.Keys(x.pages)) {
+		page := x.pages[secs]
+		slices.SortStableFunc(page, func(a, b expiryEntry) int { return cmp.Compare(a.ExpiresAt, b.ExpiresAt) })
+		m := nats.NewMsg(pageSubject(ck, secs))
+		if m.Data, err = msgpack.Marshal(page); err != nil {
+			return nil, fmt.Errorf("encode expiry page: %w", err)
+		}
+		m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func pageSubject(ck string, secs uint64) string {
+	return ck + "." + pageToken + "." + strconv.FormatUint(secs, 10)
+}
+
+// readEntry reads a message's stored index entry; nil when there is none.
+func (w *Worker) readEntry(ctx context.Context, tenant, groupHex string, id []byte) (*storedMessage, error) {
+	ck, err := subject.Checkpoint(tenant, groupHex)
+	if err != nil {
+		return nil, err
+	}
+	seq, b, err := eventbus.ReadMsg(ctx, w.js, ck+"."+entryToken+"."+hex.EncodeToString(id), 0)
+	if err != nil {
+		return nil, fmt.Errorf("read index entry: %w", err)
+	}
+	if seq == 0 || len(b) == 0 {
+		return nil, nil
+	}
+	return decodeEntry(b)
+}
+
+func decodeEntry(b []byte) (*storedMessage, error) {
+	var s storedMessage
+	if err := msgpack.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("decode index entry: %w", err)
+	}
+	return &s, nil
+}
+
+// decodePage reads an expiry page; its entries must be sorted by expiry,
+// as the cleanup pass reads them.
+func decodePage(b []byte) ([]expiryEntry, error) {
+	var page []expiryEntry
+	if err := msgpack.Unmarshal(b, &page); err != nil {
+		return nil, fmt.Errorf("decode expiry page: %w", err)
+	}
+	if !slices.IsSortedFunc(page, func(a, b expiryEntry) int { return cmp.Compare(a.ExpiresAt, b.ExpiresAt) }) {
+		return nil, errors.New("decode expiry page: not sorted by expiry")
+	}
+	return page, nil
+}
+
+// readPage reads the first expiry page of a duration at or after sequence
+// from; seq 0 when there is none.
+func (w *Worker) readPage(ctx context.Context, tenant, groupHex string, secs, from uint64) ([]expiryEntry, uint64, error) {
+	ck, err := subject.Checkpoint(tenant, groupHex)
+	if err != nil {
+		return nil, 0, err
+	}
+	seq, b, err := eventbus.ReadMsg(ctx, w.js, pageSubject(ck, secs), max(from, 1))
+	if err != nil || seq == 0 {
+		return nil, 0, err
+	}
+	page, err := decodePage(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	return page, seq, nil
+}
+
+// purgePages removes the consumed expiry pages of a group, those before
+// each queue's Seq. It does not wait: a page that stays is only space, the
+// queue never reads it again.
+func (w *Worker) purgePages(ctx context.Context, tenant, groupHex string, before, after []expiryQueue) {
+	ck, err := subject.Checkpoint(tenant, groupHex)
+	if err != nil {
+		return
+	}
+	s, err := w.js.Stream(ctx, streams.StreamEvents)
+	if err != nil {
+		return
+	}
+	for _, q := range after {
+		if i := slices.IndexFunc(before, func(b expiryQueue) bool { return b.Secs == q.Secs }); i >= 0 && before[i].Seq == q.Seq {
+			continue
+		}
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject(pageSubject(ck, q.Secs)), jetstream.WithPurgeSequence(q.Seq)); err != nil {
+			w.log.Debug("converge: purge expiry pages", "err", err)
+		}
+	}
+}
+
+// expire is the cleanup pass under disappearing messages (META-063): every
+// message whose expiry has passed is removed from the index, with
+// message.expired for each member that holds it. It stops before the
+// transaction's batch would hold more than budget messages; what is left
+// stays due.
+func (t *txn) expire(read func(secs, from uint64) ([]expiryEntry, uint64, error), budget int) (bool, error) {
+	expired := false
+	per := len(t.g.active()) + 1
+	for i := range t.g.Expiry {
+		q := &t.g.Expiry[i]
+		for q.Head != 0 && q.Head <= t.now {
+			page, seq, err := read(q.Secs, q.Seq)
+			if err != nil {
+				return expired, err
+			}
+			if seq == 0 {
+				q.Head, q.Offset = 0, 0
+				break
+			}
+			if seq != q.Seq {
+				q.Seq, q.Offset = seq, 0
+			}
+			for q.Offset < len(page) && page[q.Offset].ExpiresAt <= t.now {
+				if t.size()+per > budget {
+					return expired, nil
+				}
+				e := page[q.Offset]
+				q.Offset++
+				s := t.message(e.ID)
+				if t.err != nil {
+					return expired, t.err
+				}
+				// A message deleted before, or delivered again since
+				// with another expiry, is not this entry's.
+				if s == nil || s.ExpiresAt != e.ExpiresAt {
+					continue
+				}
+				t.unindex(e.ID)
+				expired = true
+				cause := append([]byte("expired:"), e.ID...)
+				for _, m := range t.g.active() {
+					if m.holds(s) {
+						t.emit(m.ClientID, cause, project.Expired(t.g.GroupID, e.ID))
+					}
+				}
+			}
+			if q.Offset < len(page) {
+				q.Head = page[q.Offset].ExpiresAt
+				break
+			}
+			q.Seq, q.Offset = seq+1, 0
+			next, nseq, err := read(q.Secs, q.Seq)
+			if err != nil {
+				return expired, err
+			}
+			q.Head = 0
+			if nseq != 0 && len(next) > 0 {
+				q.Head = next[0].ExpiresAt
+			}
+		}
+	}
+	return expired, nil
+}
+
+// size is how many messages the transaction's batch holds so far, its
+// checkpoint aside.
+func (t *txn) size() int { return len(t.events) + t.ix.size() }
+
+// The index before version 3 was kept whole in the group state, its full
+// chunks of messageChunkLen entries in blobs of their own (checkpoint
+// Chunks). It is still read, and moved into the stored index (migrate)
+// before the group's first transaction.
 const messageChunkLen = 128
 
-// messageChunk is the stored form of one full chunk. First is the ordinal
-// of Messages[0]: the chunk's first ordinal, or later when the index had
-// dropped its oldest entries before the chunk was written again.
+// messageChunk is the stored form of one full chunk of a version 2 index.
 type messageChunk struct {
 	First    uint64          `msgpack:"first"`
 	Messages []storedMessage `msgpack:"messages"`
 }
 
-// chunkRef names the blob of chunk N.
+// chunkRef names the blob of chunk N of a version 2 index.
 type chunkRef struct {
 	N   uint64 `msgpack:"n"`
 	Key string `msgpack:"key"`
 }
 
-// messageIndex returns the position in Messages of the message id, or -1.
-func (g *groupState) messageIndex(id []byte) int {
-	if len(id) == 0 {
-		return -1 // most messages reference nothing: no scan
-	}
-	return slices.IndexFunc(g.Messages, func(m storedMessage) bool { return bytes.Equal(m.ID, id) })
-}
-
-// message finds a stored message by id, for reading: a change goes through
-// deleteMessage.
-func (g *groupState) message(id []byte) *storedMessage {
-	if i := g.messageIndex(id); i >= 0 {
-		return &g.Messages[i]
-	}
-	return nil
-}
-
-// deleteMessage marks Messages[i] deleted.
-func (g *groupState) deleteMessage(i int) {
-	g.Messages[i].Deleted = true
-	if g.touched == nil {
-		g.touched = map[uint64]bool{}
-	}
-	g.touched[(g.MessageBase+uint64(i))/messageChunkLen] = true
-}
-
-// addMessage indexes a message, dropping the oldest beyond the bound.
-func (g *groupState) addMessage(m storedMessage) {
-	g.Messages = append(g.Messages, m)
-	if drop := len(g.Messages) - maxMessages; drop > 0 {
-		g.Messages = slices.Delete(g.Messages, 0, drop)
-		g.MessageBase += uint64(drop)
-	}
-}
-
-// fullChunks returns the numbers of the index's full chunks, first to
-// last (first > last when there are none), and how many entries of
-// Messages they hold.
-func (g *groupState) fullChunks() (first, last uint64, held int) {
-	end := (g.MessageBase + uint64(len(g.Messages))) / messageChunkLen
-	first = g.MessageBase / messageChunkLen
-	if end*messageChunkLen <= g.MessageBase {
-		return first, first - 1, 0
-	}
-	return first, end - 1, int(end*messageChunkLen - g.MessageBase)
-}
-
-// storeIndex prepares the index for a checkpoint whose predecessor named
-// the chunk blobs prev: it returns the refs of every full chunk, the blobs
-// of those to write (new, or changed since prev), and the group state to
-// store, whose Messages are the entries after the last full chunk.
-func (g *groupState) storeIndex(tenant, groupHex string, prev []chunkRef) (refs []chunkRef, blobs map[string][]byte, stored *groupState, err error) {
-	first, last, held := g.fullChunks()
-	blobs = map[string][]byte{}
-	for c := first; c <= last && held > 0; c++ {
-		if i := slices.IndexFunc(prev, func(r chunkRef) bool { return r.N == c }); i >= 0 && !g.touched[c] {
-			refs = append(refs, prev[i])
-			continue
-		}
-		from := max(c*messageChunkLen, g.MessageBase)
-		b, err := msgpack.Marshal(messageChunk{First: from, Messages: g.Messages[from-g.MessageBase : (c+1)*messageChunkLen-g.MessageBase]})
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("encode message chunk: %w", err)
-		}
-		key, err := freshKey(tenant, groupHex, "i") // <tenant>.<group>.i.<nonce>
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		refs = append(refs, chunkRef{N: c, Key: key})
-		blobs[key] = b
-	}
-	g.touched = nil
-	s := *g
-	s.Messages = g.Messages[held:]
-	return refs, blobs, &s, nil
-}
-
-// loadIndex puts the chunks refs names back in front of the inline entries
-// of g, a group state as stored; get reads a blob.
-func (g *groupState) loadIndex(refs []chunkRef, get func(key string) ([]byte, error)) error {
+// loadLegacyIndex puts the chunks refs names back in front of the inline
+// entries of g, a version 2 group state as stored; get reads a blob.
+func (g *groupState) loadLegacyIndex(refs []chunkRef, get func(key string) ([]byte, error)) error {
 	if len(refs) == 0 {
 		return nil
 	}
@@ -136,5 +401,71 @@ func (g *groupState) loadIndex(refs []chunkRef, get func(key string) ([]byte, er
 		msgs = append(msgs, mc.Messages[max(g.MessageBase, mc.First)-mc.First:]...)
 	}
 	g.Messages = append(msgs, g.Messages...)
+	return nil
+}
+
+// migrateIndex stores the entries of a group state's version 2 index (its
+// Messages, read whole) and one expiry page of those awaiting expiry, and
+// leaves the state without them. Each write expects its subject empty, so
+// a second migration of the same state (a crash before its transaction
+// committed) or a worker that lost the group writes nothing over what a
+// later transaction stored.
+func (w *Worker) migrateIndex(ctx context.Context, tenant, groupHex string, g *groupState) error {
+	if len(g.Messages) == 0 {
+		return nil
+	}
+	ck, err := subject.Checkpoint(tenant, groupHex)
+	if err != nil {
+		return err
+	}
+	var page []expiryEntry
+	var futures []jetstream.PubAckFuture
+	put := func(subj string, v any) error {
+		m := nats.NewMsg(subj)
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("migrate index: %w", err)
+		}
+		m.Data = b
+		m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		f, err := w.js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("migrate index: %w", err)
+		}
+		futures = append(futures, f)
+		return nil
+	}
+	for _, s := range g.Messages {
+		if s.Deleted || !indexedID(s.ID) {
+			continue
+		}
+		if err := put(ck+"."+entryToken+"."+hex.EncodeToString(s.ID), s); err != nil {
+			return err
+		}
+		if s.ExpiresAt != 0 {
+			page = append(page, expiryEntry{ID: s.ID, ExpiresAt: s.ExpiresAt})
+		}
+	}
+	if len(page) > 0 {
+		slices.SortStableFunc(page, func(a, b expiryEntry) int { return cmp.Compare(a.ExpiresAt, b.ExpiresAt) })
+		if err := put(pageSubject(ck, legacySecs), page); err != nil {
+			return err
+		}
+		g.queue(legacySecs).Head = page[0].ExpiresAt
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			var apiErr *jetstream.APIError
+			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+				return fmt.Errorf("migrate index: %w", err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	g.Messages, g.MessageBase = nil, 0
 	return nil
 }

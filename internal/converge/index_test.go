@@ -2,127 +2,69 @@ package converge
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
-	"slices"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// indexStore stores the message index of g as prepare does and reads it
-// back as load does, through the blobs map.
-func indexStore(t *testing.T, g *groupState, prev []chunkRef, blobs map[string][]byte) ([]chunkRef, map[string][]byte, *groupState) {
+// A version 2 index: full chunks in blobs and an inline tail.
+func legacyIndex(t *testing.T, n int) (*groupState, []chunkRef, map[string][]byte) {
 	t.Helper()
-	refs, written, stored, err := g.storeIndex(tenant, "0a", prev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, b := range written {
-		blobs[k] = b
-	}
-	b := must[[]byte](t)(stored.encode())
-	back := must[*groupState](t)(decodeGroupState(b))
-	if err := back.loadIndex(refs, func(k string) ([]byte, error) {
-		if b, ok := blobs[k]; ok {
-			return b, nil
+	g := newGroupState(tenant, []byte{0x0a})
+	g.V = 2
+	blobs := map[string][]byte{}
+	var refs []chunkRef
+	for c := 0; (c+1)*messageChunkLen <= n; c++ {
+		mc := messageChunk{First: uint64(c * messageChunkLen)}
+		for i := c * messageChunkLen; i < (c+1)*messageChunkLen; i++ {
+			mc.Messages = append(mc.Messages, indexed(i))
 		}
-		return nil, fmt.Errorf("no blob %s", k)
-	}); err != nil {
-		t.Fatal(err)
+		key := fmt.Sprintf("acme.0a.i.%d", c)
+		blobs[key] = must[[]byte](t)(msgpack.Marshal(mc))
+		refs = append(refs, chunkRef{N: uint64(c), Key: key})
 	}
-	return refs, written, back
+	for i := len(refs) * messageChunkLen; i < n; i++ {
+		g.Messages = append(g.Messages, indexed(i))
+	}
+	return g, refs, blobs
 }
 
 func indexed(n int) storedMessage {
-	return storedMessage{ID: []byte(fmt.Sprintf("message-%05d", n)), SenderInboxID: "ab", Seq: uint64(n)}
+	id := sha256.Sum256([]byte(fmt.Sprintf("message-%05d", n)))
+	return storedMessage{ID: id[:], SenderInboxID: "ab", Seq: uint64(n)}
 }
 
-// The index is stored as full chunks written once plus an inline tail; a
-// deletion rewrites only its chunk, and dropping the oldest entries beyond
-// maxMessages keeps the ordinals of the rest.
-func TestMessageIndexStoredInChunks(t *testing.T) {
-	g := newGroupState(tenant, []byte{0x0a})
-	blobs := map[string][]byte{}
-	for i := range 300 {
-		g.addMessage(indexed(i))
-	}
-	refs, written, back := indexStore(t, g, nil, blobs)
-	if len(refs) != 2 || len(written) != 2 {
-		t.Fatalf("300 messages: %d chunks, %d written; want 2 full chunks", len(refs), len(written))
-	}
-	if !slices.EqualFunc(back.Messages, g.Messages, func(a, b storedMessage) bool { return bytes.Equal(a.ID, b.ID) }) {
-		t.Fatal("index read back differs")
-	}
-	if _, _, stored := must3(t)(g.storeIndex(tenant, "0a", refs)); len(stored.Messages) != 300-2*messageChunkLen {
-		t.Fatalf("inline entries %d, want %d", len(stored.Messages), 300-2*messageChunkLen)
-	}
-
-	// Nothing changed: nothing is written again.
-	if _, written, _ := indexStore(t, g, refs, blobs); len(written) != 0 {
-		t.Fatalf("unchanged index wrote %d chunks", len(written))
-	}
-
-	// A deletion in chunk 0 rewrites chunk 0 only.
-	g.deleteMessage(g.messageIndex(indexed(5).ID))
-	refs2, written, back := indexStore(t, g, refs, blobs)
-	if len(written) != 1 || refs2[0].Key == refs[0].Key || refs2[1].Key != refs[1].Key {
-		t.Fatalf("deletion in chunk 0 wrote %d chunks: %v then %v", len(written), refs, refs2)
-	}
-	if !back.message(indexed(5).ID).Deleted || back.message(indexed(6).ID).Deleted {
-		t.Fatal("the deletion did not survive, or spread")
-	}
-
-	// Past maxMessages the oldest go; the chunks that held only them are
-	// no longer named, and a partly dropped chunk is read from its ordinal.
-	for i := 300; i < maxMessages+200; i++ {
-		g.addMessage(indexed(i))
-	}
-	refs3, _, back := indexStore(t, g, refs2, blobs)
-	if g.MessageBase != 200 || len(back.Messages) != maxMessages || !bytes.Equal(back.Messages[0].ID, indexed(200).ID) {
-		t.Fatalf("base %d, %d entries read back starting %q", g.MessageBase, len(back.Messages), back.Messages[0].ID)
-	}
-	if refs3[0].N != 1 || refs3[0].Key != refs2[1].Key {
-		t.Fatalf("chunks after the drop %v: want chunk 1 kept as stored, chunk 0 gone", refs3[:2])
-	}
-	back.addMessage(indexed(maxMessages + 200))
-	if back.MessageBase != 201 {
-		t.Fatalf("base read back %d", back.MessageBase)
-	}
-}
-
-// A chunk that does not hold the ordinals its place says is refused, not
-// read into the wrong place.
-func TestMessageChunkMismatchRefused(t *testing.T) {
-	g := newGroupState(tenant, []byte{0x0a})
-	for i := range 2 * messageChunkLen {
-		g.addMessage(indexed(i))
-	}
-	refs, blobs, stored := must3(t)(g.storeIndex(tenant, "0a", nil))
+// A version 2 index is read back from its chunks in order; a chunk that
+// does not hold the ordinals its place says is refused, not read into the
+// wrong place.
+func TestLegacyIndexRead(t *testing.T) {
+	g, refs, blobs := legacyIndex(t, 2*messageChunkLen+5)
 	get := func(k string) ([]byte, error) { return blobs[k], nil }
 	swapped := []chunkRef{{N: 0, Key: refs[1].Key}, {N: 1, Key: refs[0].Key}}
-	if err := stored.loadIndex(swapped, get); err == nil {
+	if err := must[*groupState](t)(g.clone()).loadLegacyIndex(swapped, get); err == nil {
 		t.Fatal("chunks read into each other's places")
 	}
-	if err := stored.loadIndex(refs[1:], get); err == nil {
+	if err := must[*groupState](t)(g.clone()).loadLegacyIndex(refs[1:], get); err == nil {
 		t.Fatal("a missing first chunk went unnoticed")
 	}
-}
-
-func must3(t *testing.T) func([]chunkRef, map[string][]byte, *groupState, error) ([]chunkRef, map[string][]byte, *groupState) {
-	return func(r []chunkRef, b map[string][]byte, g *groupState, err error) ([]chunkRef, map[string][]byte, *groupState) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
+	if err := g.loadLegacyIndex(refs, get); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range g.Messages {
+		if !bytes.Equal(m.ID, indexed(i).ID) {
+			t.Fatalf("entry %d read back out of place", i)
 		}
-		return r, b, g
 	}
 }
 
-// A busy group's transactions write the index chunks once: after hundreds
-// of messages the group state blob holds only the entries after the last
-// full chunk, and a message in a stored chunk is still found by a
-// deletion that a fresh worker (reading everything back) applies.
+// A busy group's index is stored, not held in its state: after hundreds of
+// messages the group state blob holds no message, and the oldest message
+// is still found by a deletion that a fresh worker applies.
 func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 	e := newEnv(t)
 	alice := peer(t, "alice")
@@ -146,9 +88,6 @@ func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ck.Chunks) != 2 {
-		t.Fatalf("checkpoint names %d chunks, want 2", len(ck.Chunks))
-	}
 	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +97,8 @@ func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := must[*groupState](t)(decodeGroupState(state))
-	if len(gs.Messages) != n-2*messageChunkLen {
-		t.Fatalf("group state blob holds %d messages inline, want %d", len(gs.Messages), n-2*messageChunkLen)
+	if len(gs.Messages) != 0 || gs.V != stateVersion {
+		t.Fatalf("group state blob version %d holds %d messages", gs.V, len(gs.Messages))
 	}
 
 	_, stop = e.worker("second", nil)
@@ -173,5 +112,47 @@ func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 	}
 	if o := e.settledOutcome(del.ID); o.Disposition != schema.DispositionAccepted {
 		t.Fatalf("deletion outcome %+v", o)
+	}
+}
+
+// A version 2 index moves into the stored index: every entry not deleted
+// is found, the deleted one is not, those awaiting expiry are in one page
+// sorted by expiry, and the state keeps none of them. Moving it again (a
+// crash before the transaction that follows committed) changes nothing.
+func TestLegacyIndexMigrated(t *testing.T) {
+	e := newEnv(t)
+	w := must[*Worker](t)(New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "migrate", Logger: quiet()}))
+	const n = messageChunkLen + 3
+	g, refs, blobs := legacyIndex(t, n)
+	if err := g.loadLegacyIndex(refs, func(k string) ([]byte, error) { return blobs[k], nil }); err != nil {
+		t.Fatal(err)
+	}
+	g.Messages[3].Deleted = true
+	g.Messages[5].ExpiresAt, g.Messages[4].ExpiresAt = 2000, 3000
+	again := must[*groupState](t)(g.clone())
+	if err := w.migrateIndex(e.ctx, tenant, "0a", g); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.migrateIndex(e.ctx, tenant, "0a", again); err != nil {
+		t.Fatalf("second migration: %v", err)
+	}
+	if len(g.Messages) != 0 || g.nextExpiry() != 2000 {
+		t.Fatalf("state keeps %d messages, next expiry %d", len(g.Messages), g.nextExpiry())
+	}
+	for i := range n {
+		s, err := w.readEntry(e.ctx, tenant, "0a", indexed(i).ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (s == nil) != (i == 3) {
+			t.Fatalf("entry %d found %v", i, s != nil)
+		}
+	}
+	page, seq, err := w.readPage(e.ctx, tenant, "0a", legacySecs, 1)
+	if err != nil || seq == 0 || len(page) != 2 || !bytes.Equal(page[0].ID, indexed(5).ID) {
+		t.Fatalf("legacy page %v at %d: %v", page, seq, err)
+	}
+	if _, next, err := w.readPage(e.ctx, tenant, "0a", legacySecs, seq+1); next != 0 || err != nil {
+		t.Fatalf("a second legacy page at %d: %v", next, err)
 	}
 }

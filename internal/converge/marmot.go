@@ -262,9 +262,7 @@ func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
 		s.rollBack(sup.ID)
 	}
 	for _, id := range res.Withdrawn {
-		if i := t.g.messageIndex(id[:]); i >= 0 {
-			t.g.deleteMessage(i)
-		}
+		t.unindex(id[:])
 		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
 		s.rollBack(id)
 	}

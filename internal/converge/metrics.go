@@ -22,6 +22,12 @@ type Metrics struct {
 	// Batches counts committed atomic batches by how many groups they
 	// hold ("1" or "many").
 	Batches *prometheus.CounterVec
+	// Retries counts inputs that failed for an infrastructure reason and
+	// are retried, in order, after a backoff.
+	Retries prometheus.Counter
+	// Stalled is the number of owned partitions whose next input has
+	// failed and not yet succeeded: none of their groups advances.
+	Stalled prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil).
@@ -60,9 +66,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fabric_converge_cleanup_passes_total",
 			Help: "Disappearing-message cleanup passes that deleted at least one message.",
 		}),
+		Retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_converge_input_retries_total",
+			Help: "Inputs that failed for an infrastructure reason and are retried in order after a backoff.",
+		}),
+		Stalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fabric_converge_stalled_partitions",
+			Help: "Owned partitions whose next input failed and has not succeeded since: none of their groups advances.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches)
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled)
 	}
 	return m
 }

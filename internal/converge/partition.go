@@ -103,6 +103,15 @@ func (p *partition) wait(since, now time.Time, limit time.Duration) time.Duratio
 	return min(max(time.UnixMilli(n).Sub(now), minFetchWait), limit)
 }
 
+// An input that fails for an infrastructure reason (a store unreachable,
+// a blob missing) is retried in order, first after minRetryBackoff, then
+// after twice the wait before, up to maxRetryBackoff; it shows in
+// fabric_converge_input_retries_total and fabric_converge_stalled_partitions.
+const (
+	minRetryBackoff = 100 * time.Millisecond
+	maxRetryBackoff = 30 * time.Second
+)
+
 // minFetchWait is the shortest fetch wait, so a due time that a failing
 // transaction keeps in the past does not spin the partition.
 const minFetchWait = 50 * time.Millisecond
@@ -155,6 +164,14 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 	var cons jetstream.Consumer
 	var restart uint64
 	backoff := 100 * time.Millisecond
+	// retry is the wait before an input that failed is tried again,
+	// doubled on each failure; stalled is set while it has not succeeded.
+	retry, stalled := minRetryBackoff, false
+	defer func() {
+		if stalled {
+			w.metrics.Stalled.Dec()
+		}
+	}()
 	lastCleanup := time.Time{}
 	for ctx.Err() == nil {
 		if cons == nil {
@@ -241,9 +258,20 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 		}
 		if restart != 0 {
 			cons = nil
-			sleep(ctx, backoff)
+			w.metrics.Retries.Inc()
+			if !stalled {
+				stalled = true
+				w.metrics.Stalled.Inc()
+			}
+			sleep(ctx, retry)
+			retry = min(2*retry, maxRetryBackoff)
 			continue
 		}
+		if stalled {
+			stalled = false
+			w.metrics.Stalled.Dec()
+		}
+		retry = minRetryBackoff
 		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval || part.due(lastCleanup, now) {
 			lastCleanup = now
 			w.cleanup(ctx, part)
@@ -390,11 +418,14 @@ func (w *Worker) applyRun(ctx context.Context, t *txn, g *loadedGroup, ins []inp
 			used++
 			continue
 		}
-		if applied && (used >= maxTxnInputs || len(t.events)+eventBudget(t) > w.cfg.MaxBatch-1) {
+		if applied && (used >= maxTxnInputs || t.size()+eventBudget(t) > w.cfg.MaxBatch-1) {
 			break
 		}
 		if err := w.policy().run(ctx, t, in); err != nil {
 			return used, applied, err
+		}
+		if t.err != nil {
+			return used, applied, t.err
 		}
 		t.inputSeq, t.name = in.Seq, txnName(in.Seq)
 		applied = true
@@ -403,8 +434,9 @@ func (w *Worker) applyRun(ctx context.Context, t *txn, g *loadedGroup, ins []inp
 	return used, applied, nil
 }
 
-// eventBudget is the most events one more input can add: a commit can give
-// every active member a removal, a membership, a metadata and a pause event.
+// eventBudget is the most batch messages one more input can add: a commit
+// can give every active member a removal, a membership, a metadata and a
+// pause event; a message, index writes.
 func eventBudget(t *txn) int { return 4*len(t.g.active()) + 4 }
 
 // republish publishes the outcome records and group entries of a group's
@@ -420,7 +452,9 @@ func (w *Worker) republish(ctx context.Context, g *loadedGroup) error {
 }
 
 // cleanupRounds bounds the transactions one group gets in one cleanup
-// round: a convergence pass is cut off in one and applied in the next.
+// round: a convergence pass is cut off in one and applied in the next. An
+// expiry that does not fit one transaction goes on for as long as it
+// expires messages.
 const cleanupRounds = 2
 
 // cleanup runs what is due without input over the owned groups: the
@@ -435,14 +469,20 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 			part.setExpiry(key, 0)
 			continue
 		}
-		for round := 0; round < cleanupRounds; round++ {
+		for round := 0; ; round++ {
 			if at := part.expiry[key]; at == 0 || at > now {
 				break
 			}
 			expired := false
 			err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, _ *loadedGroup) (bool, error) {
 				t.now, t.name = now, "exp:"+strconv.FormatInt(now, 10)+"."+strconv.Itoa(round)
-				expired = t.expire()
+				var err error
+				expired, err = t.expire(func(secs, from uint64) ([]expiryEntry, uint64, error) {
+					return w.readPage(ctx, tenant, groupHex, secs, from)
+				}, w.cfg.MaxBatch-1)
+				if err != nil {
+					return false, err
+				}
 				ticked, err := pol.tick(ctx, t)
 				return expired || ticked, err
 			})
@@ -455,6 +495,9 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 			}
 			if part.groups[key] == nil {
 				break // nothing changed: the group keeps its due time
+			}
+			if !expired && round+1 >= cleanupRounds {
+				break
 			}
 		}
 	}
@@ -474,6 +517,9 @@ func splitGroupKey(key string) (tenant, groupHex string, ok bool) {
 func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex string) (*loadedGroup, error) {
 	key := tenant + "." + groupHex
 	if g, ok := part.groups[key]; ok {
+		if err := w.drain(ctx, part, g); err != nil {
+			return nil, err
+		}
 		return g, nil
 	}
 	ck, seq, err := readCheckpoint(ctx, w.js, tenant, groupHex)
@@ -495,7 +541,10 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 		if g.state, err = decodeGroupState(b); err != nil {
 			return nil, err
 		}
-		if err := g.state.loadIndex(ck.Chunks, func(key string) ([]byte, error) { return w.getBlob(ctx, key) }); err != nil {
+		if err := g.state.loadLegacyIndex(ck.Chunks, func(key string) ([]byte, error) { return w.getBlob(ctx, key) }); err != nil {
+			return nil, err
+		}
+		if err := w.migrateIndex(ctx, tenant, groupHex, g.state); err != nil {
 			return nil, err
 		}
 		for client, bk := range ck.Members {
@@ -519,5 +568,8 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 	}
 	part.remember(key, g)
 	part.setExpiry(key, ck.NextExpiry)
+	if err := w.drain(ctx, part, g); err != nil {
+		return nil, err
+	}
 	return g, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/eventbus"
@@ -61,10 +62,10 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 		}, inFlight.stored)
 	}
 	for i := 0; i < len(r.ins) || more(); {
-		t := w.newTxn(r.tenant, g)
+		t := w.newTxn(ctx, r.tenant, g)
 		from, applied := i, false
 		for i < len(r.ins) || (applied && more()) {
-			if applied && (i-from >= maxPipelineInputs || len(t.events)+w.inputBudget(t, r.ins[i]) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored() && i-from >= minPipelineInputs)) {
+			if applied && (i-from >= maxPipelineInputs || t.size()+w.inputBudget(t, r.ins[i]) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored() && i-from >= minPipelineInputs)) {
 				break
 			}
 			used, app, err := w.applyRun(ctx, t, g, r.ins[i:i+1])
@@ -87,8 +88,9 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 			continue
 		}
 		start := time.Now()
-		next, events, written, err := w.prepare(ctx, g, t)
-		if err != nil {
+		next, events, ix, written, err := w.prepare(ctx, g, t)
+		if err != nil || !w.fits(events, ix) {
+			// One batch too large is the per-group path's to split.
 			stop(written)
 			return
 		}
@@ -105,7 +107,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 			}
 			g.ckSeq, inFlight = inFlight.seq, nil
 		}
-		f := &flight{g: g, t: t, next: next, events: events, written: written, from: from, to: i, start: start}
+		f := &flight{g: g, t: t, next: next, events: events, ix: ix, written: written, from: from, to: i, start: start}
 		if len(flights) > 0 {
 			f.after = flights[len(flights)-1]
 		}
@@ -128,13 +130,13 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 	}
 }
 
-// inputBudget is the most events one more input can add. Under a linear
-// history an application message gives each active member at most a
-// message.received and a message.deleted; any other input may give what
-// eventBudget allows.
+// inputBudget is the most batch messages one more input can add. Under a
+// linear history an application message gives each active member at most
+// a message.received and a message.deleted, and the index an entry, a
+// removal and a page; any other input may give what eventBudget allows.
 func (w *Worker) inputBudget(t *txn, in input) int {
 	if in.Class == schema.ClassApplication && w.cfg.LinearHistory {
-		return 2 * len(t.g.active())
+		return 2*len(t.g.active()) + 3
 	}
 	return eventBudget(t)
 }
@@ -165,6 +167,7 @@ type flight struct {
 	t       *txn
 	next    checkpoint
 	events  []eventbus.Event
+	ix      []*nats.Msg
 	written []string
 	// from and to delimit the run's inputs it applies: once it commits,
 	// the first to inputs of the run are done.
@@ -190,7 +193,7 @@ func (w *Worker) launch(ctx context.Context, f *flight) {
 	f.stored, f.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(f.done)
-		f.seq, f.err = commitBatch(ctx, w.js, w.cfg.MaxBatch, f.g.tenant, f.g.groupHex, f.g.ckSeq, f.next, f.events)
+		f.seq, f.err = commitBatch(ctx, w.js, w.cfg.MaxBatch, f.g.tenant, f.g.groupHex, f.g.ckSeq, f.next, f.events, f.ix)
 		close(f.stored)
 		if f.after != nil {
 			<-f.after.done

@@ -115,7 +115,7 @@ func TestStaleWorkerCannotEmit(t *testing.T) {
 	// A paused worker wakes up holding the first checkpoint's sequence.
 	ev := eventbus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: eventbus.EventID([]byte("zombie")),
 		Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
-	_, err = commitBatch(e.ctx, e.js, eventbus.DefaultMaxBatch, tenant, groupHex, before, checkpoint{InputSeq: 99, Worker: "zombie"}, []eventbus.Event{ev})
+	_, err = commitBatch(e.ctx, e.js, eventbus.DefaultMaxBatch, tenant, groupHex, before, checkpoint{InputSeq: 99, Worker: "zombie"}, []eventbus.Event{ev}, nil)
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale commit: %v, want ErrFenced", err)
 	}

@@ -16,9 +16,6 @@ import (
 
 // Bounds of what one group's state keeps.
 const (
-	// maxMessages bounds the message index: the messages a reply, reaction
-	// or deletion can name, and those awaiting expiry.
-	maxMessages = 4096
 	// maxDeferred bounds the deferred inputs of a group; beyond it the
 	// oldest is given up as stale.
 	maxDeferred = 256
@@ -31,10 +28,11 @@ const (
 	maxRollbacks = 1024
 )
 
-// stateVersion is the version of the group state blob format. Version 2
-// keeps the message index's full chunks in blobs of their own (index.go);
-// version 1, read still, keeps the whole index inline.
-const stateVersion = 2
+// stateVersion is the version of the group state blob format. Version 3
+// keeps no message index: it is stored entry by entry (index.go).
+// Versions 2 (the index's full chunks in blobs of their own) and 1 (the
+// whole index inline) are read still, and their index migrated.
+const stateVersion = 3
 
 // groupState is one group's canonical state as converge keeps it, beside
 // each hosted member's engine state (kept in blobs of their own).
@@ -52,15 +50,17 @@ type groupState struct {
 	// LeaveRequests are the inboxes that published a leave request (a
 	// Remove proposal of their own leaf) and are still members (EVENT-006).
 	LeaveRequests []string `msgpack:"leave_requests,omitempty"`
-	// Messages is the index of stored application messages, oldest first.
-	// In memory it is whole; stored, it holds only the entries after the
-	// last full chunk (index.go).
-	Messages []storedMessage `msgpack:"messages,omitempty"`
-	// MessageBase is the ordinal of Messages[0]: how many messages the
-	// index has dropped, oldest first, since the group began.
-	MessageBase uint64 `msgpack:"message_base,omitempty"`
-	// touched are the chunks of the index changed since they were stored.
-	touched map[uint64]bool
+	// Messages and MessageBase are the message index of a version 1 or 2
+	// state, oldest first, and the ordinal of its first entry: read, and
+	// moved into the stored index (index.go).
+	Messages    []storedMessage `msgpack:"messages,omitempty"`
+	MessageBase uint64          `msgpack:"message_base,omitempty"`
+	// Expiry are the expiry queues of the stored index, by duration.
+	Expiry []expiryQueue `msgpack:"expiry,omitempty"`
+	// unstored are the index writes of transactions whose batches are not
+	// known stored yet, oldest first: a pipelined transaction reads them
+	// before the stream.
+	unstored []*indexWrites
 	// Deferred holds inputs that cannot be processed yet, in stream order.
 	Deferred []deferredInput `msgpack:"deferred,omitempty"`
 	// Keys are the candidate group event keys, oldest first.
@@ -139,7 +139,9 @@ type storedMessage struct {
 	SenderInstallation []byte `msgpack:"sender_installation"`
 	Seq                uint64 `msgpack:"seq"`
 	ExpiresAt          int64  `msgpack:"expires_at,omitempty"`
-	Deleted            bool   `msgpack:"deleted,omitempty"`
+	// Deleted marks a deleted message in a version 1 or 2 index; the
+	// stored index has no entry for one.
+	Deleted bool `msgpack:"deleted,omitempty"`
 }
 
 // deferredInput is an input kept until the state it needs arrives.
@@ -205,7 +207,7 @@ func decodeGroupState(b []byte) (*groupState, error) {
 	if err := msgpack.Unmarshal(b, &g); err != nil {
 		return nil, fmt.Errorf("decode group state: %w", err)
 	}
-	if g.V != 1 && g.V != stateVersion {
+	if g.V < 1 || g.V > stateVersion {
 		return nil, fmt.Errorf("decode group state: unknown version %d", g.V)
 	}
 	if g.Members == nil {
@@ -259,15 +261,12 @@ func (m *hostedMember) holds(s *storedMessage) bool {
 }
 
 // nextExpiry is when the group next needs a pass without input: the
-// earliest expiry of an undeleted message or a due convergence pass, or 0.
+// earliest head of its expiry queues or a due convergence pass, or 0.
 func (g *groupState) nextExpiry() int64 {
 	next := g.Due
-	for _, m := range g.Messages {
-		if m.Deleted || m.ExpiresAt == 0 {
-			continue
-		}
-		if next == 0 || m.ExpiresAt < next {
-			next = m.ExpiresAt
+	for _, q := range g.Expiry {
+		if q.Head != 0 && (next == 0 || q.Head < next) {
+			next = q.Head
 		}
 	}
 	return next

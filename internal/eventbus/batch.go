@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +26,8 @@ const DefaultMaxBatch = 1000
 type BatchOpt func(*batchOpts)
 
 type batchOpts struct {
-	max int
+	max   int
+	extra []*nats.Msg
 }
 
 // WithMaxBatch sets the server's atomic batch limit, when its operator
@@ -38,6 +38,13 @@ func WithMaxBatch(n int) BatchOpt {
 			o.max = n
 		}
 	}
+}
+
+// WithMessages adds messages of FABRIC_EVENTS other than events to the
+// batch, after the events and before the checkpoint: stored with them, or
+// not at all.
+func WithMessages(msgs []*nats.Msg) BatchOpt {
+	return func(o *batchOpts) { o.extra = msgs }
 }
 
 // Errors PublishBatch returns, for errors.Is. Both mean the batch was not
@@ -102,14 +109,14 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if len(events)+1 > o.max {
-		return 0, &BatchTooLargeError{Events: len(events), Limit: o.max}
+	if len(events)+len(o.extra)+1 > o.max {
+		return 0, &BatchTooLargeError{Events: len(events) + len(o.extra), Limit: o.max}
 	}
 	ckSubj, err := subject.Checkpoint(ck.Tenant, ck.GroupID)
 	if err != nil {
 		return 0, invalidEvent("checkpoint", err)
 	}
-	msgs := make([]*nats.Msg, 0, len(events)+1)
+	msgs := make([]*nats.Msg, 0, len(events)+len(o.extra)+1)
 	ids := make(map[string]struct{}, len(events))
 	for _, ev := range events {
 		m, err := ev.Msg()
@@ -123,6 +130,7 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 		ids[ev.ID] = struct{}{}
 		msgs = append(msgs, m)
 	}
+	msgs = append(msgs, o.extra...)
 	c := nats.NewMsg(ckSubj)
 	c.Data = ck.Data
 	// Checkpoints must outlive the events' MaxAge (see package streams).
@@ -164,9 +172,28 @@ func LastCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 	if err != nil {
 		return 0, nil, invalidEvent("checkpoint", err)
 	}
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subj})
+	seq, data, err = ReadMsg(ctx, js, subj, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("eventbus: read checkpoint: %w", err)
+	}
+	return seq, data, nil
+}
+
+// ReadMsg reads one message of FABRIC_EVENTS from the stream leader, not by
+// direct get: the last on subj when from is 0, else the first on subj at
+// or after sequence from. It returns sequence 0 and no data when there is
+// none.
+func ReadMsg(ctx context.Context, js jetstream.JetStream, subj string, from uint64) (seq uint64, data []byte, err error) {
+	type request struct {
+		LastBySubject string `json:"last_by_subj,omitempty"`
+		Seq           uint64 `json:"seq,omitempty"`
+		NextBySubject string `json:"next_by_subj,omitempty"`
+	}
+	r := request{LastBySubject: subj}
+	if from != 0 {
+		r = request{Seq: from, NextBySubject: subj}
+	}
+	req, err := json.Marshal(r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -177,33 +204,32 @@ func LastCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 	}
 	resp, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+streams.StreamEvents, req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("eventbus: read checkpoint: %w", err)
+		return 0, nil, err
 	}
-	var r struct {
+	var out struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Seq  uint64    `json:"seq"`
-			Data string    `json:"data"`
-			Time time.Time `json:"time"`
+			Seq  uint64 `json:"seq"`
+			Data string `json:"data"`
 		} `json:"message"`
 	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, nil, fmt.Errorf("eventbus: read checkpoint: %w", err)
+	if err := json.Unmarshal(resp.Data, &out); err != nil {
+		return 0, nil, err
 	}
-	if r.Error != nil {
-		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+	if out.Error != nil {
+		if out.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
 			return 0, nil, nil
 		}
-		return 0, nil, fmt.Errorf("eventbus: read checkpoint: %w", r.Error)
+		return 0, nil, out.Error
 	}
-	if r.Message == nil {
-		return 0, nil, errors.New("eventbus: read checkpoint: empty response")
+	if out.Message == nil {
+		return 0, nil, errors.New("empty response")
 	}
-	data, err = base64.StdEncoding.DecodeString(r.Message.Data)
+	data, err = base64.StdEncoding.DecodeString(out.Message.Data)
 	if err != nil {
-		return 0, nil, fmt.Errorf("eventbus: read checkpoint: %w", err)
+		return 0, nil, err
 	}
-	return r.Message.Seq, data, nil
+	return out.Message.Seq, data, nil
 }
 
 // apiPrefix is the JetStream API prefix js sends its own requests with.

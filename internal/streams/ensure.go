@@ -134,6 +134,7 @@ func streamDrift(name string, want, got jetstream.StreamConfig) []Drift {
 	d.check("AllowDirect", want.AllowDirect, got.AllowDirect)
 	d.check("AllowAtomicPublish", want.AllowAtomicPublish, got.AllowAtomicPublish)
 	d.check("AllowMsgTTL", want.AllowMsgTTL, got.AllowMsgTTL)
+	d.check("AllowRollup", want.AllowRollup, got.AllowRollup)
 	d.check("DenyDelete", want.DenyDelete, got.DenyDelete)
 	d.check("DenyPurge", want.DenyPurge, got.DenyPurge)
 	return d.drifts

@@ -12,7 +12,10 @@
 // stream therefore allows per-message TTLs and every checkpoint is published
 // with the header Nats-TTL: never (CheckpointTTL), which exempts that message
 // from MaxAge. Superseded checkpoints do not expire either; converge keeps
-// them bounded with PruneCheckpoint, which purges all but the newest.
+// them bounded with PruneCheckpoint, which purges all but the newest. The
+// message index of each group lives beside its checkpoint, on
+// fabric.ck.<tenant>.<group>.m.<message id> and .x.<seconds>, written in
+// the same batches and never expiring either (docs/converge.md).
 package streams
 
 import (
@@ -168,6 +171,9 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 	ev.AllowDirect = true
 	ev.AllowAtomicPublish = true
 	ev.AllowMsgTTL = true
+	// Converge's message index replaces an entry by a rollup of its
+	// subject, in the atomic batch of its transaction.
+	ev.AllowRollup = true
 
 	oc := base(StreamOutcomes, c.OutcomesMaxAge, subject.OutcomePattern)
 	oc.Description = "Outcome records, the last per subject current."
