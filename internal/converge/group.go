@@ -76,9 +76,10 @@ type txn struct {
 	// ix are the transaction's changes of the message index (index.go);
 	// read reads the stored index, and err is the first read that failed:
 	// the transaction fails with it.
-	ix   indexWrites
-	read func(id []byte) (*storedMessage, error)
-	err  error
+	ix      indexWrites
+	read    func(id []byte) (*storedMessage, error)
+	fetched map[string]*storedMessage // stored entries prefetched
+	err     error
 	// expiry are the group's expiry queues as the transaction found them:
 	// the pages consumed since are purged once it is stored.
 	expiry []expiryQueue

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,6 +113,9 @@ func (t *txn) message(id []byte) *storedMessage {
 			return s
 		}
 	}
+	if s, ok := t.fetched[k]; ok {
+		return s
+	}
 	if t.read == nil {
 		return nil
 	}
@@ -121,6 +125,45 @@ func (t *txn) message(id []byte) *storedMessage {
 		return nil
 	}
 	return s
+}
+
+// prefetchReads bounds the index reads prefetch has in flight.
+const prefetchReads = 32
+
+// prefetch reads the stored entries of ids at once, for message to find:
+// the cleanup pass reads one entry per message it expires, and one after
+// another they would cost a round trip each. The stored index does not
+// change under a transaction but by its own writes, which message reads
+// first.
+func (t *txn) prefetch(ids [][]byte) error {
+	if t.read == nil {
+		return nil
+	}
+	out := make([]*storedMessage, len(ids))
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, prefetchReads)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		if !indexedID(id) {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = t.read(id)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if t.fetched == nil {
+		t.fetched = map[string]*storedMessage{}
+	}
+	for i, id := range ids {
+		t.fetched[string(id)] = out[i]
+	}
+	return nil
 }
 
 // fail records the first error of a read the transaction depends on.
@@ -308,6 +351,16 @@ func (t *txn) expire(read func(secs, from uint64) ([]expiryEntry, uint64, error)
 			}
 			if seq != q.Seq {
 				q.Seq, q.Offset = seq, 0
+			}
+			var due [][]byte
+			for _, e := range page[q.Offset:] {
+				if e.ExpiresAt > t.now || t.size()+per*(len(due)+1) > budget {
+					break
+				}
+				due = append(due, e.ID)
+			}
+			if err := t.prefetch(due); err != nil {
+				return expired, err
 			}
 			for q.Offset < len(page) && page[q.Offset].ExpiresAt <= t.now {
 				if t.size()+per > budget {
