@@ -73,7 +73,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
 	config.Duration(fs, &errs, &o.pingInterval, "ping-interval", fanout.DefaultPingInterval, "WebSocket keepalive period")
 	config.Int(fs, &errs, &o.tenantConns, "max-conns-per-tenant", fanout.DefaultMaxConnsPerTenant, "open event connections of one tenant (-1: none)")
-	config.Int(fs, &errs, &o.maxReplay, "max-replay", fanout.DefaultMaxReplay, "stored events read to resume one subscription")
+	config.Int(fs, &errs, &o.maxReplay, "max-replay", fanout.DefaultMaxReplay, "stored events handed off to resume one subscription; the rest are counted in one lagged")
 	config.Int(fs, &errs, &o.replayRate, "replay-rate", fanout.DefaultReplayRate, "stored events per second one tenant may have replayed (-1: none)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for connections to end")
 	if err := fs.Parse(args); err != nil {

@@ -165,14 +165,18 @@ func (c *conn) push(s *subscription, ev *event) {
 	}
 }
 
-// discard counts n events s will never see.
-func (c *conn) discard(s *subscription, n uint64) {
+// discard counts n events s will never see; atMost when n is an upper bound.
+func (c *conn) discard(s *subscription, n uint64, atMost bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s.ended {
 		return
 	}
-	s.q.Discard(n)
+	if atMost {
+		s.q.DiscardAtMost(n)
+	} else {
+		s.q.Discard(n)
+	}
 	c.g.metrics.discarded.Add(float64(n))
 	c.markReady(s)
 	c.signal()
@@ -385,7 +389,7 @@ func (c *conn) eventFrame(buf []byte, p *popped) []byte {
 		body = p.item.Value.encoded(c.enc)
 		seq = p.item.Value.seq
 	}
-	f := wire.Frame{Op: wire.OpEvent, Sub: p.s.id, Seq: seq, Event: body}
+	f := wire.Frame{Op: wire.OpEvent, Sub: p.s.id, Seq: seq, Event: body, AtMost: p.item.AtMost}
 	return wire.Append(c.enc, buf, &f)
 }
 

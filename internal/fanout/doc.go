@@ -17,8 +17,11 @@
 // at most once); the missing events are read from FABRIC_EVENTS with batched
 // direct gets and handed off first, in order (EVENT-015). After the gateway's
 // NATS connection reconnects every tap is compared with the stream the same
-// way. An event that cannot be obtained or decoded is reported as a discard,
-// so the app gets a lagged event instead of a silent hole.
+// way. Past the repair's limit the missing events are read only to be
+// counted: each subscription's lagged counts those its filter selects
+// (EVENT-031). An event that cannot be obtained or decoded is reported as a
+// discard too, an upper bound marked at_most (docs/wire-formats.md), so the
+// app gets a lagged event instead of a silent hole.
 //
 // # Subscriptions
 //

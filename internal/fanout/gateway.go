@@ -73,14 +73,16 @@ type Config struct {
 	PingInterval time.Duration
 	// RequestTimeout bounds one NATS request (direct get, KV read).
 	RequestTimeout time.Duration
-	// MaxRepair bounds the events fetched to repair one gap; beyond it the
-	// rest are reported as discarded.
+	// MaxRepair bounds the events handed off to repair one gap; beyond it
+	// the rest are read only to count, per subscription, those its filter
+	// selects as discarded (EVENT-031).
 	MaxRepair int
 	// MaxConnsPerTenant bounds one tenant's open connections;
 	// DefaultMaxConnsPerTenant when 0, none when negative.
 	MaxConnsPerTenant int
-	// MaxReplay bounds the stored events read to resume one subscription;
-	// DefaultMaxReplay when 0.
+	// MaxReplay bounds the stored events handed off to resume one
+	// subscription; the rest are counted as for MaxRepair. DefaultMaxReplay
+	// when 0.
 	MaxReplay int
 	// ReplayRate and ReplayBurst bound the stored events per second one
 	// tenant may have read to resume subscriptions (a token bucket); the

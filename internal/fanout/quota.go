@@ -15,9 +15,9 @@ const (
 	// DefaultMaxConnsPerTenant bounds one tenant's open event connections
 	// on one gateway, WebSocket and SSE together.
 	DefaultMaxConnsPerTenant = 1000
-	// DefaultMaxReplay bounds the stored events read to resume one
-	// subscription; a resume further back than that hands off lagged for
-	// the rest (EVENT-031).
+	// DefaultMaxReplay bounds the stored events handed off to resume one
+	// subscription; a resume further back than that hands off one lagged
+	// counting the rest its filter selects (EVENT-031).
 	DefaultMaxReplay = 10000
 	// DefaultReplayRate is the stored events per second one tenant may
 	// have read to resume subscriptions on one gateway, with a burst of

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -639,5 +640,81 @@ func TestSSEResumesFromLastEventID(t *testing.T) {
 	}
 	if got[0] != 2 || got[1] != 3 {
 		t.Fatalf("resumed with %v, want [2 3]", got)
+	}
+}
+
+// readEvent reads one event frame and decodes its event.
+func (r *rawConn) readEvent() (wire.Frame, schema.ClientEvent) {
+	r.t.Helper()
+	f := r.read()
+	if f.Op != wire.OpEvent {
+		r.t.Fatalf("want an event frame, got %+v", f)
+	}
+	return f, decodeJSONEvent(r.t, f.Event)
+}
+
+// A gap larger than the repair limit: the events past it are not handed off
+// but still read, and the lagged counts exactly those the subscription's
+// filter would have selected, not 1 (EVENT-031).
+func TestUnrepairableGapLaggedCount_EVENT031(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxRepair = 3 })
+	r := e.raw(token(t, tenantA, client1))
+	r.subscribe(1, client1, schema.EventFilter{Kinds: recvKinds, GroupIDs: []schema.Bytes{groupA}})
+	tp := e.cutTap(tenantA, client1)
+	for i := range 10 { // A0 B1 A2 B3 … B9: events 0-2 are repaired, 3-9 are past the limit
+		g := groupA
+		if i%2 == 1 {
+			g = groupB
+		}
+		e.publish(tenantA, client1, published{ev: received(g, i, nil)})
+	}
+	e.restoreTap(tp)
+	e.publish(tenantA, client1, published{ev: received(groupA, 10, nil)})
+	for _, want := range []int{0, 2} {
+		if _, ev := r.readEvent(); msgNo(ev) != want {
+			t.Fatalf("got %+v, want event %d", ev, want)
+		}
+	}
+	f, ev := r.readEvent()
+	if ev.Kind != schema.KindLagged || ev.Lagged.Discarded != 3 || f.AtMost {
+		t.Fatalf("got %+v (at_most %v), want lagged {3}: A4, A6, A8", ev, f.AtMost)
+	}
+	if _, ev := r.readEvent(); msgNo(ev) != 10 {
+		t.Fatalf("got %+v, want event 10", ev)
+	}
+}
+
+// Resuming after events the stream no longer holds (removed by age, here by
+// a purge): which of the removed sequences were the client's is unknown, so
+// the lagged counts the removed sequences as an upper bound and says so
+// with at_most (EVENT-031, docs/wire-formats.md).
+func TestResumePastRemovedEventsLaggedAtMost_EVENT031(t *testing.T) {
+	e := newEnv(t)
+	after := e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
+	e.publish(tenantA, client2, published{ev: received(groupA, 100, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
+	kept := e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
+	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
+	st, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(e.ctx, jetstream.WithPurgeSequence(kept)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.raw(token(t, tenantA, client1))
+	all := schema.EventFilter{Kinds: recvKinds}
+	r.send(wire.Frame{Op: wire.OpSubscribe, ID: 1, ClientID: client1, Filter: &all, AfterSeq: after})
+	if f := r.read(); f.Op != wire.OpSubscribed {
+		t.Fatalf("resume: %+v", f)
+	}
+	f, ev := r.readEvent()
+	if ev.Kind != schema.KindLagged || ev.Lagged.Discarded != kept-after-1 || !f.AtMost {
+		t.Fatalf("got %+v (at_most %v), want lagged {%d} at most", ev, f.AtMost, kept-after-1)
+	}
+	for _, want := range []int{3, 4} {
+		if _, ev := r.readEvent(); msgNo(ev) != want {
+			t.Fatalf("got %+v, want event %d", ev, want)
+		}
 	}
 }

@@ -124,23 +124,18 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 }
 
 // replay offers s the events stored on the client's subject after afterSeq
-// up to the tap's last handed-off sequence, from the stream, in order.
-// Called with t.mu held, so live events wait behind the replay.
+// up to the tap's last handed-off sequence, from the stream, in order: at
+// most MaxReplay; the rest are counted as discarded (EVENT-031). Called with
+// t.mu held, so live events wait behind the replay.
 func (t *tap) replay(s *subscription, afterSeq uint64) {
 	only := map[*subscription]struct{}{s: {}}
 	read := 0
-	_, end := t.scan(afterSeq+1, t.lastSeq, t.g.cfg.MaxReplay,
-		func(d *eventbus.Delivered, body []byte) {
-			read++
-			t.g.metrics.replayed.Inc()
-			t.offer(only, d, body)
-		},
-		func() { read++; s.c.discard(s, 1) })
+	t.scan(only, afterSeq+1, t.lastSeq, t.g.cfg.MaxReplay, func(d *eventbus.Delivered, body []byte) {
+		read++
+		t.g.metrics.replayed.Inc()
+		t.offer(only, d, body)
+	})
 	t.g.quotas.chargeReplay(s.tenant, read, time.Now())
-	if end != scanDone {
-		// What could not be replayed is reported, not silently lost.
-		s.c.discard(s, 1)
-	}
 }
 
 // detach removes s from its tap; the last subscription removes the tap.
@@ -243,74 +238,105 @@ func (t *tap) onMsg(m *nats.Msg) {
 func (t *tap) repair(upTo uint64) {
 	g := t.g
 	g.metrics.gaps.Inc()
-	last, end := t.scan(t.lastSeq+1, upTo, g.cfg.MaxRepair,
-		func(d *eventbus.Delivered, body []byte) {
-			g.metrics.repaired.Inc()
-			t.dispatch(d, body)
-			t.lastSeq = d.Sequence
-		},
-		func() { t.unrepaired("stored event does not decode") })
-	t.lastSeq = max(t.lastSeq, last)
-	if end != scanDone {
-		t.unrepaired("repair incomplete")
-	}
+	t.scan(t.subs, t.lastSeq+1, upTo, g.cfg.MaxRepair, func(d *eventbus.Delivered, body []byte) {
+		g.metrics.repaired.Inc()
+		t.dispatch(d, body)
+	})
+	// What was not handed off is counted; it is not read again.
+	t.lastSeq = max(t.lastSeq, upTo)
 }
 
 // fetchBatch is how many events one direct get asks for.
 const fetchBatch = 256
 
-// scanEnd says how a scan ended.
-type scanEnd int
-
-const (
-	scanDone   scanEnd = iota // every stored event in range was passed
-	scanBound                 // the limit of events was passed first
-	scanFailed                // the stream could not be read
-)
-
 // scan reads the events stored on the client's subject from sequence from up
-// to and including upTo, at most limit of them, in batches of direct gets, in
-// order: each gets every event that decodes, bad is called for one that does
-// not. It returns the last sequence it passed and how it ended.
-func (t *tap) scan(from, upTo uint64, limit int, each func(*eventbus.Delivered, []byte), bad func()) (uint64, scanEnd) {
+// to and including upTo, in batches of direct gets, in order, for subs. The
+// first limit events go to each, which hands them off; every later one is
+// read only to count, for each of subs whose filter selects it, one discard
+// (EVENT-031: the count is what the filter would have selected). What cannot
+// be counted so is reported as an upper bound (see unknown): an event that
+// does not decode, and the sequences the stream no longer holds or could not
+// be read for.
+func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int, each func(*eventbus.Delivered, []byte)) {
 	g := t.g
+	if from > upTo {
+		return
+	}
 	last := from - 1
+	if first, err := g.firstSequence(); err == nil && first > from {
+		// Removed from the stream (MaxAge): which of them were this
+		// client's is unknown.
+		gone := min(first, upTo+1) - from
+		t.unknown(subs, gone, "events removed from the stream")
+		last = min(first, upTo+1) - 1
+	}
 	for passed := 0; last < upTo; {
-		if passed >= limit {
-			return last, scanBound
-		}
-		n := min(fetchBatch, limit-passed)
-		msgs, err := g.fetchBatch(t.events, last+1, n)
+		msgs, err := g.fetchBatch(t.events, last+1, fetchBatch)
 		if errors.Is(err, errNotFound) {
-			return last, scanDone // deleted from the stream meanwhile
+			break
 		}
 		if err != nil {
 			g.log.Warn("fanout: read the events stream", "err", err)
-			return last, scanFailed
+			break
 		}
 		for _, m := range msgs {
 			seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
 			if err != nil || seq <= last {
-				return last, scanFailed
+				g.log.Warn("fanout: read the events stream", "err", "answer out of order")
+				msgs = nil
+				break
 			}
 			if seq > upTo {
-				return last, scanDone
+				return
 			}
 			last = seq
-			passed++
 			d, err := eventbus.Decode(m)
-			if err != nil {
+			switch {
+			case err != nil:
 				g.metrics.undecodable.Inc()
-				bad()
-				continue
+				t.unknown(subs, 1, "stored event does not decode")
+			case passed < limit:
+				each(&d, m.Data)
+			default:
+				t.uncounted(subs, &d)
 			}
-			each(&d, m.Data)
+			passed++
 		}
-		if len(msgs) < n {
-			return last, scanDone
+		if len(msgs) < fetchBatch {
+			break
 		}
 	}
-	return last, scanDone
+	if last < upTo {
+		// The rest could not be read, or is gone: upTo itself was stored.
+		t.unknown(subs, upTo-last, "events not read from the stream")
+	}
+}
+
+// uncounted counts d as discarded for each of subs that would have been
+// offered it (EVENT-031).
+func (t *tap) uncounted(subs map[*subscription]struct{}, d *eventbus.Delivered) {
+	if g, ok := d.Event.GroupID(); ok && len(d.ConversationKey) > 0 {
+		t.learn(g, d.ConversationKey)
+	}
+	fe := filter.Describe(&d.Event, d.ConversationKey, d.ReferencesOwn)
+	for s := range subs {
+		if d.Sequence > s.startSeq && s.filter.Match(&fe) {
+			s.c.discard(s, 1, false)
+		}
+	}
+}
+
+// unknown reports n stream sequences whose events the gateway could not
+// obtain or decode to each of subs as discards, so each hands off a lagged
+// before its next event (EVENT-031). Whether they were this client's and
+// whether a filter would have selected them is unknown: n is an upper bound,
+// and the lagged is marked so.
+func (t *tap) unknown(subs map[*subscription]struct{}, n uint64, why string) {
+	t.g.metrics.unrepaired.Inc()
+	t.g.log.Warn("fanout: events not obtained", "why", why, "sequences", n)
+	for s := range subs {
+		s.c.discard(s, n, true)
+	}
 }
 
 // heal repairs the events stored after the tap's last one, if any.
@@ -329,18 +355,6 @@ func (t *tap) heal() {
 	}
 	if last > t.lastSeq {
 		t.repair(last)
-	}
-}
-
-// unrepaired reports an event the gateway could not obtain to every
-// subscription as a discard, so each of them hands off a lagged before its
-// next event (EVENT-031). Whether a filter would have selected it is
-// unknown; one is counted.
-func (t *tap) unrepaired(why string) {
-	t.g.metrics.unrepaired.Inc()
-	t.g.log.Warn("fanout: gap not repaired", "why", why)
-	for s := range t.subs {
-		s.c.discard(s, 1)
 	}
 }
 
@@ -442,6 +456,31 @@ func (g *Gateway) fetchBatch(subj string, seq uint64, n int) ([]*nats.Msg, error
 			return nil, fmt.Errorf("direct get: status %s", st)
 		}
 	}
+}
+
+// firstSequence returns the first sequence the events stream still holds.
+func (g *Gateway) firstSequence() (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
+	defer cancel()
+	m, err := g.cfg.NATS.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+g.cfg.Stream, nil)
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	var info struct {
+		State struct {
+			FirstSeq uint64 `json:"first_seq"`
+		} `json:"state"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	if info.Error != nil {
+		return 0, fmt.Errorf("stream info: %s", info.Error.Description)
+	}
+	return info.State.FirstSeq, nil
 }
 
 // lastSequence returns the stream sequence of the last message stored on

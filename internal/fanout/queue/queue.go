@@ -39,6 +39,9 @@ type Item[T any] struct {
 	// Discarded is the number of events discarded since the previous lagged
 	// marker was handed off; set only when Lagged is true.
 	Discarded uint64
+	// AtMost marks Discarded as an upper bound: some of the discards were
+	// events the gateway could not read or decode, counted by sequences.
+	AtMost bool
 }
 
 // Queue is a bounded FIFO of events with lagged accounting. The zero value is
@@ -57,6 +60,7 @@ type Queue[T any] struct {
 	// The pending marker: pending discards, and how many queued events are
 	// ahead of it. Valid while discards > 0.
 	discards uint64
+	atMost   bool // some pending discards are an upper bound
 	markerAt int
 
 	// The marker handed off and not yet credited. Only one may be out at a
@@ -127,9 +131,19 @@ func (q *Queue[T]) Hold(n int) {
 	}
 }
 
+// DiscardAtMost is Discard for a count that is an upper bound: the lagged
+// item that reports it is marked AtMost.
+func (q *Queue[T]) DiscardAtMost(n uint64) {
+	if n > 0 {
+		q.Discard(n)
+		q.atMost = true
+	}
+}
+
 // Discard counts n events as discarded without offering them, for events the
-// gateway knows were emitted but could not obtain (an unrepairable gap). The
-// marker is placed behind every queued event, as for a discard by Push.
+// gateway knows were emitted but did not hand off (past a repair's or a
+// replay's limit). The marker is placed behind every queued event, as for a
+// discard by Push.
 func (q *Queue[T]) Discard(n uint64) {
 	if n == 0 {
 		return
@@ -170,8 +184,9 @@ func (q *Queue[T]) Pop() (Item[T], bool) {
 		if !q.markerReady() {
 			return Item[T]{}, false
 		}
-		it := Item[T]{Lagged: true, Discarded: q.discards}
+		it := Item[T]{Lagged: true, Discarded: q.discards, AtMost: q.atMost}
 		q.discards = 0
+		q.atMost = false
 		q.lagOut = true
 		q.lagAt = q.outstanding
 		q.totalLagged++

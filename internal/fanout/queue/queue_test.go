@@ -273,6 +273,23 @@ func TestUnrepairableGapCountsAsDiscards_EVENT031(t *testing.T) {
 	}
 }
 
+// A count that is an upper bound marks the one lagged that reports it, and
+// only that one (EVENT-031).
+func TestUpperBoundMarksItsLagged_EVENT031(t *testing.T) {
+	q := New[int](8)
+	q.Discard(2)
+	q.DiscardAtMost(5)
+	q.Push(1)
+	got := drain(t, q)
+	if len(got) != 2 || !got[0].Lagged || got[0].Discarded != 7 || !got[0].AtMost || got[1].Value != 1 {
+		t.Fatalf("got %+v", got)
+	}
+	q.Discard(1)
+	if got := drain(t, q); len(got) != 1 || got[0].Discarded != 1 || got[0].AtMost {
+		t.Fatalf("the next lagged: %+v", got)
+	}
+}
+
 // A model check: random pushes, pops and credits, then every accepted event
 // handed off once in order, the bound never exceeded, and every discard
 // reported by the first lagged popped after it, ahead of every later event.

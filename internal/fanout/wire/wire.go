@@ -8,7 +8,8 @@
 //
 // Beyond DESIGN §10, subscribe may carry after_seq and held to resume a
 // subscription after a reconnect, and event and subscribed carry the stream
-// sequence (seq) the SDK resumes from.
+// sequence (seq) the SDK resumes from. The event frame of a lagged carries
+// at_most: true when its discarded is an upper bound (EVENT-031).
 //
 // Output frames are appended by hand so the encoded event, shared by every
 // subscription it is handed to, is copied in without re-encoding.
@@ -118,7 +119,11 @@ type Frame struct {
 	// still holds; they stay counted against the bound until credited.
 	Held int64
 	// Event is the ClientEvent already encoded in the frame's encoding.
-	Event   []byte
+	Event []byte
+	// AtMost, on the event frame of a lagged, marks its discarded as an
+	// upper bound: it counts stream sequences the gateway could not read or
+	// decode, not only events the filter selected (EVENT-031).
+	AtMost  bool
 	Reason  string
 	Code    string
 	Message string
@@ -143,6 +148,7 @@ type jsonFrame struct {
 	AfterSeq uint64          `json:"after_seq,omitempty"`
 	Held     int64           `json:"held,omitempty"`
 	Event    json.RawMessage `json:"event,omitempty"`
+	AtMost   bool            `json:"at_most,omitempty"`
 	Reason   string          `json:"reason,omitempty"`
 	Code     string          `json:"code,omitempty"`
 	Message  string          `json:"message,omitempty"`
@@ -159,6 +165,7 @@ type msgpackFrame struct {
 	AfterSeq uint64             `msgpack:"after_seq,omitempty"`
 	Held     int64              `msgpack:"held,omitempty"`
 	Event    msgpack.RawMessage `msgpack:"event,omitempty"`
+	AtMost   bool               `msgpack:"at_most,omitempty"`
 	Reason   string             `msgpack:"reason,omitempty"`
 	Code     string             `msgpack:"code,omitempty"`
 	Message  string             `msgpack:"message,omitempty"`
@@ -184,7 +191,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		f = Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, N: m.N,
-			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, Reason: m.Reason, Code: m.Code, Message: m.Message}
+			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message}
 		filter = m.Filter
 	} else {
 		var j jsonFrame
@@ -197,7 +204,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		f = Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, N: j.N,
-			Seq: j.Seq, AfterSeq: j.AfterSeq, Held: j.Held, Event: j.Event, Reason: j.Reason, Code: j.Code, Message: j.Message}
+			Seq: j.Seq, AfterSeq: j.AfterSeq, Held: j.Held, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message}
 		filter = j.Filter
 	}
 	if filter != nil {
@@ -235,6 +242,7 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	count(f.AfterSeq != 0)
 	count(f.Held != 0)
 	count(f.Event != nil)
+	count(f.AtMost)
 	count(f.Reason != "")
 	count(f.Code != "")
 	count(f.Message != "")
@@ -284,6 +292,14 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	if f.Event != nil {
 		w.key("event")
 		w.buf = append(w.buf, f.Event...)
+	}
+	if f.AtMost {
+		w.key("at_most")
+		if w.json {
+			w.buf = append(w.buf, "true"...)
+		} else {
+			w.buf = append(w.buf, 0xc3)
+		}
 	}
 	if f.Reason != "" {
 		w.str("reason", f.Reason)

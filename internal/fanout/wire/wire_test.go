@@ -26,6 +26,7 @@ func TestRoundTrip(t *testing.T) {
 			{Op: OpUnsubscribe, Sub: 9},
 			{Op: OpSubscribed, ID: 3, Sub: 9},
 			{Op: OpEvent, Sub: 9, Seq: 300, Event: lagged},
+			{Op: OpEvent, Sub: 9, Event: lagged, AtMost: true},
 			{Op: OpEnded, Sub: 9, Reason: ReasonShutdown},
 			{Op: OpError, ID: 4, Code: CodeForbidden, Message: "token does not name \"this\" client <&>"},
 		}
