@@ -12,7 +12,6 @@
 //	-cleanup-interval  disappearing-messages cleanup period
 //	-snapshot-every    transactions between member state writes (default 1)
 //	-max-batch         the NATS servers' atomic batch limit in messages (default 1000)
-//	-linear-history    apply input in stream order instead of Marmot branch selection
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
 // The master key (64 hex digits) opens the sealed installations and member
@@ -60,7 +59,6 @@ type options struct {
 	cleanupInterval time.Duration
 	snapshotEvery   int
 	maxBatch        int
-	linearHistory   bool
 	masterKeyFile   string
 }
 
@@ -77,7 +75,6 @@ func parse(args []string) (options, []byte, error) {
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", eventbus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
-	config.Bool(fs, &errs, &o.linearHistory, "linear-history", false, "apply input in stream order on one branch instead of Marmot branch selection (cannot resolve forks)")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
@@ -166,7 +163,6 @@ func run(args []string, log *slog.Logger) error {
 		CleanupInterval: o.cleanupInterval,
 		SnapshotEvery:   o.snapshotEvery,
 		MaxBatch:        o.maxBatch,
-		LinearHistory:   o.linearHistory,
 		Metrics:         converge.NewMetrics(reg),
 		Logger:          log,
 	})

@@ -41,3 +41,15 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("parse: %v", err)
 	}
 }
+
+// TestLinearHistoryRemoved: the linear mode is gone. It could not give the
+// inbound spec's dispositions (an application message inside the
+// app-payload window is delivered, not stale_epoch; one for a future epoch
+// is deferred without missing_history; a deferred input is never relabelled
+// stale), so a start that asks for it stops instead of running it.
+func TestLinearHistoryRemoved(t *testing.T) {
+	t.Setenv("FABRIC_MASTER_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
+	if _, _, err := parse([]string{"-linear-history"}); err == nil {
+		t.Fatal("-linear-history accepted")
+	}
+}

@@ -6,9 +6,8 @@
 //
 // A [Worker] owns input partitions by lease (lease.go) and consumes each in
 // stream order (partition.go). A group's inputs run as transactions over its
-// state (group.go: welcome, commit, proposal, application, cleanup), through
-// the [MLS] seam (mls.go, engine.go) and a branch-selection seam (policy,
-// where the linear history is one policy). A transaction commits behind the
+// state (group.go, marmot.go: welcome, branch selection, cleanup), through
+// the [MLS] seam (mls.go, engine.go). A transaction commits behind the
 // group's checkpoint fence (fence.go, commit.go): state blobs first, then
 // the events and the checkpoint in one atomic batch that a worker which lost
 // its partition cannot store, then outcome records and the group's KV

@@ -118,38 +118,6 @@ func (s *engineState) Snapshot() ([]byte, error) {
 // class said.
 var errWrongClass = errors.New("handshake is not of the classified kind")
 
-func (s *engineState) Commit(_ context.Context, msg []byte) (MemberState, CommitInfo, error) {
-	next, res, err := s.st.ProcessHandshake(msg)
-	if err != nil {
-		return nil, CommitInfo{}, err
-	}
-	if res.Class != schema.ClassCommit {
-		return nil, CommitInfo{}, &engine.Error{Op: "commit", Category: schema.CategoryInvalidEncoding, Err: errWrongClass}
-	}
-	ci := CommitInfo{
-		AddedInboxIDs:   res.AddedInboxes,
-		RemovedInboxIDs: res.RemovedInboxes,
-		Before:          s.Components(),
-		After:           res.Components,
-	}
-	for _, l := range res.RemovedLeaves {
-		ci.Removed = append(ci.Removed, Leaf{InboxID: l.InboxID, InstallationKey: l.InstallationKey})
-	}
-	if next == nil {
-		// The commit removed this member: the engine keeps no next state.
-		for _, id := range s.st.InboxIDs() {
-			if !slices.Contains(res.RemovedInboxes, id) {
-				ci.MemberInboxIDs = append(ci.MemberInboxIDs, id)
-			}
-		}
-		ci.MemberInboxIDs = append(ci.MemberInboxIDs, res.AddedInboxes...)
-		slices.Sort(ci.MemberInboxIDs)
-		return nil, ci, nil
-	}
-	ci.MemberInboxIDs = next.InboxIDs()
-	return &engineState{st: next, vault: s.vault}, ci, nil
-}
-
 func (s *engineState) Proposal(_ context.Context, msg []byte) (MemberState, ProposalInfo, error) {
 	next, res, err := s.st.ProcessHandshake(msg)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"slices"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/components"
@@ -46,9 +45,8 @@ func eventID(tenant, client string, cause []byte, index int) string {
 	return eventbus.EventID([]byte(tenant), []byte(client), cause, idx[:])
 }
 
-// txn is one transaction over one group: the input it applies (and any
-// deferred input that becomes processable), the state it produces, and what
-// it emits. Nothing is visible until the worker commits it.
+// txn is one transaction over one group: the input it applies, the state
+// it produces, and what it emits. Nothing is visible until the worker commits it.
 type txn struct {
 	tenant  string
 	g       *groupState
@@ -97,10 +95,9 @@ type directory interface {
 	Client(ctx context.Context, tenant, clientID string) (Client, error)
 }
 
-// policy decides how input advances a group's canonical state: linear
-// applies each input to every hosted member in stream order; marmot
+// policy decides how input advances a group's canonical state: marmot
 // selects one canonical branch per hosted member with Marmot convergence
-// (marmot.go). Both work on the same txn.
+// (marmot.go) on the txn.
 type policy interface {
 	// run applies one input and whatever it makes processable, recording
 	// an outcome note for every input whose outcome it decides.
@@ -109,49 +106,6 @@ type policy interface {
 	// convergence pass) and reports whether it changed anything.
 	tick(ctx context.Context, t *txn) (bool, error)
 }
-
-// linear is the policy of a linear history: one branch, stream order.
-type linear struct{}
-
-// run applies in, then retries deferred input for as long as the state
-// advances. It records outcome notes for every input it decides.
-func (p linear) run(ctx context.Context, t *txn, in input) error {
-	note, advanced, err := p.apply(ctx, t, in)
-	if err != nil {
-		return err
-	}
-	t.notes = append(t.notes, note)
-	if note.Disposition == schema.DispositionDeferred {
-		t.g.Deferred = append(t.g.Deferred, deferredInput{Seq: in.Seq, MessageID: in.MessageID, Class: in.Class, Data: in.Data, Time: in.Time})
-		if len(t.g.Deferred) > maxDeferred {
-			old := t.g.Deferred[0]
-			t.g.Deferred = t.g.Deferred[1:]
-			t.notes = append(t.notes, staleNote(old.MessageID, old.Class, t.now))
-		}
-	}
-	for advanced && len(t.g.Deferred) > 0 {
-		advanced = false
-		pending := t.g.Deferred
-		t.g.Deferred = nil
-		for i, d := range pending {
-			note, adv, err := p.apply(ctx, t, input{Seq: d.Seq, Class: d.Class, MessageID: d.MessageID, Data: d.Data, Time: d.Time})
-			if err != nil {
-				t.g.Deferred = append(t.g.Deferred, pending[i:]...)
-				return err
-			}
-			if note.Disposition == schema.DispositionDeferred {
-				t.g.Deferred = append(t.g.Deferred, d)
-				continue
-			}
-			t.notes = append(t.notes, note)
-			advanced = advanced || adv
-		}
-	}
-	return nil
-}
-
-// tick: a linear history has no passes.
-func (linear) tick(context.Context, *txn) (bool, error) { return false, nil }
 
 // emit records the events one cause made for one client, in kind-table
 // order (EVENT-012), numbering them after any the cause already made.
@@ -197,21 +151,6 @@ func (t *txn) recordKey(st MemberState) {
 	if k, err := st.GroupEventKey(); err == nil {
 		t.g.setKey(st.Epoch(), k)
 	}
-}
-
-func (linear) apply(ctx context.Context, t *txn, in input) (outcomeNote, bool, error) {
-	at := in.Time
-	switch in.Class {
-	case schema.ClassWelcome:
-		return t.welcome(ctx, in)
-	case schema.ClassCommit:
-		return t.commit(ctx, in)
-	case schema.ClassProposal:
-		return t.proposal(ctx, in)
-	case schema.ClassApplication:
-		return t.application(ctx, in)
-	}
-	return rejectedNote(in.MessageID, in.Class, schema.CategoryUnsupportedRequiredFeature, at), false, nil
 }
 
 // welcome joins every hosted client the Welcome is addressed to (JOIN-045).
@@ -267,162 +206,6 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 		return rejectedNote(in.MessageID, in.Class, cat, at), false, nil
 	}
 	return accepted(in.MessageID, in.Class, at), true, nil
-}
-
-// handshakeTargets sorts the active members by where their epoch stands
-// against the message's: the ones at its epoch take it.
-func (t *txn) handshakeTargets(msg []byte) (at []*hostedMember, future, past bool) {
-	c, err := engine.Classify(msg)
-	for _, m := range t.g.active() {
-		st := t.members[m.ClientID]
-		switch {
-		case err != nil || !c.HasEpoch || c.Epoch == st.Epoch():
-			at = append(at, m)
-		case c.Epoch > st.Epoch():
-			future = true
-		default:
-			past = true
-		}
-	}
-	return at, future, past
-}
-
-// failed turns the errors of every member into one outcome: nothing took
-// the input.
-func failed(in input, errs []error, future, past bool) (outcomeNote, bool, error) {
-	at := in.Time
-	switch {
-	case len(errs) > 0:
-		cat := categoryOr(errs[0], schema.CategoryInvalidEncoding)
-		switch cat {
-		case schema.CategoryStaleEpoch:
-			return staleNote(in.MessageID, in.Class, at), false, nil
-		case schema.CategoryMissingHistory:
-			return deferredNote(in.MessageID, in.Class, cat, at), false, nil
-		}
-		if !rejectableCategory(cat) {
-			cat = schema.CategoryInvalidEncoding
-		}
-		return rejectedNote(in.MessageID, in.Class, cat, at), false, nil
-	case future:
-		return deferredNote(in.MessageID, in.Class, schema.CategoryMissingHistory, at), false, nil
-	case past:
-		return staleNote(in.MessageID, in.Class, at), false, nil
-	}
-	return rejectedNote(in.MessageID, in.Class, schema.CategoryUnknownGroup, at), false, nil
-}
-
-// commit applies a commit for every hosted member and projects it from each
-// member's point of view.
-func (t *txn) commit(ctx context.Context, in input) (outcomeNote, bool, error) {
-	targets, future, past := t.handshakeTargets(in.Data)
-	var errs []error
-	var info *CommitInfo
-	var applied []*hostedMember
-	for _, m := range targets {
-		next, ci, err := t.members[m.ClientID].Commit(ctx, in.Data)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		t.members[m.ClientID] = next
-		t.dirty[m.ClientID] = true
-		if info == nil {
-			info = &ci
-		}
-		applied = append(applied, m)
-	}
-	if info == nil {
-		return failed(in, errs, future, past)
-	}
-	t.groupChanged = true
-	pc := commitChange(*info)
-	stillMember := map[string]bool{}
-	for _, inbox := range info.MemberInboxIDs {
-		stillMember[inbox] = true
-	}
-	for _, m := range applied {
-		view := project.Member{InboxID: m.InboxID, Installation: m.Installation, LeaveRequested: t.g.leaveRequested(m.InboxID)}
-		t.emit(m.ClientID, in.MessageID, project.CommitEvents(t.g.GroupID, view, pc)...)
-		if t.members[m.ClientID] == nil || slices.ContainsFunc(pc.RemovedInstallations, func(k []byte) bool { return bytes.Equal(k, m.Installation) }) {
-			// Realizing removal: the copy is inactive from here on.
-			m.Removed = true
-			delete(t.members, m.ClientID)
-		}
-	}
-	t.g.LeaveRequests = slices.DeleteFunc(t.g.LeaveRequests, func(inbox string) bool { return !stillMember[inbox] })
-	t.setComponents(info.After)
-	for _, m := range t.g.active() {
-		st := t.members[m.ClientID]
-		if st.Epoch() > t.g.Epoch {
-			t.g.Epoch = st.Epoch()
-		}
-		t.recordKey(st)
-	}
-	return accepted(in.MessageID, in.Class, in.Time), true, nil
-}
-
-// commitChange is the change the events report.
-func commitChange(ci CommitInfo) project.Commit {
-	pc := project.Commit{AddedInboxIDs: ci.AddedInboxIDs, RemovedInboxIDs: ci.RemovedInboxIDs, Before: ci.Before, After: ci.After}
-	for _, l := range ci.Removed {
-		pc.RemovedInstallations = append(pc.RemovedInstallations, l.InstallationKey)
-	}
-	return pc
-}
-
-// proposal stores a proposal in every hosted member's state and notes a
-// leave request (GMOD-031).
-func (t *txn) proposal(ctx context.Context, in input) (outcomeNote, bool, error) {
-	targets, future, past := t.handshakeTargets(in.Data)
-	var errs []error
-	stored := false
-	for _, m := range targets {
-		next, pi, err := t.members[m.ClientID].Proposal(ctx, in.Data)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		t.members[m.ClientID] = next
-		t.dirty[m.ClientID] = true
-		if pi.SelfRemoveInboxID != "" {
-			t.g.addLeaveRequest(pi.SelfRemoveInboxID)
-		}
-		stored = true
-	}
-	if !stored {
-		return failed(in, errs, future, past)
-	}
-	return accepted(in.MessageID, in.Class, in.Time), false, nil
-}
-
-// application decrypts an application message for every hosted member and
-// delivers it to each member but its sender installation.
-func (t *txn) application(ctx context.Context, in input) (outcomeNote, bool, error) {
-	targets, future, past := t.handshakeTargets(in.Data)
-	var errs []error
-	var app *AppMessage
-	opened := map[string]bool{}
-	// Members' decryptions are independent: run in parallel.
-	results := decryptAll(ctx, t.members, targets, in.Data)
-	for i, m := range targets {
-		t.ratchet[m.ClientID] = true // a failed open may still have moved a ratchet
-		if results[i].err != nil {
-			errs = append(errs, results[i].err)
-			continue
-		}
-		opened[m.ClientID] = true
-		if app == nil {
-			app = &results[i].msg
-		}
-	}
-	if app == nil {
-		// A hosted member cannot open its own message; when it is the
-		// only target, the message is its own and has no event.
-		return failed(in, errs, future, past)
-	}
-	t.deliver(in.MessageID, in.MessageID, in.Seq, in.Time, *app, func(m *hostedMember) bool { return opened[m.ClientID] })
-	return accepted(in.MessageID, in.Class, in.Time), false, nil
 }
 
 // deliver indexes an application message stored at (seq, at) and gives

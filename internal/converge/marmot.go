@@ -37,9 +37,6 @@ var holdFrozen func() bool
 
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
-	if w.cfg.LinearHistory {
-		return linear{}
-	}
 	e, _ := w.cfg.MLS.(EngineMLS)
 	return marmot{vault: e.Vault}
 }
@@ -398,8 +395,7 @@ func (s *step) emitCommit(id engine.MessageID) {
 // cause is the cause of an effect on id: the effect's kind, the id, and
 // how often the id was taken back before this step, so each time a commit
 // or message is applied, delivered or taken back again its events get new,
-// still deterministic ids. A first application's cause is the input's id,
-// as under the linear policy.
+// still deterministic ids. A first application's cause is the input's id.
 func (s *step) cause(kind string, id engine.MessageID) []byte {
 	c := append([]byte(kind), id[:]...)
 	if n := s.t.g.generation(id[:]); n > 0 {
@@ -624,8 +620,9 @@ func (w *Worker) loadChunks(ctx context.Context, keys []string) ([]storedChunk, 
 }
 
 // group returns a member's convergence state: the one its state holds, or,
-// for a member that joined by a Welcome or under the linear policy, one
-// started from its canonical state.
+// for a member that joined by a Welcome or whose state is a plain engine
+// snapshot (written by the removed linear mode), one started from its
+// canonical state.
 func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
 	switch st := t.members[m.ClientID].(type) {
 	case *branchState:

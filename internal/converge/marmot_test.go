@@ -3,12 +3,9 @@ package converge
 import (
 	"bytes"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/eventbus"
@@ -282,49 +279,6 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 	uniqueIDs(t, evs)
 	if !bytes.Equal(evs[2].Event.CommitSuperseded.CommitDigest, cA.ID) {
 		t.Fatal("the first rollback does not supersede the first branch")
-	}
-}
-
-// BenchmarkBranchSelection measures application messages per second
-// through converge with branch selection (the default) beside a linear
-// history, for a group with 1 and 10 hosted members: with branch selection
-// every input is admitted to every member's convergence state, which is
-// sealed with the member's state each transaction.
-func BenchmarkBranchSelection(b *testing.B) {
-	policies := []struct {
-		name string
-		cfg  func(*Config)
-	}{{"branch-selection", nil}, {"linear", func(c *Config) { c.LinearHistory = true }}}
-	for _, n := range []int{1, 10} {
-		for _, p := range policies {
-			b.Run(fmt.Sprintf("members=%d/%s", n, p.name), func(b *testing.B) {
-				e := newEnv(b)
-				g, _, welcome := benchGroup(b, e, n)
-				e.worker("bench", p.cfg)
-				e.publish(welcome)
-				e.waitAccepted(welcome.ID, time.Minute)
-				ins := make([]*nats.Msg, b.N)
-				var last []byte
-				for i := range ins {
-					m := must[testpeer.Message](b)(g.SendText(benchText(i)))
-					ins[i], last = inputMsg(b, m), m.ID
-				}
-				done := e.acceptedSignal(last)
-				b.ResetTimer()
-				start := time.Now()
-				for _, m := range ins {
-					if _, err := e.js.PublishMsgAsync(m); err != nil {
-						b.Fatal(err)
-					}
-				}
-				select {
-				case <-done:
-				case <-time.After(10 * time.Minute):
-					b.Fatal("last input not accepted in time")
-				}
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-			})
-		}
 	}
 }
 

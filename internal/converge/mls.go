@@ -55,10 +55,6 @@ type MemberState interface {
 	GroupEventKey() ([]byte, error)
 	// Snapshot serialises the state.
 	Snapshot() ([]byte, error)
-	// Commit processes a PublicMessage commit and returns the next state;
-	// the receiver is left unchanged. A commit that removes the member
-	// returns a nil state.
-	Commit(ctx context.Context, msg []byte) (MemberState, CommitInfo, error)
 	// Proposal processes a PublicMessage proposal and returns the state
 	// that holds it; the receiver is left unchanged.
 	Proposal(ctx context.Context, msg []byte) (MemberState, ProposalInfo, error)
@@ -71,19 +67,6 @@ type MemberState interface {
 type Leaf struct {
 	InboxID         string
 	InstallationKey []byte
-}
-
-// CommitInfo is what one commit changed.
-type CommitInfo struct {
-	// AddedInboxIDs are the inboxes that are members after the commit and
-	// were not before; RemovedInboxIDs the reverse. Sorted.
-	AddedInboxIDs, RemovedInboxIDs []string
-	// Removed are the leaves the commit removed.
-	Removed []Leaf
-	// MemberInboxIDs are the member inboxes after the commit, sorted.
-	MemberInboxIDs []string
-	// Before and After are the components around the commit.
-	Before, After components.Set
 }
 
 // ProposalInfo is what a stored proposal is.

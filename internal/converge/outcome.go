@@ -29,18 +29,10 @@ type outcomeNote struct {
 	Time  int64               `msgpack:"time_unix_ms"`
 }
 
-// accepted, deferred, stale and rejected build the notes of each
-// disposition (Marmot foundation/errors.md vocabulary).
+// accepted and rejectedNote build the notes of the dispositions converge
+// decides itself (Marmot foundation/errors.md vocabulary).
 func accepted(id []byte, class schema.InputClass, at int64) outcomeNote {
 	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionAccepted, Time: at}
-}
-
-func deferredNote(id []byte, class schema.InputClass, cat schema.Category, at int64) outcomeNote {
-	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionDeferred, Category: cat, Time: at}
-}
-
-func staleNote(id []byte, class schema.InputClass, at int64) outcomeNote {
-	return outcomeNote{MessageID: id, Class: class, Status: schema.StatusQueued, Disposition: schema.DispositionStale, Category: schema.CategoryStaleEpoch, Time: at}
 }
 
 func rejectedNote(id []byte, class schema.InputClass, cat schema.Category, at int64) outcomeNote {

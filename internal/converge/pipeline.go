@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // pipeline applies and commits the inputs of a fetch that all belong to one
@@ -65,7 +64,7 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 		t := w.newTxn(ctx, r.tenant, g)
 		from, applied := i, false
 		for i < len(r.ins) || (applied && more()) {
-			if applied && (i-from >= maxPipelineInputs || t.size()+w.inputBudget(t, r.ins[i]) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored() && i-from >= minPipelineInputs)) {
+			if applied && (i-from >= maxPipelineInputs || t.size()+eventBudget(t) > w.cfg.MaxBatch-1 || (inFlight != nil && inFlight.isStored() && i-from >= minPipelineInputs)) {
 				break
 			}
 			used, app, err := w.applyRun(ctx, t, g, r.ins[i:i+1])
@@ -128,17 +127,6 @@ func (w *Worker) pipeline(ctx context.Context, part *partition, r *groupRun, pul
 	if inFlight != nil {
 		w.land(ctx, part, inFlight)
 	}
-}
-
-// inputBudget is the most batch messages one more input can add. Under a
-// linear history an application message gives each active member at most
-// a message.received and a message.deleted, and the index an entry, a
-// removal and a page; any other input may give what eventBudget allows.
-func (w *Worker) inputBudget(t *txn, in input) int {
-	if in.Class == schema.ClassApplication && w.cfg.LinearHistory {
-		return 2*len(t.g.active()) + 3
-	}
-	return eventBudget(t)
 }
 
 // puller hands a pipelined run the next input message of its fetch: it
@@ -316,21 +304,4 @@ func parallel(n int, fn func(i int)) {
 		})
 	}
 	wg.Wait()
-}
-
-// decryption is one member's opening of an application message.
-type decryption struct {
-	msg AppMessage
-	err error
-}
-
-// decryptAll opens msg with the state of each of members, in parallel:
-// each decryption touches only its own member's state. The results are in
-// members' order.
-func decryptAll(ctx context.Context, states map[string]MemberState, members []*hostedMember, msg []byte) []decryption {
-	out := make([]decryption, len(members))
-	parallel(len(members), func(i int) {
-		out[i].msg, out[i].err = states[members[i].ClientID].Decrypt(ctx, msg)
-	})
-	return out
 }

@@ -246,18 +246,6 @@ func TestOutcomeDispositions(t *testing.T) {
 	})
 }
 
-// TestOutcomeDispositionsLinear is the same input under a linear history,
-// which keeps no past epoch: the message ahead is deferred as
-// missing_history and the message of a past epoch is stale.
-func TestOutcomeDispositionsLinear(t *testing.T) {
-	outcomeDispositions(t, func(c *Config) { c.LinearHistory = true }, dispositionsWant{
-		aheadCategory: schema.CategoryMissingHistory,
-		old:           schema.DispositionStale,
-		oldCategory:   schema.CategoryStaleEpoch,
-		events:        2,
-	})
-}
-
 type dispositionsWant struct {
 	aheadCategory schema.Category
 	old           schema.Disposition

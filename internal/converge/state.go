@@ -10,15 +10,11 @@ import (
 	"slices"
 
 	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Bounds of what one group's state keeps.
 const (
-	// maxDeferred bounds the deferred inputs of a group; beyond it the
-	// oldest is given up as stale.
-	maxDeferred = 256
 	// maxKeyEpochs is how many epochs' group event keys are kept as
 	// candidates: the current one and app_payload_past_epoch_limit (5)
 	// past ones.
@@ -61,8 +57,6 @@ type groupState struct {
 	// known stored yet, oldest first: a pipelined transaction reads them
 	// before the stream.
 	unstored []*indexWrites
-	// Deferred holds inputs that cannot be processed yet, in stream order.
-	Deferred []deferredInput `msgpack:"deferred,omitempty"`
 	// Keys are the candidate group event keys, oldest first.
 	Keys []epochKey `msgpack:"keys,omitempty"`
 	// Due is when a hosted member's convergence pass is next due (unix ms,
@@ -142,15 +136,6 @@ type storedMessage struct {
 	// Deleted marks a deleted message in a version 1 or 2 index; the
 	// stored index has no entry for one.
 	Deleted bool `msgpack:"deleted,omitempty"`
-}
-
-// deferredInput is an input kept until the state it needs arrives.
-type deferredInput struct {
-	Seq       uint64            `msgpack:"seq"`
-	MessageID []byte            `msgpack:"message_id"`
-	Class     schema.InputClass `msgpack:"class"`
-	Data      []byte            `msgpack:"data"`
-	Time      int64             `msgpack:"time_unix_ms"`
 }
 
 // rollback is how often one commit or message was taken back.

@@ -73,12 +73,6 @@ type Config struct {
 	// eventbus.DefaultMaxBatch (the servers' default) when zero; it must
 	// not exceed what the servers allow.
 	MaxBatch int
-	// LinearHistory applies input in stream order on one branch instead of
-	// selecting one canonical branch per group with Marmot convergence
-	// (forks, rollback, witness quorum; DESIGN section 5), which is the
-	// default and needs EngineMLS. A linear history cannot resolve a fork:
-	// the first commit of an epoch wins and its rivals are stale.
-	LinearHistory bool
 	// Metrics receives measurements; a fresh unregistered set when nil.
 	Metrics *Metrics
 	// Logger receives diagnostics; slog.Default when nil.
@@ -139,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		}
 	}
 	e, ok := cfg.MLS.(EngineMLS)
-	if !cfg.LinearHistory && !ok {
+	if !ok {
 		return nil, errBranchSelectionMLS
 	}
 	if ok && e.Signatures == nil {
