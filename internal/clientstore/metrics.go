@@ -9,6 +9,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // metrics are the store's Prometheus collectors (prefix
@@ -40,7 +41,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.refusals = Register(reg, m.refusals)
 		m.epochs = Register(reg, m.epochs)
 	}
+	// The label values known up front exist at zero from the start, so
+	// rates and alerts over them work on a fresh process.
+	for _, k := range []schema.EventKind{schema.KindIdentityRegistered, schema.KindConsentChanged, schema.KindHmacKeysUpdated,
+		schema.KindHandleChanged, schema.KindOwnInstallationAdded, schema.KindOwnInstallationRevoked} {
+		m.events.WithLabelValues(string(k))
+	}
+	ZeroRefusals(m.refusals)
 	return m
+}
+
+// ZeroRefusals creates the refusal codes every API answers at zero.
+func ZeroRefusals(refusals *prometheus.CounterVec) {
+	for _, c := range []string{"unauthenticated", "forbidden", "bad_request", "internal"} {
+		refusals.WithLabelValues(c)
+	}
 }
 
 // Register registers c with reg, or returns the collector already

@@ -1,6 +1,10 @@
 package converge
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
 
 // Metrics are converge's Prometheus metrics (prefix fabric_converge_). No
 // label carries a tenant, group, client or message id.
@@ -78,6 +82,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled)
 	}
+	// The label values known up front exist at zero from the start, so
+	// rates and alerts over them work on a fresh worker.
+	for _, d := range []schema.Disposition{schema.DispositionAccepted, schema.DispositionDeferred, schema.DispositionStale, schema.DispositionInvalidated} {
+		m.Inputs.WithLabelValues(string(d))
+	}
+	m.Inputs.WithLabelValues(string(schema.StatusRejected))
+	for _, k := range schema.AllKinds() {
+		m.Events.WithLabelValues(string(k))
+	}
+	m.Batches.WithLabelValues("1")
+	m.Batches.WithLabelValues("many")
 	return m
 }
 

@@ -77,11 +77,17 @@ func newConn(g *Gateway, enc wire.Encoding, sse bool, claims auth.Claims, out si
 	}
 }
 
+// Transports, the values of the connections metric's label.
+const (
+	transportWebSocket = "websocket"
+	transportSSE       = "sse"
+)
+
 func (c *conn) transport() string {
 	if c.sse {
-		return "sse"
+		return transportSSE
 	}
-	return "websocket"
+	return transportWebSocket
 }
 
 func (c *conn) signal() {

@@ -2,6 +2,8 @@ package fanout
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/fanout/wire"
 )
 
 // metrics are the gateway's Prometheus metrics. Labels are bounded: no
@@ -99,6 +101,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	// Every label value known up front exists at zero from the start, so
+	// rates and alerts work on a fresh gateway.
+	for _, t := range []string{transportWebSocket, transportSSE} {
+		m.connections.WithLabelValues(t)
+	}
+	for _, c := range wire.Codes {
+		m.protocolErrs.WithLabelValues(c)
+	}
+	for _, c := range []string{CodeTooManyConnections, CodeReplayBudget} {
+		m.refusals.WithLabelValues(c)
 	}
 	return m, nil
 }

@@ -103,7 +103,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusForbidden
 		case wire.CodeInvalidFilter, wire.CodeMalformedFrame:
 			status = http.StatusBadRequest
-		case "unauthenticated":
+		case wire.CodeUnauthenticated:
 			status = http.StatusUnauthorized
 		case CodeReplayBudget:
 			status = http.StatusTooManyRequests

@@ -245,7 +245,7 @@ func (c *conn) issued(id uint64) bool {
 func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.EventFilter, afterSeq uint64, held int) (*subscription, string, string) {
 	g := c.g
 	if !c.claims.ExpiresAt.IsZero() && time.Now().After(c.claims.ExpiresAt) {
-		return nil, "unauthenticated", "token expired"
+		return nil, wire.CodeUnauthenticated, "token expired"
 	}
 	if err := subject.ValidClient(client); err != nil {
 		return nil, wire.CodeMalformedFrame, err.Error()

@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // metrics are the role's Prometheus collectors (prefix fabric_ingest_).
@@ -66,7 +68,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			}
 		}
 	}
+	m.zero()
 	return m, nil
+}
+
+// zero creates the label combinations known up front at zero, so rates and
+// alerts over them work on a fresh process.
+func (m *metrics) zero() {
+	for _, t := range []string{"http", "nats"} {
+		m.bytes.WithLabelValues(t)
+		m.requests.WithLabelValues(t)
+		for _, c := range []schema.InputClass{schema.ClassWelcome, schema.ClassCommit, schema.ClassProposal, schema.ClassApplication} {
+			m.inputs.WithLabelValues(t, string(c), string(schema.StatusQueued), "")
+		}
+		m.inputs.WithLabelValues(t, string(schema.ClassSealed), string(schema.StatusDeferred), string(schema.CategoryTransportDeferred))
+		m.inputs.WithLabelValues(t, string(schema.ClassMalformed), string(schema.StatusRejected), string(schema.CategoryInvalidEncoding))
+	}
+	for _, st := range []string{"peel", "dedup", "outcome", "publish"} {
+		m.stage.WithLabelValues(st)
+	}
+	for _, c := range []string{"unauthenticated", "forbidden", "bad_request", "resource_refused"} {
+		m.refusals.WithLabelValues(c)
+	}
+	for _, r := range []string{reasonDeferred, reasonUnknown} {
+		m.retained.WithLabelValues(r)
+		m.released.WithLabelValues(r)
+		m.retries.WithLabelValues(r)
+	}
 }
 
 // retainedDesc describes the retained-objects gauge: what FABRIC_RETAINED

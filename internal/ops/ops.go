@@ -58,6 +58,9 @@ func NewWithLimits(addr string, registry *prometheus.Registry, limits Limits) (*
 		}
 		refused = are.ExistingCollector.(*prometheus.CounterVec)
 	}
+	for _, r := range []string{"total", "per_address"} {
+		refused.WithLabelValues(r) // at zero from the start
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)

@@ -35,5 +35,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.accepted = clientstore.Register(reg, m.accepted)
 		m.refusals = clientstore.Register(reg, m.refusals)
 	}
+	// The label values known up front exist at zero from the start, so
+	// rates and alerts over them work on a fresh process.
+	for k := range signalKinds {
+		for _, r := range []string{resultEmitted, resultUnchanged, resultReplayed} {
+			m.accepted.WithLabelValues(string(k), r)
+		}
+	}
+	clientstore.ZeroRefusals(m.refusals)
 	return m
 }
