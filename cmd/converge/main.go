@@ -44,7 +44,11 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	slog.SetDefault(log)
-	if err := run(os.Args[1:], log); err != nil {
+	err := run(os.Args[1:], log)
+	if errors.Is(err, config.ErrReported) {
+		os.Exit(2)
+	}
+	if err != nil {
 		log.Error("converge stopped", "err", err)
 		os.Exit(1)
 	}
@@ -76,7 +80,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", eventbus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return o, nil, err
 	}
 	o.nats.Validate(&errs)

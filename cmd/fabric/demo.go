@@ -38,7 +38,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	config.String(fs, &data, "data", "fabric-data", "the all-in-one data folder, to mint development tokens")
 	config.Duration(fs, &errs, &pause, "pause", 500*time.Millisecond, "pause between steps")
 	config.Bool(fs, &errs, &watch, "watch", true, "subscribe to the hosted client's events and print them")
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	api.AdminToken = os.Getenv("FABRIC_ADMIN_TOKEN")

@@ -5,6 +5,7 @@
 //	fabric provision create or check the streams and buckets on a NATS server
 //	fabric demo      play remote MLS members into a running fabric
 //	fabric tail      subscribe to a client's events and print them
+//	fabric help      the commands, or one command's flags
 //
 // Each subcommand takes -h. Every flag has a FABRIC_ environment variable.
 package main
@@ -15,41 +16,73 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fabric-mls/fabric/internal/config"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, config.ErrReported):
+		os.Exit(2)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "fabric:", err)
 		os.Exit(1)
 	}
 }
 
+// commands are the subcommands, in the order the usage lists them.
+var commands = []struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}{
+	{"run", "embedded NATS + ingest + converge + fanout in one process (the default; no flags needed)", runAllInOne},
+	{"provision", "create or check the streams and buckets on a NATS server", provision},
+	{"demo", "play remote MLS members into a running fabric and print the events", runDemo},
+	{"tail", "follow one client's events as they arrive", tail},
+	{"help", "this list, or a command's flags: fabric help <command>", nil},
+}
+
+// usage lists the subcommands, one line each.
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: fabric [command] [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nEach command takes -h for its flags. Every flag has a FABRIC_ environment variable.")
+}
+
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := "run"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	name := "run"
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "-help", "--help":
+			usage(stdout)
+			return flag.ErrHelp
+		case "help":
+			if len(args) == 1 {
+				usage(stdout)
+				return flag.ErrHelp
+			}
+			args = []string{args[1], "-h"}
+		}
+		if a := args[0]; a != "" && a[0] != '-' {
+			name, args = a, args[1:]
+		}
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	switch cmd {
-	case "run":
-		return runAllInOne(ctx, args, stdout, stderr, log)
-	case "provision":
-		return provision(ctx, args, stdout, stderr)
-	case "demo":
-		return runDemo(ctx, args, stdout, stderr)
-	case "tail":
-		return tail(ctx, args, stdout, stderr)
-	default:
-		return fmt.Errorf("unknown command %q; want run, provision, demo or tail", cmd)
+	for _, c := range commands {
+		if c.name == name && c.run != nil {
+			return c.run(ctx, args, stdout, stderr)
+		}
 	}
+	fmt.Fprintf(stderr, "fabric: unknown command %q\n\n", name)
+	usage(stderr)
+	return fmt.Errorf("%w: unknown command", config.ErrReported)
 }

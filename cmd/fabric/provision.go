@@ -19,7 +19,7 @@ func provision(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("fabric provision", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n.RegisterFlags(fs, &errs)
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	n.Validate(&errs)

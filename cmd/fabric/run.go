@@ -18,7 +18,8 @@ import (
 // tokenTTL is how long the development tokens printed at start are valid.
 const tokenTTL = 7 * 24 * time.Hour
 
-func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) error {
+func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var (
 		o          allinone.Options
 		errs       config.Errs
@@ -39,7 +40,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	config.Int(fs, &errs, &o.HTTPLimits.MaxConns, "max-conns", 0, "open HTTP connections, WebSockets included (0: the open-file limit less a reserve for NATS and JetStream, -1: none)")
 	config.Int(fs, &errs, &o.HTTPLimits.MaxConnsPerAddr, "max-conns-per-addr", ops.DefaultMaxConnsPerAddr, "open HTTP connections of one remote address (-1: none)")
 	config.Duration(fs, &errs, &o.HTTPLimits.IdleTimeout, "idle-timeout", ops.DefaultIdleTimeout, "how long an idle keep-alive HTTP connection stays open")
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	config.ValidateListen(&errs, o.Listen)

@@ -34,7 +34,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	config.String(fs, &data, "data", "fabric-data", "the all-in-one data folder, to mint a development token")
 	config.String(fs, &kinds, "kinds", "all", `comma-separated event kinds, or "all"`)
 	config.String(fs, &groups, "groups", "", "comma-separated group ids (hex); every group when empty")
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	if clientID == "" {

@@ -41,7 +41,11 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	slog.SetDefault(log)
-	if err := run(os.Args[1:], log); err != nil {
+	err := run(os.Args[1:], log)
+	if errors.Is(err, config.ErrReported) {
+		os.Exit(2)
+	}
+	if err != nil {
 		log.Error("fanout stopped", "err", err)
 		os.Exit(1)
 	}
@@ -76,7 +80,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Int(fs, &errs, &o.maxReplay, "max-replay", fanout.DefaultMaxReplay, "stored events handed off to resume one subscription; the rest are counted in one lagged")
 	config.Int(fs, &errs, &o.replayRate, "replay-rate", fanout.DefaultReplayRate, "stored events per second one tenant may have replayed (-1: none)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for connections to end")
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return o, nil, err
 	}
 	o.nats.Validate(&errs)

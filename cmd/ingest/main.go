@@ -64,6 +64,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := run(ctx, os.Args[1:], log)
 	stop()
+	if errors.Is(err, config.ErrReported) {
+		os.Exit(2)
+	}
 	if err != nil {
 		log.Error("ingest stopped", "err", err)
 		os.Exit(1)
@@ -115,7 +118,7 @@ func parse(args []string) (options, secrets, error) {
 	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores and signals (needs FABRIC_MASTER_KEY)")
 	config.String(fs, &o.keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for requests in flight")
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		return o, secrets{}, err
 	}
 	o.nats.Validate(&errs)

@@ -252,3 +252,26 @@ func MasterKey(errs *Errs, file string) []byte {
 	}
 	return key
 }
+
+// ErrReported marks a command line the flag set has already reported, with
+// its usage, on its output: the caller exits with status 2 and prints
+// nothing more, so the error shows once.
+var ErrReported = errors.New("config: command line already reported")
+
+// Parse parses args with fs. -h and -help return flag.ErrHelp after the
+// usage is printed. A bad flag, or an argument where none is taken, is
+// reported on fs's output and returned wrapped in ErrReported.
+func Parse(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return err
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrReported, err)
+	case fs.NArg() > 0:
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return fmt.Errorf("%w: unexpected argument", ErrReported)
+	}
+	return nil
+}
