@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // Results of an accepted signal, the values of the result label.
@@ -37,11 +38,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	// The label values known up front exist at zero from the start, so
 	// rates and alerts over them work on a fresh process.
-	for k := range signalKinds {
+	for _, k := range acceptedKinds() {
 		for _, r := range []string{resultEmitted, resultUnchanged, resultReplayed} {
 			m.accepted.WithLabelValues(string(k), r)
 		}
 	}
 	clientstore.ZeroRefusals(m.refusals)
 	return m
+}
+
+// acceptedKinds are the kinds the accepted metric counts: every signal
+// kind, and connection.state_changed, which the service computes from the
+// stream states the runtime reports (EVENT-027).
+func acceptedKinds() []schema.EventKind {
+	ks := []schema.EventKind{schema.KindConnectionStateChanged}
+	for k := range signalKinds {
+		ks = append(ks, k)
+	}
+	return ks
 }

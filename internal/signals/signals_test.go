@@ -699,7 +699,7 @@ func TestMetricsCountResultsAndRefusals(t *testing.T) {
 	}
 	// Every kind and result, and the common refusal codes, exist at zero
 	// from the start; kind_not_signal is the one series the requests added.
-	want := len(signalKinds)*3 + 4 + 1
+	want := len(acceptedKinds())*3 + 4 + 1
 	if n, err := testutil.GatherAndCount(e.reg, "fabric_signals_accepted_total", "fabric_signals_refusals_total"); err != nil || n != want {
 		t.Errorf("registry holds %d series, want %d: %v", n, want, err)
 	}
