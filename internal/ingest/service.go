@@ -158,7 +158,12 @@ func (s *Service) Start(ctx context.Context) error {
 		// Ready means the server routes intake here: the subscription
 		// must have reached it, or a request right after Start finds no
 		// responder.
-		if err := s.cfg.Conn.FlushWithContext(ctx); err != nil {
+		// A flush needs a deadline; the caller's ctx may be the service's
+		// lifetime, with none.
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = s.cfg.Conn.FlushWithContext(fctx)
+		cancel()
+		if err != nil {
 			_ = sub.Unsubscribe()
 			s.halt()
 			return fmt.Errorf("ingest: subscribe intake: %w", err)
