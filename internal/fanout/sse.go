@@ -126,19 +126,21 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	c.endAll("")
 }
 
-// sseFilter reads the filter from the query: kinds (required, comma
-// separated), group_ids (lowercase hex, comma separated) and
+// sseFilter reads the filter from the query: kinds (comma separated;
+// absent selects every kind), group_ids (lowercase hex, comma separated) and
 // references_own_messages=true. access_token is the bearer token of a
 // browser's EventSource, which cannot send an Authorization header.
 func sseFilter(r *http.Request) (schema.EventFilter, error) {
 	q := r.URL.Query()
-	if !q.Has("kinds") {
-		return schema.EventFilter{}, httpapi.Errorf(http.StatusBadRequest, wire.CodeInvalidFilter, "kinds is required")
-	}
-	f := schema.EventFilter{Kinds: []schema.EventKind{}}
-	for k := range strings.SplitSeq(q.Get("kinds"), ",") {
-		if k != "" {
-			f.Kinds = append(f.Kinds, schema.EventKind(k))
+	// No kinds parameter selects every kind, as a plain EventSource on the
+	// URL expects; kinds= (empty) selects none, as [] does in a filter.
+	f := schema.EventFilter{Kinds: schema.AllKinds()}
+	if q.Has("kinds") {
+		f.Kinds = []schema.EventKind{}
+		for k := range strings.SplitSeq(q.Get("kinds"), ",") {
+			if k != "" {
+				f.Kinds = append(f.Kinds, schema.EventKind(k))
+			}
 		}
 	}
 	if q.Has("group_ids") {
