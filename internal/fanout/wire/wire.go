@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -67,12 +68,11 @@ const (
 	CodeBadCredit            = "bad_credit"
 	CodeUnavailable          = "unavailable"
 	CodeUnauthenticated      = "unauthenticated"
-	CodeUnknownClient        = "unknown_client"
 )
 
 // Codes are every code an error frame can carry.
 var Codes = []string{CodeMalformedFrame, CodeFrameTooLarge, CodeUnknownOp, CodeInvalidFilter, CodeForbidden,
-	CodeTooManySubscriptions, CodeUnknownSubscription, CodeBadCredit, CodeUnavailable, CodeUnauthenticated, CodeUnknownClient}
+	CodeTooManySubscriptions, CodeUnknownSubscription, CodeBadCredit, CodeUnavailable, CodeUnauthenticated}
 
 // InitialCredit is the credit a subscription starts with: the bound of
 // EVENT-030, counted end to end.
@@ -191,7 +191,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 		d := msgpack.NewDecoder(r)
 		d.DisallowUnknownFields(true)
 		if err := d.Decode(&m); err != nil {
-			return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+			return Frame{}, fmt.Errorf("%w: %s", ErrMalformed, describe(err, "msgpack map"))
 		}
 		if r.Len() > 0 {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
@@ -204,7 +204,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 		d := json.NewDecoder(bytes.NewReader(b))
 		d.DisallowUnknownFields()
 		if err := d.Decode(&j); err != nil {
-			return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+			return Frame{}, fmt.Errorf("%w: %s", ErrMalformed, describe(err, "JSON object"))
 		}
 		if d.More() {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
@@ -227,6 +227,23 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 		f.Filter = &ef
 	}
 	return f, nil
+}
+
+// describe says what is wrong with a frame the decoder refused, in the
+// protocol's words: the decoders' own errors name Go types and fields.
+func describe(err error, shape string) string {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Field != "" {
+		return fmt.Sprintf("member %q has the wrong type", typ.Field)
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return "unknown member " + name
+	}
+	if i := strings.Index(msg, "unknown field "); i >= 0 && strings.HasPrefix(msg, "msgpack:") {
+		return "unknown member " + msg[i+len("unknown field "):]
+	}
+	return "not a " + shape + " of the protocol's members"
 }
 
 // Append appends f to dst in encoding enc. Event, when set, must already be

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -89,4 +90,37 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed the frame: %+v vs %+v", again, fr)
 		}
 	})
+}
+
+// Error text goes to apps: it names members in the protocol's words and
+// never a Go type, struct or field of the implementation.
+func TestDecodeErrorsNameNoGoTypes(t *testing.T) {
+	for _, c := range []struct {
+		enc  Encoding
+		b    []byte
+		want string
+	}{
+		{JSON, []byte(`{"op":"subscribe","id":"x"}`), `"id"`},
+		{JSON, []byte(`{"op":"credit","n":1.5}`), `"n"`},
+		{JSON, []byte(`{"op":"credit","bogus":1}`), `"bogus"`},
+		{JSON, []byte(`{"op":`), "JSON object"},
+		{JSON, []byte(`[1,2]`), ""},
+		{Msgpack, []byte{0x81, 0xa2, 'i', 'd', 0xa1, 'x'}, ""},
+		{Msgpack, []byte{0x81, 0xa5, 'b', 'o', 'g', 'u', 's', 0x01}, "bogus"},
+		{Msgpack, []byte{0xc1}, ""},
+	} {
+		_, err := Decode(c.enc, c.b)
+		if err == nil {
+			t.Fatalf("%q decoded", c.b)
+		}
+		msg := err.Error()
+		for _, leak := range []string{"Go ", "struct", "jsonFrame", "msgpackFrame", "uint64", "int64", "wire.", "schema."} {
+			if strings.Contains(msg, leak) {
+				t.Errorf("%q: error %q names %q", c.b, msg, leak)
+			}
+		}
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%q: error %q does not say %s", c.b, msg, c.want)
+		}
+	}
 }
