@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -121,6 +122,22 @@ func TestDecodeErrorsNameNoGoTypes(t *testing.T) {
 		}
 		if !strings.Contains(msg, c.want) {
 			t.Errorf("%q: error %q does not say %s", c.b, msg, c.want)
+		}
+	}
+}
+
+// docs/wire-formats.md documents every op and every error code a frame can
+// carry, so the protocol's documentation cannot fall behind the code.
+func TestWireFormatsDocumentsEveryOpAndCode(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/wire-formats.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, name := range append([]string{OpSubscribe, OpCredit, OpUnsubscribe, OpSubscribed, OpEvent, OpEnded, OpError,
+		ReasonUnsubscribed, ReasonShutdown, ReasonTokenExpired}, Codes...) {
+		if !strings.Contains(doc, "`"+name+"`") {
+			t.Errorf("docs/wire-formats.md does not document %q", name)
 		}
 	}
 }
