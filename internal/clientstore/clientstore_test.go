@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -680,6 +681,38 @@ func TestMsgpackBodies(t *testing.T) {
 	}
 	if n := len(e.events(tenant, ci.ClientID)); n != 2 {
 		t.Fatalf("%d events", n)
+	}
+}
+
+// A 41-byte msgpack body whose root_key bin declares 4 GiB (issue 17
+// item 1) is answered 400, ten times, without the server allocating what
+// the header claims.
+func TestHMACKeyHostileBinLengthIs400WithBoundedMemory(t *testing.T) {
+	e := newEnv(t)
+	_, srv := e.store()
+	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(27)})
+	body := append([]byte("\x81\xa8root_key\xc6\xff\xff\xff\xf0"), bytes.Repeat([]byte{'A'}, 26)...)
+	tok := adminToken(t, tenant)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		req, _ := http.NewRequest(http.MethodPut, clientURL(srv.URL, tenant, ci.ClientID)+"/hmac-keys", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/msgpack")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("status %d, want 400", resp.StatusCode)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// The server and this client share the process: the bound covers ten
+	// requests of both, far below one 4 GiB allocation.
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+		t.Fatalf("ten 41-byte requests allocated %d bytes", n)
 	}
 }
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // ErrNotFound: no hosted client, or no KeyPackage index entry, has that id
@@ -78,7 +78,7 @@ func Lookup(ctx context.Context, kv jetstream.KeyValue, tenant, clientID string)
 // DecodeRecord decodes a fabric-clients record.
 func DecodeRecord(b []byte) (Record, error) {
 	var rec Record
-	if err := msgpack.Unmarshal(b, &rec); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &rec); err != nil {
 		return Record{}, fmt.Errorf("clientstore: decode record: %w", err)
 	}
 	return rec, nil

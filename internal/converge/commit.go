@@ -22,6 +22,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // transact runs body over a group and commits its result: state blobs
@@ -464,7 +465,7 @@ func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *g
 		return fmt.Errorf("read group record: %w", err)
 	default:
 		var old GroupRecord
-		if msgpack.Unmarshal(e.Value(), &old) == nil && old.CheckpointSeq >= ckSeq {
+		if schema.UnmarshalMsgpack(e.Value(), &old) == nil && old.CheckpointSeq >= ckSeq {
 			return nil
 		}
 		rev = e.Revision()

@@ -14,6 +14,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // checkpointVersion is the version of the checkpoint record format.
@@ -116,7 +117,7 @@ func encodeCheckpoint(c checkpoint) ([]byte, error) {
 // decodeCheckpoint decodes a checkpoint record; bad bytes give an error.
 func decodeCheckpoint(b []byte) (checkpoint, error) {
 	var c checkpoint
-	if err := msgpack.Unmarshal(b, &c); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &c); err != nil {
 		return checkpoint{}, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	if c.V != checkpointVersion {

@@ -20,6 +20,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // The message index is stored, not held: every message a group holds has
@@ -271,7 +272,7 @@ func (w *Worker) readEntry(ctx context.Context, tenant, groupHex string, id []by
 
 func decodeEntry(b []byte) (*storedMessage, error) {
 	var s storedMessage
-	if err := msgpack.Unmarshal(b, &s); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &s); err != nil {
 		return nil, fmt.Errorf("decode index entry: %w", err)
 	}
 	return &s, nil
@@ -281,7 +282,7 @@ func decodeEntry(b []byte) (*storedMessage, error) {
 // as the cleanup pass reads them.
 func decodePage(b []byte) ([]expiryEntry, error) {
 	var page []expiryEntry
-	if err := msgpack.Unmarshal(b, &page); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &page); err != nil {
 		return nil, fmt.Errorf("decode expiry page: %w", err)
 	}
 	if !slices.IsSortedFunc(page, func(a, b expiryEntry) int { return cmp.Compare(a.ExpiresAt, b.ExpiresAt) }) {
@@ -444,7 +445,7 @@ func (g *groupState) loadLegacyIndex(refs []chunkRef, get func(key string) ([]by
 			return fmt.Errorf("load message chunk %d: %w", c, err)
 		}
 		var mc messageChunk
-		if err := msgpack.Unmarshal(b, &mc); err != nil {
+		if err := schema.UnmarshalMsgpack(b, &mc); err != nil {
 			return fmt.Errorf("decode message chunk %d: %w", c, err)
 		}
 		end := mc.First + uint64(len(mc.Messages))

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // A lease says which worker owns a partition until when. Leases and worker
@@ -60,7 +62,7 @@ func (l *leases) record() []byte {
 
 func decodeLease(b []byte) (leaseRecord, error) {
 	var r leaseRecord
-	if err := msgpack.Unmarshal(b, &r); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &r); err != nil {
 		return r, fmt.Errorf("decode lease: %w", err)
 	}
 	return r, nil

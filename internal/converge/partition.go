@@ -40,7 +40,7 @@ func (w *Worker) loadExpiry(ctx context.Context, part *partition) {
 		return
 	}
 	var idx map[string]int64
-	if msgpack.Unmarshal(e.Value(), &idx) != nil {
+	if schema.UnmarshalMsgpack(e.Value(), &idx) != nil {
 		return
 	}
 	for k, at := range idx {

@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // A transaction whose batch does not fit one atomic batch (a Welcome to
@@ -52,7 +53,7 @@ func encodePending(msgs []*nats.Msg) ([]byte, error) {
 
 func decodePending(b []byte) ([]*nats.Msg, error) {
 	var in []pendingMsg
-	if err := msgpack.Unmarshal(b, &in); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &in); err != nil {
 		return nil, fmt.Errorf("decode pending batch: %w", err)
 	}
 	out := make([]*nats.Msg, len(in))

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -189,7 +190,7 @@ func (g *groupState) encode() ([]byte, error) {
 
 func decodeGroupState(b []byte) (*groupState, error) {
 	var g groupState
-	if err := msgpack.Unmarshal(b, &g); err != nil {
+	if err := schema.UnmarshalMsgpack(b, &g); err != nil {
 		return nil, fmt.Errorf("decode group state: %w", err)
 	}
 	if g.V < 1 || g.V > stateVersion {

@@ -305,17 +305,13 @@ func decodePersisted(p Policy, b []byte) (persisted, error) {
 	if err := p.validate(); err != nil {
 		return in, err
 	}
-	if err := checkShape(b); err != nil {
+	dec, err := schema.NewMsgpackDecoder(b)
+	if err != nil {
 		return in, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	rd := bytes.NewReader(b)
-	dec := msgpack.NewDecoder(rd)
 	dec.DisallowUnknownFields(true)
 	if err := dec.Decode(&in); err != nil {
 		return in, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if rd.Len() != 0 {
-		return in, fmt.Errorf("%w: trailing bytes", ErrCorrupt)
 	}
 	if in.V != persistVersion && (in.V != 1 || in.Settled != nil) {
 		return in, fmt.Errorf("%w: version %d", ErrCorrupt, in.V)
@@ -479,7 +475,10 @@ func (g *Group) restoreInput(pi pInput) (*record, error) {
 // its cached encoding stays valid.
 func (g *Group) restoreChunk(raw []byte) error {
 	var ps pSettled
-	dec := msgpack.NewDecoder(bytes.NewReader(raw))
+	dec, err := schema.NewMsgpackDecoder(raw)
+	if err != nil {
+		return fmt.Errorf("%w: settled inputs: %v", ErrCorrupt, err)
+	}
 	dec.DisallowUnknownFields(true)
 	if err := dec.Decode(&ps); err != nil {
 		return fmt.Errorf("%w: settled inputs: %v", ErrCorrupt, err)

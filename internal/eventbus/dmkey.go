@@ -7,9 +7,9 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // groupRecord is the part of a group's fabric-groups record (converge's
@@ -23,7 +23,7 @@ type groupRecord struct {
 // members of the record are ignored.
 func RecordConversationKey(record []byte) ([]byte, error) {
 	var rec groupRecord
-	if err := msgpack.Unmarshal(record, &rec); err != nil {
+	if err := schema.UnmarshalMsgpack(record, &rec); err != nil {
 		return nil, fmt.Errorf("eventbus: decode group record: %w", err)
 	}
 	if len(rec.DMConversationKey) == 0 {

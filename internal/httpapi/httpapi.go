@@ -15,6 +15,7 @@ import (
 	"net/http"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -97,7 +98,10 @@ func Decode(r *http.Request, limit int64, v any) error {
 		return BadRequest("empty body")
 	}
 	if IsMsgpack(r) {
-		dec := msgpack.NewDecoder(bytes.NewReader(b))
+		dec, err := schema.NewMsgpackDecoder(b)
+		if err != nil {
+			return BadRequest("malformed msgpack: %v", err)
+		}
 		dec.DisallowUnknownFields(true)
 		if err := dec.Decode(v); err != nil {
 			return BadRequest("malformed msgpack: %v", err)

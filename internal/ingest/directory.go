@@ -1,13 +1,13 @@
 package ingest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
 	"sync"
 
 	"github.com/fabric-mls/fabric/internal/binding"
+	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -107,8 +107,10 @@ const maxGroupKeys = 1024
 // EncodeGroupKeys. It reads the array length before allocating, so a
 // corrupt value cannot make it allocate more than maxGroupKeys keys.
 func DecodeGroupKeys(b []byte) ([][binding.KeySize]byte, error) {
-	r := bytes.NewReader(b)
-	dec := msgpack.NewDecoder(r)
+	dec, err := schema.NewMsgpackDecoder(b)
+	if err != nil {
+		return nil, fmt.Errorf("decode group keys: %w", err)
+	}
 	n, err := dec.DecodeArrayLen()
 	if err != nil {
 		return nil, fmt.Errorf("decode group keys: %w", err)
@@ -126,9 +128,6 @@ func DecodeGroupKeys(b []byte) ([][binding.KeySize]byte, error) {
 			return nil, errors.New("decode group keys: a key is not 32 bytes")
 		}
 		copy(keys[i][:], k)
-	}
-	if r.Len() != 0 {
-		return nil, errors.New("decode group keys: trailing bytes")
 	}
 	return keys, nil
 }

@@ -297,6 +297,9 @@ func quoteMember(name string) string {
 }
 
 func decodeIntakeMsgpack(body []byte, lim Limits) (msgs []schema.TransportMessage, batch bool, err error) {
+	if err := schema.CheckMsgpack(body); err != nil {
+		return nil, false, httpapi.BadRequest("malformed msgpack: %v", err)
+	}
 	d := newBodyDecoder(body)
 	n, err := d.dec.DecodeMapLen()
 	if err != nil || n < 0 {
@@ -326,9 +329,6 @@ func decodeIntakeMsgpack(body []byte, lim Limits) (msgs []schema.TransportMessag
 		if err := decodeMemberMsgpack(d, &single, name, -1); err != nil {
 			return nil, true, err
 		}
-	}
-	if d.r.Len() != 0 {
-		return nil, false, httpapi.BadRequest("malformed msgpack: trailing data after the value")
 	}
 	if msgs != nil {
 		return msgs, true, nil

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // retryKey names the retained objects of one group for one reason.
@@ -178,7 +178,7 @@ type groupMembers struct {
 // the group, and input it gets is better than input held back for good.
 func (s *Service) hasMembers(v []byte) bool {
 	var g groupMembers
-	if err := msgpack.Unmarshal(v, &g); err != nil {
+	if err := schema.UnmarshalMsgpack(v, &g); err != nil {
 		s.log.Warn("unreadable fabric-groups record; group treated as hosted", "err", err)
 		return len(v) > 0
 	}

@@ -347,7 +347,7 @@ func (s *Service) loadIdem(ctx context.Context, key string) (idemRecord, bool, e
 		return idemRecord{}, false, fmt.Errorf("signals: load idempotency record: %w", err)
 	}
 	var rec idemRecord
-	if err := msgpack.Unmarshal(e.Value(), &rec); err != nil {
+	if err := schema.UnmarshalMsgpack(e.Value(), &rec); err != nil {
 		return idemRecord{}, false, fmt.Errorf("signals: decode idempotency record: %w", err)
 	}
 	return rec, true, nil

@@ -42,15 +42,33 @@ func (b Bytes) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return enc.EncodeBytes(b)
 }
 
-// DecodeMsgpack decodes msgpack bin into b. Nil decodes to nil.
+// DecodeMsgpack decodes msgpack bin into b. Nil decodes to nil. The
+// declared length is not trusted: bytes are read in chunks of at most
+// binChunk, so a header claiming more than the input holds fails at the
+// end of the input having allocated about what the input held.
 func (b *Bytes) DecodeMsgpack(dec *msgpack.Decoder) error {
-	v, err := dec.DecodeBytes()
+	n, err := dec.DecodeBytesLen()
 	if err != nil {
 		return err
+	}
+	if n < 0 {
+		*b = nil
+		return nil
+	}
+	v := make(Bytes, 0, min(n, binChunk))
+	for len(v) < n {
+		k := min(n-len(v), binChunk)
+		v = append(v, make([]byte, k)...)
+		if err := dec.ReadFull(v[len(v)-k:]); err != nil {
+			return fmt.Errorf("bin of %d bytes: %w", n, err)
+		}
 	}
 	*b = v
 	return nil
 }
+
+// binChunk is how much DecodeMsgpack reads ahead of the input it has seen.
+const binChunk = 64 << 10
 
 // errHex is the reason every malformed hex string reports.
 var errHex = errors.New("not lowercase hexadecimal of even length")

@@ -105,7 +105,7 @@ func load[S any](ctx context.Context, o *Outbox, key string) (record[S], uint64,
 
 // decodeRecord decodes a stored record into rec.
 func decodeRecord(b []byte, rec any) error {
-	if err := msgpack.Unmarshal(b, rec); err != nil {
+	if err := schema.UnmarshalMsgpack(b, rec); err != nil {
 		return fmt.Errorf("outbox: decode record: %w", err)
 	}
 	return nil

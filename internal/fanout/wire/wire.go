@@ -187,14 +187,13 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 	)
 	if enc == Msgpack {
 		var m msgpackFrame
-		r := bytes.NewReader(b)
-		d := msgpack.NewDecoder(r)
+		d, err := schema.NewMsgpackDecoder(b)
+		if err != nil {
+			return Frame{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 		d.DisallowUnknownFields(true)
 		if err := d.Decode(&m); err != nil {
 			return Frame{}, fmt.Errorf("%w: %s", ErrMalformed, describe(err, "msgpack map"))
-		}
-		if r.Len() > 0 {
-			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		f = Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, N: m.N,
 			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message}
