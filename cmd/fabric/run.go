@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"time"
 
@@ -34,6 +35,8 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.String(fs, &o.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded nats-server (port 0 picks a free one)")
 	config.Bool(fs, &errs, &o.Production, "production", false, "refuse to generate secrets: FABRIC_JWT_SECRET and FABRIC_MASTER_KEY must be set")
 	config.String(fs, &secretFile, "jwt-secret-file", "", "file holding the JWT signing secret (else FABRIC_JWT_SECRET)")
+	o.TokenLifetimes = maps.Clone(auth.DefaultLifetimes)
+	config.Var(fs, &errs, &o.TokenLifetimes, "max-token-lifetime", "longest a bearer token may still be valid, per scope: scope=duration,…")
 	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
 	config.Duration(fs, &errs, &o.SyncInterval, "sync-interval", 0, "how often JetStream fsyncs; 0 fsyncs every write before it is acknowledged (survives power loss), e.g. 2m trades that for speed")

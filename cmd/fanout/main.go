@@ -10,6 +10,7 @@
 //	-nats-url            NATS server URLs (FABRIC_NATS_URL)
 //	-listen              address of the event endpoints, /metrics, /healthz and /readyz
 //	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
+//	-max-token-lifetime  longest a token may still be valid, per scope (admin=168h,events=720h,ingest=720h,signals=720h)
 //	-max-subscriptions   subscriptions per WebSocket
 //	-max-frame           largest incoming frame, bytes
 //	-write-timeout       a connection that does not read for this long is closed
@@ -26,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"sync"
@@ -55,6 +57,7 @@ type options struct {
 	nats         config.NATS
 	listen       string
 	secretFile   string
+	lifetimes    auth.Lifetimes
 	maxSubs      int
 	maxFrame     int
 	writeTimeout time.Duration
@@ -72,6 +75,8 @@ func parse(args []string) (options, []byte, error) {
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8083")
 	config.String(fs, &o.secretFile, "jwt-secret-file", "", "file holding the HS256 token secret (else FABRIC_JWT_SECRET)")
+	o.lifetimes = maps.Clone(auth.DefaultLifetimes)
+	config.Var(fs, &errs, &o.lifetimes, "max-token-lifetime", "longest a bearer token may still be valid, per scope: scope=duration,…")
 	config.Int(fs, &errs, &o.maxSubs, "max-subscriptions", fanout.DefaultMaxSubscriptions, "subscriptions per WebSocket connection")
 	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
 	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
@@ -114,7 +119,7 @@ func run(args []string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	verifier, err := auth.NewVerifier(secret)
+	verifier, err := auth.NewVerifier(secret, auth.WithMaxLifetimes(o.lifetimes))
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@
 //	-nats-url            NATS server URLs (FABRIC_NATS_URL)
 //	-listen              address of the API, /metrics, /healthz and /readyz
 //	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
+//	-max-token-lifetime  longest a token may still be valid, per scope (admin=168h,events=720h,ingest=720h,signals=720h)
 //	-max-body            largest request body, bytes
 //	-max-batch           most transport messages per request
 //	-max-message         largest transport payload, bytes
@@ -40,6 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -77,6 +79,7 @@ type options struct {
 	nats         config.NATS
 	listen       string
 	secretFile   string
+	lifetimes    auth.Lifetimes
 	maxBody      int
 	maxBatch     int
 	maxMessage   int
@@ -105,6 +108,8 @@ func parse(args []string) (options, secrets, error) {
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8081")
 	config.String(fs, &o.secretFile, "jwt-secret-file", "", "file holding the HS256 token secret (else FABRIC_JWT_SECRET)")
+	o.lifetimes = maps.Clone(auth.DefaultLifetimes)
+	config.Var(fs, &errs, &o.lifetimes, "max-token-lifetime", "longest a bearer token may still be valid, per scope: scope=duration,…")
 	config.Int(fs, &errs, &o.maxBody, "max-body", ingest.DefaultMaxBodyBytes, "largest request body in bytes")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", ingest.DefaultMaxBatch, "most transport messages in one request")
 	config.Int(fs, &errs, &o.maxMessage, "max-message", ingest.DefaultMaxMessageBytes, "largest transport payload in bytes")
@@ -180,7 +185,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 
-	verifier, err := auth.NewVerifier(sec.jwt)
+	verifier, err := auth.NewVerifier(sec.jwt, auth.WithMaxLifetimes(o.lifetimes))
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,8 @@ type Options struct {
 	// JWTSecret signs and verifies bearer tokens. In development mode it
 	// is generated into DataDir when empty.
 	JWTSecret []byte
+	// TokenLifetimes overrides auth.DefaultLifetimes per scope.
+	TokenLifetimes auth.Lifetimes
 	// MasterKey seals private key material at rest (32 bytes). In
 	// development mode it is generated into DataDir when empty.
 	MasterKey []byte
@@ -185,7 +187,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err := streams.Ensure(ctx, js, streams.Config{Replicas: 1}); err != nil {
 		return nil, err
 	}
-	verifier, err := auth.NewVerifier(o.JWTSecret)
+	verifier, err := auth.NewVerifier(o.JWTSecret, auth.WithMaxLifetimes(o.TokenLifetimes))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -85,39 +86,57 @@ func (c Claims) AllowsClient(clientID string) bool {
 
 type tokenClaims struct {
 	Tenant  string   `json:"tenant"`
-	Scopes  []Scope  `json:"scopes"`
+	Scopes  []Scope  `json:"scopes,omitempty"`
 	Clients []string `json:"clients,omitempty"`
 	jwt.RegisteredClaims
 }
 
 // Verifier checks tokens signed with one HS256 secret.
 type Verifier struct {
-	secret []byte
-	parser *jwt.Parser
+	secret    []byte
+	parser    *jwt.Parser
+	lifetimes Lifetimes
+}
+
+// Option configures a Verifier.
+type Option func(*Verifier)
+
+// WithMaxLifetimes sets the longest a token may still be valid, per scope;
+// scopes l leaves out keep DefaultLifetimes.
+func WithMaxLifetimes(l Lifetimes) Option {
+	return func(v *Verifier) { maps.Copy(v.lifetimes, l) }
 }
 
 // NewVerifier returns a Verifier for secret, which must be at least
 // MinSecretLen bytes.
-func NewVerifier(secret []byte) (*Verifier, error) {
+func NewVerifier(secret []byte, opts ...Option) (*Verifier, error) {
 	if len(secret) < MinSecretLen {
 		return nil, fmt.Errorf("auth: secret has %d bytes, need at least %d", len(secret), MinSecretLen)
 	}
-	return &Verifier{
+	v := &Verifier{
 		secret: slices.Clone(secret),
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 			jwt.WithExpirationRequired(),
 		),
-	}, nil
+		lifetimes: maps.Clone(DefaultLifetimes),
+	}
+	for _, o := range opts {
+		o(v)
+	}
+	return v, nil
 }
 
 // Verify checks token's signature and expiry and returns its claims.
 func (v *Verifier) Verify(token string) (Claims, error) {
 	var tc tokenClaims
 	_, err := v.parser.ParseWithClaims(token, &tc, func(*jwt.Token) (any, error) { return v.secret, nil })
+	var ce *claimsError
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Claims{}, unauthenticated("token expired")
+	case errors.As(err, &ce):
+		return Claims{}, unauthenticated("invalid token claims: %s", ce.reason)
 	case err != nil:
 		return Claims{}, unauthenticated("invalid token")
 	}
@@ -129,6 +148,9 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	var bad *subject.InvalidTokenError
 	if errors.As(subject.ValidTenant(tc.Tenant), &bad) {
 		return Claims{}, unauthenticated("token names an invalid tenant: %s", bad.Reason)
+	}
+	if scope, limit := v.lifetimes.limit(tc.Scopes); time.Until(tc.ExpiresAt.Time) > limit {
+		return Claims{}, unauthenticated("token expires in more than %s, the longest allowed for scope %q", limit, scope)
 	}
 	return Claims{Tenant: tc.Tenant, Scopes: tc.Scopes, Clients: tc.Clients, ExpiresAt: tc.ExpiresAt.Time}, nil
 }

@@ -80,6 +80,16 @@ func Duration(fs *flag.FlagSet, errs *Errs, p *time.Duration, name string, def t
 	fs.DurationVar(p, name, def, usage+" (env "+EnvName(name)+")")
 }
 
+// Var registers a flag.Value whose default comes from the environment.
+func Var(fs *flag.FlagSet, errs *Errs, v flag.Value, name, usage string) {
+	if s, ok := os.LookupEnv(EnvName(name)); ok {
+		if err := v.Set(s); err != nil {
+			errs.Addf("%s: %v", EnvName(name), err)
+		}
+	}
+	fs.Var(v, name, usage+" (env "+EnvName(name)+")")
+}
+
 // Errs collects configuration problems so that one start reports all of them.
 type Errs []string
 
