@@ -73,7 +73,7 @@ func (s *Service) handleTransport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	msgs, err := decodeIntake(body, httpapi.IsMsgpack(r), s.cfg.Limits)
+	msgs, err := decodeIntake(body, httpapi.IsMsgpack(r), s.limits())
 	if err != nil {
 		s.fail(w, r, err)
 		return

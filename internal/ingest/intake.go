@@ -137,6 +137,25 @@ func fieldOf(batch bool, i int) string {
 	return "messages[" + strconv.Itoa(i) + "]"
 }
 
+// payloadHeadroom is what the fabric adds to a transport payload on the
+// largest message it writes for it: the retained object (msgpack framing,
+// the group id, a Nats-Msg-Id naming tenant, reason and message id) or the
+// input (three headers). Both stay well under it.
+const payloadHeadroom = 1024 + maxGroupBytes
+
+// limits are the configured limits with MaxMessageBytes lowered, when the
+// server's max_payload is the smaller bound, to what fits in one message
+// with payloadHeadroom: a payload that can never be stored is refused as
+// message_too_large, not answered 503 and retried for ever. The connection
+// reports the max_payload of the server it is connected to.
+func (s *Service) limits() Limits {
+	l := s.cfg.Limits
+	if fit := int(s.cfg.Conn.MaxPayload()) - payloadHeadroom; fit > 0 && fit < l.MaxMessageBytes {
+		l.MaxMessageBytes = fit
+	}
+	return l
+}
+
 // checkMessage applies the envelope rules of fabric-native/1 (DESIGN §3).
 // Payload content is not judged here: bytes that do not peel or parse get a
 // category, not a 400.

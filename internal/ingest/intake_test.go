@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
@@ -488,4 +489,48 @@ func TestIntakeRefusesOctetsAsString(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sizedText is an application message of g whose MLS bytes are exactly
+// size long.
+func sizedText(t *testing.T, g *testpeer.Group, size int) testpeer.Message {
+	t.Helper()
+	n := size
+	for range 4 {
+		m := text(t, g, strings.Repeat("a", n))
+		if len(m.MLS) == size {
+			return m
+		}
+		n -= len(m.MLS) - size
+	}
+	t.Fatalf("no message of %d bytes", size)
+	return testpeer.Message{}
+}
+
+// A payload inside -max-message that the server's max_payload cannot hold
+// once the fabric's headers are added is refused as message_too_large, not
+// answered 503 for ever (issue 17 item 6); the largest payload that fits is
+// queued.
+func TestPayloadBeyondTheServerMaxPayloadIs413(t *testing.T) {
+	e, w, g := hostedGroup(t)
+	tok := token(t, testTenant, auth.ScopeIngest)
+	fit := int(e.nc.MaxPayload()) - payloadHeadroom
+	if fit >= DefaultMaxMessageBytes {
+		t.Fatalf("server max_payload %d leaves nothing to test", e.nc.MaxPayload())
+	}
+	post := func(m testpeer.Message) (int, []byte) {
+		status, b, _ := w.post(t, testTenant, tok, httpapi.ContentTypeMsgpack, msgpackBody(t, map[string]any{"v": 1, "group": g.ID(), "kind": "mls", "payload": m.MLS}))
+		return status, b
+	}
+	status, b := post(sizedText(t, g, DefaultMaxMessageBytes-40))
+	wantError(t, status, b, http.StatusRequestEntityTooLarge, codeMessageTooLarge, "message.payload")
+	m := sizedText(t, g, fit)
+	if status, b = post(m); status != http.StatusOK {
+		t.Fatalf("a payload of %d bytes: status %d: %s", fit, status, b)
+	}
+	var r Response
+	if err := decodeMsgpack(b, &r); err != nil || len(r.Results) != 1 {
+		t.Fatalf("reply %v: %s", err, b)
+	}
+	wantResult(t, r.Results[0], nil, schema.StatusQueued, "")
 }

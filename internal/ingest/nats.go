@@ -92,7 +92,7 @@ func (s *Service) serveNATS(m *nats.Msg) (*Response, error) {
 			return nil, err
 		}
 	}
-	msgs, err := decodeIntake(m.Data, isMsgpackHeader(m.Header), s.cfg.Limits)
+	msgs, err := decodeIntake(m.Data, isMsgpackHeader(m.Header), s.limits())
 	if err != nil {
 		return nil, err
 	}
