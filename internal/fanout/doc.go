@@ -48,10 +48,11 @@
 //
 // Error frames carry a code: malformed_frame, frame_too_large, unknown_op,
 // invalid_filter, forbidden (EVENT-056: a client the token does not name),
-// too_many_subscriptions, unknown_subscription, bad_credit, unavailable. A
-// connection ends its subscriptions with an ended frame whose reason is
-// unsubscribed, shutdown (drain) or token_expired (a connection lives no
-// longer than its token).
+// too_many_subscriptions, unknown_subscription, bad_credit, unavailable,
+// unauthenticated, replay_budget_exceeded (docs/wire-formats.md has the
+// whole protocol). A connection ends its subscriptions with an ended frame
+// whose reason is unsubscribed, shutdown (drain) or token_expired (a
+// connection lives no longer than its token).
 //
 // # Metrics
 //
