@@ -215,6 +215,16 @@ func run(o options) error {
 	for i := range clientIDs {
 		clientIDs[i] = fmt.Sprintf("%08x", i+1)
 	}
+	// The gateway serves hosted clients only: each gets a record.
+	kv, err := js.KeyValue(ctx, fanout.ClientsBucket)
+	if err != nil {
+		return err
+	}
+	for _, id := range clientIDs {
+		if _, err := kv.Put(ctx, tenant+"."+id, []byte{0x80}); err != nil {
+			return err
+		}
+	}
 	tok, err := auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: []auth.Scope{auth.ScopeEvents},
 		Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {

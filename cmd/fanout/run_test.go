@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -61,6 +63,23 @@ func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 			t.Fatal("never ready")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	// The gateway serves hosted clients only: c1 has a record.
+	nc, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, fanout.ClientsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "t1.c1", []byte{0x80}); err != nil {
+		t.Fatal(err)
 	}
 	tok, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "t1", Scopes: []auth.Scope{auth.ScopeEvents},
 		Clients: []string{"c1"}, ExpiresAt: time.Now().Add(time.Hour)})

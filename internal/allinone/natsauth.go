@@ -161,6 +161,9 @@ func rolePermissions() map[string]*server.Permissions {
 			kvRead(streams.BucketGroupKeys), kvWrite(streams.BucketGroupKeys),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients)),
 		UserFanout: perms(append(in(UserFanout), "fabric.live.>"), all,
-			direct(streams.StreamEvents), kvRead(streams.BucketGroups)),
+			direct(streams.StreamEvents), kvRead(streams.BucketGroups),
+			// whether a client exists: its record only (<tenant>.<client>),
+			// whose private parts the gateway cannot unseal
+			[]string{apiDirect + kvStream(streams.BucketClients) + ".$KV." + streams.BucketClients + ".*.*"}),
 	}
 }

@@ -48,6 +48,7 @@
 //
 // Error frames carry a code: malformed_frame, frame_too_large, unknown_op,
 // invalid_filter, forbidden (EVENT-056: a client the token does not name),
+// unknown_client (no hosted client has the id),
 // too_many_subscriptions, unknown_subscription, bad_credit, unavailable,
 // unauthenticated, replay_budget_exceeded (docs/wire-formats.md has the
 // whole protocol). A connection ends its subscriptions with an ended frame

@@ -79,6 +79,9 @@ func newEnvNATS(t *testing.T, gatewayNATS []nats.Option, tune ...func(*Config)) 
 	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	for _, tc := range [][2]string{{tenantA, client1}, {tenantA, client2}, {tenantB, client1}, {tenantB, client2}, {"t1", "c1"}, {"t2", "c1"}} {
+		hostClient(t, ctx, js, tc[0], tc[1])
+	}
 	nc, err := ns.Connect(gatewayNATS...)
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +109,19 @@ func newEnvNATS(t *testing.T, gatewayNATS []nats.Option, tune ...func(*Config)) 
 		srv.Close()
 	})
 	return &env{t: t, ctx: ctx, ns: ns, nc: nc, pub: pub, js: js, g: g, srv: srv}
+}
+
+// hostClient stores a record for client of tenant in the clients bucket:
+// the gateway refuses subscriptions for clients it holds no record of.
+func hostClient(t *testing.T, ctx context.Context, js jetstream.JetStream, tenant, client string) {
+	t.Helper()
+	kv, err := js.KeyValue(ctx, ClientsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, tenant+"."+client, []byte{0x80}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *env) wsURL() string {

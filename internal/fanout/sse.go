@@ -103,6 +103,8 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusForbidden
 		case wire.CodeInvalidFilter, wire.CodeMalformedFrame:
 			status = http.StatusBadRequest
+		case wire.CodeUnknownClient:
+			status = http.StatusNotFound
 		case wire.CodeUnauthenticated:
 			status = http.StatusUnauthorized
 		case CodeReplayBudget:

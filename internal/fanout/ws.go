@@ -261,6 +261,13 @@ func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.Ev
 	if g.Ready(ctx) != nil {
 		return nil, wire.CodeUnavailable, "gateway is not taking subscriptions"
 	}
+	switch ok, err := g.clientExists(ctx, tenant, client); {
+	case err != nil:
+		g.log.Warn("fanout: read client record", "err", err)
+		return nil, wire.CodeUnavailable, "client records are unavailable"
+	case !ok:
+		return nil, wire.CodeUnknownClient, "the tenant has no hosted client with this id"
+	}
 	var dm resolvedDMKeys
 	if len(f.GroupIDs) > 0 && len(f.GroupIDs) <= filter.MaxGroupIDs {
 		dm = make(resolvedDMKeys, len(f.GroupIDs))

@@ -68,11 +68,12 @@ const (
 	CodeBadCredit            = "bad_credit"
 	CodeUnavailable          = "unavailable"
 	CodeUnauthenticated      = "unauthenticated"
+	CodeUnknownClient        = "unknown_client"
 )
 
 // Codes are every code an error frame can carry.
 var Codes = []string{CodeMalformedFrame, CodeFrameTooLarge, CodeUnknownOp, CodeInvalidFilter, CodeForbidden,
-	CodeTooManySubscriptions, CodeUnknownSubscription, CodeBadCredit, CodeUnavailable, CodeUnauthenticated}
+	CodeTooManySubscriptions, CodeUnknownSubscription, CodeBadCredit, CodeUnavailable, CodeUnauthenticated, CodeUnknownClient}
 
 // InitialCredit is the credit a subscription starts with: the bound of
 // EVENT-030, counted end to end.
