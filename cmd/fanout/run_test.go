@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -64,21 +63,14 @@ func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	// The gateway serves hosted clients only: c1 has a record.
+	// The gateway serves hosted clients only: c1 gets a record, put as a
+	// publish on the bucket's subject.
 	nc, err := ns.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, fanout.ClientsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, "t1.c1", []byte{0x80}); err != nil {
+	if _, err := nc.Request("$KV."+fanout.ClientsBucket+".t1.c1", []byte{0x80}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	tok, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "t1", Scopes: []auth.Scope{auth.ScopeEvents},
