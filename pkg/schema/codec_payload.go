@@ -666,6 +666,11 @@ func (p *CommitSuperseded) decode(r *reader) error {
 			p.CommitDigest, err = r.bin()
 		default:
 			p.WithdrawnEventIDs, err = r.strs()
+			// Absent (older versions) and empty are one value, so a
+			// decoded event re-encodes and decodes to itself.
+			if len(p.WithdrawnEventIDs) == 0 {
+				p.WithdrawnEventIDs = nil
+			}
 		}
 		return err
 	})
