@@ -262,12 +262,14 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 	if from > upTo {
 		return
 	}
+	lag := lagTally{}
+	defer lag.flush()
 	last := from - 1
 	if first, err := g.firstSequence(); err == nil && first > from {
 		// Removed from the stream (MaxAge): which of them were this
 		// client's is unknown.
 		gone := min(first, upTo+1) - from
-		t.unknown(subs, gone, "events removed from the stream")
+		t.unknown(lag, subs, gone, "events removed from the stream")
 		last = min(first, upTo+1) - 1
 	}
 	for passed := 0; last < upTo; {
@@ -294,11 +296,13 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 			switch {
 			case err != nil:
 				g.metrics.undecodable.Inc()
-				t.unknown(subs, 1, "stored event does not decode")
+				t.unknown(lag, subs, 1, "stored event does not decode")
 			case passed < limit:
+				// EVENT-031: what was counted so far goes before this event.
+				lag.flush()
 				each(&d, m.Data)
 			default:
-				t.uncounted(subs, &d)
+				t.uncounted(lag, subs, &d)
 			}
 			passed++
 		}
@@ -308,34 +312,66 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 	}
 	if last < upTo {
 		// The rest could not be read, or is gone: upTo itself was stored.
-		t.unknown(subs, upTo-last, "events not read from the stream")
+		t.unknown(lag, subs, upTo-last, "events not read from the stream")
+	}
+}
+
+// lagTally gathers the discards a scan counts between two handoffs, per
+// subscription, so each run of them reaches the queue at once: the writer
+// cannot hand off a lagged for part of a run while the scan still counts
+// the rest (EVENT-031: one lagged for the run).
+type lagTally map[*subscription]*lagCount
+
+type lagCount struct {
+	exact, bound uint64
+}
+
+func (l lagTally) add(s *subscription, n uint64, atMost bool) {
+	c := l[s]
+	if c == nil {
+		c = &lagCount{}
+		l[s] = c
+	}
+	if atMost {
+		c.bound += n
+	} else {
+		c.exact += n
+	}
+}
+
+// flush counts the gathered discards into each subscription's queue; a run
+// with any upper bound in it is an upper bound as a whole.
+func (l lagTally) flush() {
+	for s, c := range l {
+		s.c.discard(s, c.exact+c.bound, c.bound > 0)
+		delete(l, s)
 	}
 }
 
 // uncounted counts d as discarded for each of subs that would have been
 // offered it (EVENT-031).
-func (t *tap) uncounted(subs map[*subscription]struct{}, d *eventbus.Delivered) {
+func (t *tap) uncounted(lag lagTally, subs map[*subscription]struct{}, d *eventbus.Delivered) {
 	if g, ok := d.Event.GroupID(); ok && len(d.ConversationKey) > 0 {
 		t.learn(g, d.ConversationKey)
 	}
 	fe := filter.Describe(&d.Event, d.ConversationKey, d.ReferencesOwn)
 	for s := range subs {
 		if d.Sequence > s.startSeq && s.filter.Match(&fe) {
-			s.c.discard(s, 1, false)
+			lag.add(s, 1, false)
 		}
 	}
 }
 
-// unknown reports n stream sequences whose events the gateway could not
-// obtain or decode to each of subs as discards, so each hands off a lagged
+// unknown counts n stream sequences whose events the gateway could not
+// obtain or decode as discards for each of subs, so each hands off a lagged
 // before its next event (EVENT-031). Whether they were this client's and
 // whether a filter would have selected them is unknown: n is an upper bound,
 // and the lagged is marked so.
-func (t *tap) unknown(subs map[*subscription]struct{}, n uint64, why string) {
+func (t *tap) unknown(lag lagTally, subs map[*subscription]struct{}, n uint64, why string) {
 	t.g.metrics.unrepaired.Inc()
 	t.g.log.Warn("fanout: events not obtained", "why", why, "sequences", n)
 	for s := range subs {
-		s.c.discard(s, n, true)
+		lag.add(s, n, true)
 	}
 }
 
