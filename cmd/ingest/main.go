@@ -25,10 +25,12 @@
 //	-master-key-file     file with the master key; else FABRIC_MASTER_KEY
 //	-drain-timeout       how long SIGTERM waits for requests in flight
 //
-// With -client-api (the default) ingest is the fabric's whole front door: it
-// also serves hosted client registration, consent, HMAC keys, identity
-// association states (docs/client-stores.md) and local-change signals, and
-// needs the master key that seals hosted clients' private keys.
+// Ingest needs the master key: converge seals the group event keys it peels
+// transport messages with (fabric-group-keys), and the client API seals
+// hosted clients' private keys. With -client-api (the default) ingest is the
+// fabric's whole front door: it also serves hosted client registration,
+// consent, HMAC keys, identity association states (docs/client-stores.md)
+// and local-change signals.
 //
 // Secrets are read from the environment or a file, never from a flag value. SIGTERM or SIGINT drains: no new request is taken,
 // requests in flight finish, and only then does the process exit, so nothing
@@ -98,7 +100,7 @@ type options struct {
 // secrets are what parse read from the environment or files.
 type secrets struct {
 	jwt       []byte
-	masterKey []byte // nil without -client-api
+	masterKey []byte
 }
 
 func parse(args []string) (options, secrets, error) {
@@ -120,7 +122,7 @@ func parse(args []string) (options, secrets, error) {
 	config.Int(fs, &errs, &o.maxRetained, "max-retained", ingest.DefaultMaxRetainedPerTenant, "retained objects per tenant before input is refused with resource_refused")
 	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
 	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
-	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores and signals (needs FABRIC_MASTER_KEY)")
+	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores and signals")
 	config.String(fs, &o.keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for requests in flight")
 	if err := config.Parse(fs, args); err != nil {
@@ -145,19 +147,14 @@ func parse(args []string) (options, secrets, error) {
 	if o.drain <= 0 {
 		errs.Addf("-drain-timeout: %v; it must be positive", o.drain)
 	}
-	sec := secrets{jwt: config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen)}
-	if o.clientAPI {
-		sec.masterKey = config.MasterKey(&errs, o.keyFile)
-	}
+	// The master key opens the sealed fabric-group-keys even without
+	// -client-api.
+	sec := secrets{jwt: config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen), masterKey: config.MasterKey(&errs, o.keyFile)}
 	return o, sec, errs.Err()
 }
 
 // mountClientAPI serves the client stores and signals beside intake.
-func mountClientAPI(ctx context.Context, srv *ops.Server, js jetstream.JetStream, verifier *auth.Verifier, masterKey []byte, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
-	vault, err := engine.NewVault(masterKey)
-	if err != nil {
-		return nil, err
-	}
+func mountClientAPI(ctx context.Context, srv *ops.Server, js jetstream.JetStream, verifier *auth.Verifier, vault *engine.Vault, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
 	store, err := clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
@@ -189,6 +186,10 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	vault, err := engine.NewVault(sec.masterKey)
+	if err != nil {
+		return err
+	}
 	nc, js, err := o.nats.ConnectJetStream(ctx, "ingest")
 	if err != nil {
 		return err
@@ -198,6 +199,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	svc, err := ingest.New(ingest.Config{
 		Conn:     nc,
 		Verifier: verifier,
+		Vault:    vault,
 		Limits: ingest.Limits{
 			MaxBodyBytes:         int64(o.maxBody),
 			MaxBatch:             o.maxBatch,
@@ -227,7 +229,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	srv.Handle(ingest.RouteTransport, svc.Handler())
 	srv.Handle(ingest.RouteOutcome, svc.Handler())
 	if o.clientAPI {
-		closeStores, err := mountClientAPI(ctx, srv, js, verifier, sec.masterKey, reg, log)
+		closeStores, err := mountClientAPI(ctx, srv, js, verifier, vault, reg, log)
 		if err != nil {
 			_ = svc.Shutdown(context.Background())
 			return err

@@ -46,12 +46,17 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
-// Without the client API, ingest needs no master key.
-func TestParseWithoutClientAPI(t *testing.T) {
+// Without the client API, ingest still needs the master key: the group
+// event keys it peels transport messages with are sealed under it.
+func TestParseWithoutClientAPINeedsMasterKey(t *testing.T) {
 	t.Setenv("FABRIC_JWT_SECRET", strings.Repeat("s", 32))
 	t.Setenv("FABRIC_MASTER_KEY", "")
-	if _, sec, err := parse([]string{"-client-api=false"}); err != nil || sec.masterKey != nil {
-		t.Fatalf("parse: %v, master key %v", err, sec.masterKey != nil)
+	if _, _, err := parse([]string{"-client-api=false"}); err == nil || !strings.Contains(err.Error(), "FABRIC_MASTER_KEY") {
+		t.Fatalf("parse without a master key: %v, want an error naming FABRIC_MASTER_KEY", err)
+	}
+	t.Setenv("FABRIC_MASTER_KEY", strings.Repeat("ab", 32))
+	if _, sec, err := parse([]string{"-client-api=false"}); err != nil || len(sec.masterKey) != 32 {
+		t.Fatalf("parse: %v, master key %d bytes", err, len(sec.masterKey))
 	}
 }
 

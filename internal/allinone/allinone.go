@@ -197,7 +197,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	}
 	reg := ops.NewRegistry()
 
-	if f.ing, err = ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
+	if f.ing, err = ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, Vault: vault, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
 		return nil, err
 	}
 	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg}); err != nil {

@@ -445,8 +445,8 @@ type GroupRecord struct {
 }
 
 // publishGroup writes the group's fabric-groups record and, when it is the
-// newest, its candidate group event keys in fabric-group-keys (the format
-// ingest.EncodeGroupKeys defines). A group with no active hosted member has
+// newest, its candidate group event keys in fabric-group-keys, sealed (the
+// format ingest.SealGroupKeys defines). A group with no active hosted member has
 // neither, so ingest answers its input with unknown_group.
 func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *groupState, ckSeq uint64) error {
 	key, err := subject.GroupKey(tenant, groupHex)
@@ -496,13 +496,18 @@ func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *g
 	if err != nil {
 		return fmt.Errorf("write group record: %w", err)
 	}
-	keys := make([][32]byte, 0, len(g.Keys))
-	for i := len(g.Keys) - 1; i >= 0; i-- { // newest first: tried first
+	opened, err := openKeys(w.vault, g.Keys)
+	if err != nil {
+		return err
+	}
+	keys := make([][32]byte, 0, len(opened))
+	for i := len(opened) - 1; i >= 0; i-- { // newest first: tried first
 		var k [32]byte
-		copy(k[:], g.Keys[i].Key)
+		copy(k[:], opened[i].Key)
 		keys = append(keys, k)
 	}
-	kb, err := ingest.EncodeGroupKeys(keys)
+	kb, err := ingest.SealGroupKeys(w.vault, keys)
+	clear(keys)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func FuzzDecodeGroupState(f *testing.F) {
 	g := newGroupState("t", []byte{1})
 	g.Members["c"] = &hostedMember{ClientID: "c", InboxID: "i", Installation: []byte{2}}
 	g.queue(60).Head = 5
-	g.setKey(1, make([]byte, 32))
+	g.Keys = []epochKey{{Epoch: 1, Key: make([]byte, 61)}}
 	b, _ := g.encode()
 	f.Add(b)
 	f.Add([]byte{0x81, 0xa1, 'v', 0x01})

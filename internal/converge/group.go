@@ -145,14 +145,6 @@ func (t *txn) setComponents(s components.Set) {
 	}
 }
 
-// recordKey stores the group event key of st's epoch as a candidate.
-func (t *txn) recordKey(st MemberState) {
-	t.groupChanged = true
-	if k, err := st.GroupEventKey(); err == nil {
-		t.g.setKey(st.Epoch(), k)
-	}
-}
-
 // welcome joins every hosted client the Welcome is addressed to (JOIN-045).
 func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) {
 	at := in.Time
@@ -195,7 +187,7 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 			t.g.Epoch = st.Epoch()
 			t.setComponents(comps)
 		}
-		t.recordKey(st)
+		t.groupChanged = true // settle records the new member's keys
 		t.emit(clientID, in.MessageID, project.Joined(t.g.GroupID, comps, schema.OriginWelcomed, info.AdderInboxID))
 		if info.KeyPackageRef != nil {
 			t.consumed = append(t.consumed, consumedKeyPackage{ClientID: clientID, Ref: info.KeyPackageRef})

@@ -268,7 +268,7 @@ func (e *env) startIngest() func(schema.TransportMessage) ingest.Result {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	svc, err := ingest.New(ingest.Config{Conn: e.nc, Verifier: verifier, Logger: quiet()})
+	svc, err := ingest.New(ingest.Config{Conn: e.nc, Verifier: verifier, Vault: e.vault, Logger: quiet()})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -702,9 +702,15 @@ func (p marmot) settle(t *txn) error {
 	}
 	t.g.Due = due
 	slices.SortStableFunc(keys, func(a, b epochKey) int { return cmpU64(a.Epoch, b.Epoch) })
-	if !slices.EqualFunc(keys, t.g.Keys, func(a, b epochKey) bool { return a.Epoch == b.Epoch && bytes.Equal(a.Key, b.Key) }) {
-		t.g.Keys = keys
-		t.groupChanged = true
+	// The stored keys are sealed: compared opened, and a stored set that
+	// does not open (sealed under another key, or unsealed) is replaced.
+	stored, err := openKeys(p.vault, t.g.Keys)
+	if err == nil && slices.EqualFunc(keys, stored, func(a, b epochKey) bool { return a.Epoch == b.Epoch && bytes.Equal(a.Key, b.Key) }) {
+		return nil
 	}
+	if t.g.Keys, err = sealKeys(p.vault, keys); err != nil {
+		return err
+	}
+	t.groupChanged = true
 	return nil
 }

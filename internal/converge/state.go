@@ -16,10 +16,6 @@ import (
 
 // Bounds of what one group's state keeps.
 const (
-	// maxKeyEpochs is how many epochs' group event keys are kept as
-	// candidates: the current one and app_payload_past_epoch_limit (5)
-	// past ones.
-	maxKeyEpochs = 6
 	// maxRollbacks bounds the rollback counts a group keeps: far more than
 	// the commits and messages inside the rollback horizon.
 	maxRollbacks = 1024
@@ -58,7 +54,8 @@ type groupState struct {
 	// known stored yet, oldest first: a pipelined transaction reads them
 	// before the stream.
 	unstored []*indexWrites
-	// Keys are the candidate group event keys, oldest first.
+	// Keys are the candidate group event keys, oldest first, each sealed
+	// under the master key (groupkeys.go).
 	Keys []epochKey `msgpack:"keys,omitempty"`
 	// Due is when a hosted member's convergence pass is next due (unix ms,
 	// stream time); 0 when none is open.
@@ -169,7 +166,8 @@ func (g *groupState) rollBack(id []byte) {
 	}
 }
 
-// epochKey is a group event key of one epoch.
+// epochKey is a group event key of one epoch; in the state record Key is
+// sealed.
 type epochKey struct {
 	Epoch uint64 `msgpack:"epoch"`
 	Key   []byte `msgpack:"key"`
@@ -256,20 +254,6 @@ func (g *groupState) nextExpiry() int64 {
 		}
 	}
 	return next
-}
-
-// setKey records the group event key of an epoch, keeping maxKeyEpochs.
-func (g *groupState) setKey(epoch uint64, key []byte) {
-	for _, k := range g.Keys {
-		if k.Epoch == epoch {
-			return
-		}
-	}
-	g.Keys = append(g.Keys, epochKey{Epoch: epoch, Key: key})
-	slices.SortFunc(g.Keys, func(a, b epochKey) int { return cmpU64(a.Epoch, b.Epoch) })
-	if len(g.Keys) > maxKeyEpochs {
-		g.Keys = slices.Delete(g.Keys, 0, len(g.Keys)-maxKeyEpochs)
-	}
 }
 
 func cmpU64(a, b uint64) int {

@@ -95,7 +95,9 @@ type Worker struct {
 	conv     jetstream.KeyValue
 	groupsKV jetstream.KeyValue
 	keysKV   jetstream.KeyValue
-	dir      kvDirectory
+	// vault seals the group event keys the worker stores.
+	vault *engine.Vault
+	dir   kvDirectory
 	// partBytes is the most bytes of a state blob one message carries.
 	partBytes int
 
@@ -135,6 +137,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	e, ok := cfg.MLS.(EngineMLS)
 	if !ok {
 		return nil, errBranchSelectionMLS
+	}
+	if e.Vault == nil {
+		return nil, errors.New("converge: EngineMLS.Vault is required")
 	}
 	if ok && e.Signatures == nil {
 		e.Signatures = engine.NewSignatureCache(0)
@@ -179,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		}
 	}
 	if e, ok := cfg.MLS.(EngineMLS); ok {
-		w.dir.vault = e.Vault
+		w.vault, w.dir.vault = e.Vault, e.Vault
 	}
 	// A blob part leaves room under the server's max_payload for the
 	// message's subject and headers.

@@ -28,6 +28,7 @@ const vaultVersion = 1
 const (
 	labelInstallation = "fabric/installation/v1"
 	labelState        = "fabric/group-state/v1"
+	labelGroupKeys    = "fabric/group-event-keys/v1"
 )
 
 // NewVault returns a Vault for a 32-byte master key.
@@ -145,3 +146,15 @@ func (v *Vault) SealState(snapshot []byte) ([]byte, error) { return v.seal(label
 
 // OpenState decrypts what SealState sealed.
 func (v *Vault) OpenState(sealed []byte) ([]byte, error) { return v.open(labelState, sealed) }
+
+// SealGroupEventKeys encrypts group event keys, or what holds them (a
+// fabric-group-keys value, a key in converge's state record): whoever reads
+// them peels every sealed transport message of the group.
+func (v *Vault) SealGroupEventKeys(plaintext []byte) ([]byte, error) {
+	return v.seal(labelGroupKeys, plaintext)
+}
+
+// OpenGroupEventKeys decrypts what SealGroupEventKeys sealed.
+func (v *Vault) OpenGroupEventKeys(sealed []byte) ([]byte, error) {
+	return v.open(labelGroupKeys, sealed)
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -89,6 +90,9 @@ type Config struct {
 	// Verifier checks bearer tokens on HTTP, and on NATS intake when
 	// NATSRequireToken is set. Required.
 	Verifier *auth.Verifier
+	// Vault opens the group event keys converge seals into
+	// fabric-group-keys. Required.
+	Vault *engine.Vault
 	// Limits bound requests; zero fields take defaults.
 	Limits Limits
 	// NATSIntake enables the request subject fabric.intake.<tenant>.
@@ -119,6 +123,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Verifier == nil {
 		return c, errors.New("ingest: Config.Verifier is required")
+	}
+	if c.Vault == nil {
+		return c, errors.New("ingest: Config.Vault is required")
 	}
 	c.Limits = c.Limits.withDefaults()
 	if c.QueueGroup == "" {

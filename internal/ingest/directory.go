@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/fabric-mls/fabric/internal/binding"
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -98,6 +99,37 @@ func EncodeGroupKeys(keys [][binding.KeySize]byte) ([]byte, error) {
 		return nil, fmt.Errorf("encode group keys: %w", err)
 	}
 	return b, nil
+}
+
+// ErrGroupKeysNotSealed reports a fabric-group-keys value that does not open
+// under the master key: written under another key, or unsealed by a fabric
+// from before group event keys were sealed, which is not read
+// (docs/converge.md).
+var ErrGroupKeysNotSealed = errors.New("group key set is not sealed under this master key")
+
+// SealGroupKeys is the fabric-group-keys value of a group's candidate keys:
+// EncodeGroupKeys sealed under the master key, as every private key at rest.
+func SealGroupKeys(v *engine.Vault, keys [][binding.KeySize]byte) ([]byte, error) {
+	b, err := EncodeGroupKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(b)
+	sealed, err := v.SealGroupEventKeys(b)
+	if err != nil {
+		return nil, fmt.Errorf("seal group keys: %w", err)
+	}
+	return sealed, nil
+}
+
+// OpenGroupKeys opens and decodes a value SealGroupKeys wrote.
+func OpenGroupKeys(v *engine.Vault, sealed []byte) ([][binding.KeySize]byte, error) {
+	b, err := v.OpenGroupEventKeys(sealed)
+	if err != nil {
+		return nil, ErrGroupKeysNotSealed
+	}
+	defer clear(b)
+	return DecodeGroupKeys(b)
 }
 
 // maxGroupKeys bounds the candidate keys of one group a worker accepts.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/streams"
@@ -31,6 +32,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const testTenant = "acme"
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// testVault seals the group keys the tests write as converge does.
+var testVault = func() *engine.Vault {
+	v, err := engine.NewVault([]byte("fedcba9876543210fedcba9876543210"))
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
 
 // env is an embedded JetStream server with the fabric's streams, and one or
 // more ingest workers on it.
@@ -107,7 +117,7 @@ func (e *env) addWorker(o envOpts) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(Config{Conn: nc, Verifier: v, Limits: o.limits, NATSIntake: true, NATSRequireToken: o.token, Registerer: o.reg})
+	svc, err := New(Config{Conn: nc, Verifier: v, Vault: testVault, Limits: o.limits, NATSIntake: true, NATSRequireToken: o.token, Registerer: o.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +343,7 @@ func (e *env) hostGroup(groupID []byte) {
 // setGroupKeys writes a group's candidate keys as converge does.
 func (e *env) setGroupKeys(groupID []byte, g *testpeer.Group) {
 	e.t.Helper()
-	v, err := EncodeGroupKeys(g.EventKeys())
+	v, err := SealGroupKeys(testVault, g.EventKeys())
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -126,9 +126,9 @@ func (s *Service) applyGroupKeys(tenant, group string, e jetstream.KeyValueEntry
 		s.dir.setKeys(e.Key(), nil)
 		return
 	}
-	keys, err := DecodeGroupKeys(e.Value())
+	keys, err := OpenGroupKeys(s.cfg.Vault, e.Value())
 	if err != nil {
-		s.log.Warn("ignoring undecodable group key set", "err", err)
+		s.log.Error("ignoring group key set", "key", e.Key(), "err", err)
 		return
 	}
 	s.dir.setKeys(e.Key(), keys)
