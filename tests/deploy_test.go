@@ -37,6 +37,11 @@ func TestDeployFilesAgree(t *testing.T) {
 		if c.binary() == "converge" && c.settings["max-batch"] != strconv.Itoa(deployMaxBatch) {
 			t.Errorf("%s: converge without -max-batch=%d, the NATS servers' batch limit", c.where, deployMaxBatch)
 		}
+		// ingest opens the group event keys converge seals under the
+		// master key, with or without the client API.
+		if (c.binary() == "ingest" || c.binary() == "converge") && c.secrets["FABRIC_MASTER_KEY"] != "FABRIC_MASTER_KEY" {
+			t.Errorf("%s: %s without FABRIC_MASTER_KEY from the deploy's secrets", c.where, key)
+		}
 		if c.settings["nats-user"] == "" || c.secrets["FABRIC_NATS_PASSWORD"] != "FABRIC_"+strings.ToUpper(c.settings["nats-user"])+"_PASSWORD" {
 			t.Errorf("%s: NATS user %q with password from %q", c.where, c.settings["nats-user"], c.secrets["FABRIC_NATS_PASSWORD"])
 		}

@@ -61,7 +61,7 @@ func TestConfigurationIsValidatedAtStart(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"ingest", nil, []string{"-nats-url", "http//nope", "-listen", "8080"}, []string{"-nats-url", "-listen", "FABRIC_JWT_SECRET"}},
+		{"ingest", nil, []string{"-nats-url", "http//nope", "-listen", "8080"}, []string{"-nats-url", "-listen", "FABRIC_JWT_SECRET", "FABRIC_MASTER_KEY"}},
 		{"converge", []string{"FABRIC_LEASE_TTL=soon"}, nil, []string{"FABRIC_LEASE_TTL", "FABRIC_MASTER_KEY"}},
 		{"fanout", nil, []string{"-replicas", "2"}, []string{"-replicas", "FABRIC_JWT_SECRET"}},
 		{"fabric", []string{"FABRIC_PRODUCTION=true"}, []string{"run", "-data", t.TempDir()}, []string{"FABRIC_JWT_SECRET", "FABRIC_MASTER_KEY"}},
