@@ -554,3 +554,27 @@ func TestRetentionBoundInsideBatch(t *testing.T) {
 		t.Fatalf("FABRIC_RETAINED holds %d objects, want 2", n)
 	}
 }
+
+// Group event keys are sealed at rest: a fabric-group-keys value in the
+// clear (a fabric from before sealing, or a forged one) is not read, so it
+// gives no key to peel with (docs/converge.md).
+func TestUnsealedGroupKeysAreNotRead(t *testing.T) {
+	e, w, g := hostedGroup(t)
+	plain, err := EncodeGroupKeys(g.EventKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.putKV(streams.BucketGroupKeys, g.ID(), plain)
+	// The watch applies entries in order: once a later, sealed set is
+	// loaded, the plain one has been seen.
+	later := bytes.Clone(g.ID())
+	later[len(later)-1] ^= 1
+	e.setGroupKeys(later, g)
+	eventually(t, "later key set loaded", func() bool {
+		k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(later))
+		return len(k) > 0
+	})
+	if k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(g.ID())); len(k) != 0 {
+		t.Fatalf("%d keys read from a key set in the clear", len(k))
+	}
+}
