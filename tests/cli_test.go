@@ -1,9 +1,20 @@
 package tests
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // The command line follows the usual conventions: `fabric -h` and
@@ -50,6 +61,75 @@ func TestCommandLineHelpAndErrorsFollowConventions(t *testing.T) {
 		out, code := runToExit(t, filepath.Join(bin, c.bin), nil, c.args...)
 		if code != 2 || strings.Count(out, c.once) != 1 || !strings.Contains(out, "sage") {
 			t.Errorf("%s %s: exit status %d, want 2 with the error once and the usage:\n%s", c.bin, strings.Join(c.args, " "), code, out)
+		}
+	}
+}
+
+// `fabric tail -from-start`, run as a process after an event was stored,
+// prints that event: it starts from the stream, not live. -since and
+// -from-start together are an invalid configuration, said clearly.
+func TestTailFromStartPrintsStoredEvents(t *testing.T) {
+	f := startAllInOne(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	api := &demo.API{BaseURL: f.url, Tenant: "dev", AdminToken: f.admin, IngestToken: f.ingest}
+	account := make([]byte, 32)
+	rand.Read(account)
+	hosted, err := api.Register(ctx, hex.EncodeToString(account))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsURL := "ws" + strings.TrimPrefix(f.url, "http") + "/v1/events"
+	c, err := client.Connect(ctx, wsURL, f.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := testpeer.New("alice")
+	a, err := alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, welcome, err := a.Invite(hosted.KeyPackages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Post(ctx, welcome.Transport); err != nil {
+		t.Fatal(err)
+	}
+	next(t, sub, schema.KindConversationJoined) // stored before tail starts
+
+	env := []string{"FABRIC_EVENTS_TOKEN=" + f.events}
+	bin := filepath.Join(binaries(t), "fabric")
+	out, code := runToExit(t, bin, env, "tail", "-url", wsURL, "-client", hosted.ClientID, "-since", "10m", "-from-start")
+	if code != 1 || !strings.Contains(out, "-since and -from-start exclude each other") {
+		t.Errorf("-since with -from-start: exit status %d, want 1 (invalid configuration) with a clear error:\n%s", code, out)
+	}
+	p := start(t, bin, env, "tail", "-url", wsURL, "-client", hosted.ClientID, "-from-start")
+	p.waitContaining(t, string(schema.KindConversationJoined), 30*time.Second)
+}
+
+// waitContaining waits for a stdout line that contains s.
+func (p *process) waitContaining(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		p.mu.Lock()
+		found := slices.ContainsFunc(p.lines, func(l string) bool { return strings.Contains(l, s) })
+		p.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-p.added:
+		case <-p.done:
+			t.Fatalf("process exited before printing %q", s)
+		case <-deadline:
+			t.Fatalf("no line with %q within %s", s, timeout)
 		}
 	}
 }

@@ -21,9 +21,12 @@ import (
 
 // tail subscribes to one client's events with a filter and prints each as it
 // arrives, one line per event; a lagged event says how many were discarded.
+// With -since or -from-start it prints the stored events first.
 func tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		url, tenant, clientID, data, kinds, groups string
+		since                                      time.Duration
+		fromStart                                  bool
 		errs                                       config.Errs
 	)
 	fs := flag.NewFlagSet("fabric tail", flag.ContinueOnError)
@@ -34,11 +37,24 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	config.String(fs, &data, "data", "fabric-data", "the all-in-one data folder, to mint a development token")
 	config.String(fs, &kinds, "kinds", "all", `comma-separated event kinds, or "all"`)
 	config.String(fs, &groups, "groups", "", "comma-separated group ids (hex); every group when empty")
+	config.Duration(fs, &errs, &since, "since", 0, "start with the client's events stored this long ago (e.g. 10m), then follow live ones")
+	config.Bool(fs, &errs, &fromStart, "from-start", false, "start with the first of the client's events the stream holds, then follow live ones")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	if clientID == "" {
 		errs.Addf("-client is required")
+	}
+	var opts []client.SubscribeOption
+	switch {
+	case since < 0:
+		errs.Addf("-since must be positive, e.g. 10m")
+	case since > 0 && fromStart:
+		errs.Addf("-since and -from-start exclude each other: choose where to start")
+	case since > 0:
+		opts = append(opts, client.Since(time.Now().Add(-since)))
+	case fromStart:
+		opts = append(opts, client.FromStart())
 	}
 	filter, err := parseFilter(kinds, groups)
 	if err != nil {
@@ -59,7 +75,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	sub, err := c.Subscribe(ctx, clientID, filter)
+	sub, err := c.Subscribe(ctx, clientID, filter, opts...)
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, code, msg := c.subscribe(r.Context(), tenant, client, f, after, 0)
+	s, code, msg := c.subscribe(r.Context(), tenant, client, f, after, nil, 0)
 	if s == nil {
 		status := http.StatusServiceUnavailable
 		switch code {

@@ -65,9 +65,10 @@ type tap struct {
 // attach registers s with its client's tap, starting the tap if it is the
 // first. When attach returns, every event stored later is offered to s, and
 // none stored before (EVENT-014); s.startSeq is the registration point. A
-// resumed subscription (afterSeq > 0) gets every event stored after afterSeq:
-// those the tap already handed off are replayed from the stream first.
-func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) error {
+// subscription that replays (resumed, or started from the stream) gets every
+// event stored after afterSeq, which may be 0: those the tap already handed
+// off are replayed from the stream first.
+func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64, replay bool) error {
 	live, err := subject.Live(s.tenant, s.client)
 	if err != nil {
 		return err
@@ -93,7 +94,7 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 			g.release(t)
 			return err
 		}
-	} else if afterSeq == 0 {
+	} else if !replay {
 		// EVENT-014: a running tap may not have seen every event stored
 		// yet (its republished copies are on their way, or lost and not
 		// yet repaired); the registration point is the stream's last
@@ -108,7 +109,7 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64) 
 		stored = last
 		t.mu.Lock()
 	}
-	if afterSeq > 0 && afterSeq < t.lastSeq {
+	if replay && afterSeq < t.lastSeq {
 		t.replay(s, afterSeq)
 	}
 	for g, k := range t.dm {
@@ -265,7 +266,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 	lag := lagTally{}
 	defer lag.flush()
 	last := from - 1
-	if first, err := g.firstSequence(); err == nil && first > from {
+	if first, _, err := g.streamBounds(); err == nil && first > from {
 		// Removed from the stream (MaxAge): which of them were this
 		// client's is unknown.
 		gone := min(first, upTo+1) - from
@@ -494,29 +495,59 @@ func (g *Gateway) fetchBatch(subj string, seq uint64, n int) ([]*nats.Msg, error
 	}
 }
 
-// firstSequence returns the first sequence the events stream still holds.
-func (g *Gateway) firstSequence() (uint64, error) {
+// streamBounds returns the first sequence the events stream still holds and
+// its last.
+func (g *Gateway) streamBounds() (first, last uint64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
 	defer cancel()
 	m, err := g.cfg.NATS.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+g.cfg.Stream, nil)
 	if err != nil {
-		return 0, fmt.Errorf("stream info: %w", err)
+		return 0, 0, fmt.Errorf("stream info: %w", err)
 	}
 	var info struct {
 		State struct {
 			FirstSeq uint64 `json:"first_seq"`
+			LastSeq  uint64 `json:"last_seq"`
 		} `json:"state"`
 		Error *struct {
 			Description string `json:"description"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &info); err != nil {
-		return 0, fmt.Errorf("stream info: %w", err)
+		return 0, 0, fmt.Errorf("stream info: %w", err)
 	}
 	if info.Error != nil {
-		return 0, fmt.Errorf("stream info: %s", info.Error.Description)
+		return 0, 0, fmt.Errorf("stream info: %s", info.Error.Description)
 	}
-	return info.State.FirstSeq, nil
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}
+
+// afterStart returns the stream sequence after which the events stored on
+// subj at or after start begin, for a subscription that starts from the
+// stream: before the first such event, or, when there is none yet, the
+// stream's last sequence, read before the search so that nothing stored
+// meanwhile is skipped.
+func (g *Gateway) afterStart(ctx context.Context, subj string, start time.Time) (uint64, error) {
+	_, last, err := g.streamBounds()
+	if err != nil {
+		return 0, err
+	}
+	req, _ := json.Marshal(struct {
+		StartTime  time.Time `json:"start_time"`
+		NextBySubj string    `json:"next_by_subj"`
+	}{start.UTC(), subj})
+	m, err := g.direct(ctx, "$JS.API.DIRECT.GET."+g.cfg.Stream, req)
+	if errors.Is(err, errNotFound) {
+		return last, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+	if err != nil || seq == 0 {
+		return 0, errors.New("direct get: answer without a sequence")
+	}
+	return seq - 1, nil
 }
 
 // lastSequence returns the stream sequence of the last message stored on

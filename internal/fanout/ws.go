@@ -197,7 +197,12 @@ func (c *conn) handle(ctx context.Context, f *wire.Frame) {
 			c.queueError(f.ID, wire.CodeMalformedFrame, "held must be between 0 and the queue bound")
 			return
 		}
-		s, code, msg := c.subscribe(ctx, c.claims.Tenant, f.ClientID, *f.Filter, f.AfterSeq, int(f.Held))
+		start, ok := startOf(f)
+		if !ok {
+			c.queueError(f.ID, wire.CodeMalformedFrame, "after_seq, start_time and from_start exclude each other; start_time is unix milliseconds after the epoch")
+			return
+		}
+		s, code, msg := c.subscribe(ctx, c.claims.Tenant, f.ClientID, *f.Filter, f.AfterSeq, start, int(f.Held))
 		if s == nil {
 			c.queueError(f.ID, code, msg)
 			return
@@ -232,6 +237,29 @@ func (c *conn) handle(ctx context.Context, f *wire.Frame) {
 	}
 }
 
+// startOf returns where a subscribe starts in the stream: nil for a live or
+// resumed subscription (EVENT-014), the epoch for from_start. ok is false
+// for more than one starting point or a start_time before the epoch.
+func startOf(f *wire.Frame) (start *time.Time, ok bool) {
+	n := 0
+	for _, set := range []bool{f.AfterSeq != 0, f.StartTime != 0, f.FromStart} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n > 1 || f.StartTime < 0:
+		return nil, false
+	case f.FromStart:
+		t := time.UnixMilli(0)
+		return &t, true
+	case f.StartTime > 0:
+		t := time.UnixMilli(f.StartTime)
+		return &t, true
+	}
+	return nil, true
+}
+
 // issued reports whether id was ever a subscription of this connection.
 func (c *conn) issued(id uint64) bool {
 	c.mu.Lock()
@@ -241,8 +269,9 @@ func (c *conn) issued(id uint64) bool {
 
 // subscribe checks, compiles and registers a subscription for client of
 // tenant, resuming after afterSeq with held events still at the SDK when
-// they are set. It returns nil and an error code and message when refused.
-func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.EventFilter, afterSeq uint64, held int) (*subscription, string, string) {
+// they are set, or starting from the events stored at or after start when
+// it is set. It returns nil and an error code and message when refused.
+func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.EventFilter, afterSeq uint64, start *time.Time, held int) (*subscription, string, string) {
 	g := c.g
 	if !c.claims.ExpiresAt.IsZero() && time.Now().After(c.claims.ExpiresAt) {
 		return nil, wire.CodeUnauthenticated, "token expired"
@@ -286,12 +315,23 @@ func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.Ev
 	if err != nil {
 		return nil, wire.CodeInvalidFilter, err.Error()
 	}
-	if afterSeq > 0 && !g.quotas.replayAllowed(tenant, time.Now()) {
+	replay := afterSeq > 0 || start != nil
+	if replay && !g.quotas.replayAllowed(tenant, time.Now()) {
 		g.metrics.refusals.WithLabelValues(CodeReplayBudget).Inc()
 		return nil, CodeReplayBudget, "the tenant's replay budget is spent; resume later"
 	}
+	if start != nil {
+		events, err := subject.Events(tenant, client)
+		if err != nil {
+			return nil, wire.CodeMalformedFrame, err.Error()
+		}
+		if afterSeq, err = g.afterStart(ctx, events, *start); err != nil {
+			g.log.Warn("fanout: find the start in the events stream", "err", err)
+			return nil, wire.CodeUnavailable, "event source is unavailable"
+		}
+	}
 	s := c.newSubscription(tenant, client, compiled, held)
-	if err := g.attach(ctx, s, afterSeq); err != nil {
+	if err := g.attach(ctx, s, afterSeq, replay); err != nil {
 		c.mu.Lock()
 		delete(c.subs, s.id)
 		c.mu.Unlock()

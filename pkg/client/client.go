@@ -232,9 +232,33 @@ func (c *Client) signal() {
 
 // Subscribe creates a subscription for clientID's events selected by filter
 // and returns once the gateway has registered it: it sees every matching
-// event that reaches the gateway after that, and none before (EVENT-014).
-func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.EventFilter) (*Subscription, error) {
-	return c.subscribe(ctx, clientID, filter, false)
+// event that reaches the gateway after that, and none before (EVENT-014),
+// unless an option starts it from the stream (Since, FromStart).
+func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.EventFilter, opts ...SubscribeOption) (*Subscription, error) {
+	return c.subscribe(ctx, clientID, filter, false, opts)
+}
+
+// SubscribeOption sets where a subscription starts.
+type SubscribeOption func(*Subscription)
+
+// Since starts a subscription from the stream: the client's events stored
+// at or after t come first, in order, then live ones. A t at or before the
+// epoch is FromStart. The gateway replays at most its replay limit and
+// reports the rest in a lagged (EVENT-031).
+func Since(t time.Time) SubscribeOption {
+	return func(s *Subscription) {
+		if ms := t.UnixMilli(); ms > 0 {
+			s.startTime, s.fromStart = ms, false
+			return
+		}
+		s.startTime, s.fromStart = 0, true
+	}
+}
+
+// FromStart starts a subscription from the first of the client's events
+// the stream holds; see Since.
+func FromStart() SubscribeOption {
+	return func(s *Subscription) { s.startTime, s.fromStart = 0, true }
 }
 
 // SubscribeFunc creates a subscription read by a callback: fn runs for each
@@ -244,8 +268,8 @@ func (c *Client) Subscribe(ctx context.Context, clientID string, filter schema.E
 // Unsubscribing or closing from inside fn does not wait for fn (EVENT-052);
 // Done is closed once the subscription has ended and fn has returned.
 func (c *Client) SubscribeFunc(ctx context.Context, clientID string, filter schema.EventFilter,
-	fn func(context.Context, schema.ClientEvent) error) (*Subscription, error) {
-	s, err := c.subscribe(ctx, clientID, filter, true)
+	fn func(context.Context, schema.ClientEvent) error, opts ...SubscribeOption) (*Subscription, error) {
+	s, err := c.subscribe(ctx, clientID, filter, true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +277,7 @@ func (c *Client) SubscribeFunc(ctx context.Context, clientID string, filter sche
 	return s, nil
 }
 
-func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.EventFilter, callback bool) (*Subscription, error) {
+func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.EventFilter, callback bool, opts []SubscribeOption) (*Subscription, error) {
 	if filter.Kinds == nil {
 		filter.Kinds = []schema.EventKind{}
 	}
@@ -262,6 +286,9 @@ func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.E
 	}
 	s := newSubscription(c, clientID, filter)
 	s.callback = callback
+	for _, o := range opts {
+		o(s)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -299,17 +326,23 @@ func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.E
 	}
 }
 
-// requestLocked queues a subscribe frame for s. c.mu held.
+// requestLocked queues a subscribe frame for s. A subscription that starts
+// from the stream and has received no event yet asks for its start again
+// instead of resuming. c.mu held.
 func (c *Client) requestLocked(s *Subscription, afterSeq uint64, held int) {
 	c.nextReq++
 	s.req = c.nextReq
 	s.gen = c.gen
 	c.pending[s.req] = s
 	f := s.filter
-	c.control = append(c.control, wire.Append(c.o.enc, nil, &wire.Frame{
+	fr := &wire.Frame{
 		Op: wire.OpSubscribe, ID: s.req, ClientID: s.clientID, Filter: &f,
 		AfterSeq: afterSeq, Held: int64(held),
-	}))
+	}
+	if afterSeq == 0 {
+		fr.StartTime, fr.FromStart = s.startTime, s.fromStart
+	}
+	c.control = append(c.control, wire.Append(c.o.enc, nil, fr))
 }
 
 // endLocked ends s: no handoff follows (EVENT-053). With unsubscribe, the
@@ -487,7 +520,7 @@ func (c *Client) handle(f *wire.Frame) error {
 		}
 		s.id = f.Sub
 		c.byID[f.Sub] = s
-		if s.lastSeq < f.Seq && s.resumedFrom == 0 {
+		if s.lastSeq < f.Seq && s.resumedFrom == 0 && !s.fromStream() {
 			s.lastSeq = f.Seq // the registration point
 		}
 		s.resumedFrom = 0

@@ -49,6 +49,10 @@ type Subscription struct {
 	endErr      error
 	lastSeq     uint64 // stream sequence of the last event received
 	resumedFrom uint64 // nonzero while a resume is in flight
+	// Where a subscription started from the stream starts (SubscribeOption);
+	// replayed events precede the registration point.
+	startTime int64 // unix milliseconds
+	fromStart bool
 
 	pendingCredit int64
 	creditQueued  bool
@@ -64,6 +68,9 @@ func newSubscription(c *Client, clientID string, filter schema.EventFilter) *Sub
 		done: make(chan struct{}),
 	}
 }
+
+// fromStream reports whether s starts from the stream rather than live.
+func (s *Subscription) fromStream() bool { return s.startTime != 0 || s.fromStart }
 
 // resolve answers the first Subscribe call once. c.mu held.
 func (s *Subscription) resolve(err error) {

@@ -122,6 +122,13 @@ type Frame struct {
 	// AfterSeq, in subscribe, resumes a subscription the SDK held on an
 	// earlier connection: events stored after it are replayed first.
 	AfterSeq uint64
+	// StartTime, in subscribe, starts a subscription from the stream: the
+	// client's events stored at or after this time (unix milliseconds) are
+	// replayed first, then live ones.
+	StartTime int64
+	// FromStart, in subscribe, starts a subscription from the first of the
+	// client's events the stream holds.
+	FromStart bool
 	// Held, in subscribe, counts events of the resumed subscription the SDK
 	// still holds; they stay counted against the bound until credited.
 	Held int64
@@ -145,37 +152,41 @@ var ErrMalformed = errors.New("malformed frame")
 var ErrInvalidFilter = errors.New("invalid filter")
 
 type jsonFrame struct {
-	Op       string          `json:"op"`
-	ID       uint64          `json:"id,omitempty"`
-	Sub      uint64          `json:"sub,omitempty"`
-	ClientID string          `json:"client_id,omitempty"`
-	Filter   json.RawMessage `json:"filter,omitempty"`
-	N        int64           `json:"n,omitempty"`
-	Seq      uint64          `json:"seq,omitempty"`
-	AfterSeq uint64          `json:"after_seq,omitempty"`
-	Held     int64           `json:"held,omitempty"`
-	Event    json.RawMessage `json:"event,omitempty"`
-	AtMost   bool            `json:"at_most,omitempty"`
-	Reason   string          `json:"reason,omitempty"`
-	Code     string          `json:"code,omitempty"`
-	Message  string          `json:"message,omitempty"`
+	Op        string          `json:"op"`
+	ID        uint64          `json:"id,omitempty"`
+	Sub       uint64          `json:"sub,omitempty"`
+	ClientID  string          `json:"client_id,omitempty"`
+	Filter    json.RawMessage `json:"filter,omitempty"`
+	N         int64           `json:"n,omitempty"`
+	Seq       uint64          `json:"seq,omitempty"`
+	AfterSeq  uint64          `json:"after_seq,omitempty"`
+	StartTime int64           `json:"start_time,omitempty"`
+	FromStart bool            `json:"from_start,omitempty"`
+	Held      int64           `json:"held,omitempty"`
+	Event     json.RawMessage `json:"event,omitempty"`
+	AtMost    bool            `json:"at_most,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Code      string          `json:"code,omitempty"`
+	Message   string          `json:"message,omitempty"`
 }
 
 type msgpackFrame struct {
-	Op       string             `msgpack:"op"`
-	ID       uint64             `msgpack:"id,omitempty"`
-	Sub      uint64             `msgpack:"sub,omitempty"`
-	ClientID string             `msgpack:"client_id,omitempty"`
-	Filter   msgpack.RawMessage `msgpack:"filter,omitempty"`
-	N        int64              `msgpack:"n,omitempty"`
-	Seq      uint64             `msgpack:"seq,omitempty"`
-	AfterSeq uint64             `msgpack:"after_seq,omitempty"`
-	Held     int64              `msgpack:"held,omitempty"`
-	Event    msgpack.RawMessage `msgpack:"event,omitempty"`
-	AtMost   bool               `msgpack:"at_most,omitempty"`
-	Reason   string             `msgpack:"reason,omitempty"`
-	Code     string             `msgpack:"code,omitempty"`
-	Message  string             `msgpack:"message,omitempty"`
+	Op        string             `msgpack:"op"`
+	ID        uint64             `msgpack:"id,omitempty"`
+	Sub       uint64             `msgpack:"sub,omitempty"`
+	ClientID  string             `msgpack:"client_id,omitempty"`
+	Filter    msgpack.RawMessage `msgpack:"filter,omitempty"`
+	N         int64              `msgpack:"n,omitempty"`
+	Seq       uint64             `msgpack:"seq,omitempty"`
+	AfterSeq  uint64             `msgpack:"after_seq,omitempty"`
+	StartTime int64              `msgpack:"start_time,omitempty"`
+	FromStart bool               `msgpack:"from_start,omitempty"`
+	Held      int64              `msgpack:"held,omitempty"`
+	Event     msgpack.RawMessage `msgpack:"event,omitempty"`
+	AtMost    bool               `msgpack:"at_most,omitempty"`
+	Reason    string             `msgpack:"reason,omitempty"`
+	Code      string             `msgpack:"code,omitempty"`
+	Message   string             `msgpack:"message,omitempty"`
 }
 
 // Decode parses one frame. Members a frame does not define are refused, so a
@@ -197,7 +208,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: %s", ErrMalformed, describe(err, "msgpack map"))
 		}
 		f = Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, N: m.N,
-			Seq: m.Seq, AfterSeq: m.AfterSeq, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message}
+			Seq: m.Seq, AfterSeq: m.AfterSeq, StartTime: m.StartTime, FromStart: m.FromStart, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message}
 		filter = m.Filter
 	} else {
 		var j jsonFrame
@@ -210,7 +221,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		f = Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, N: j.N,
-			Seq: j.Seq, AfterSeq: j.AfterSeq, Held: j.Held, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message}
+			Seq: j.Seq, AfterSeq: j.AfterSeq, StartTime: j.StartTime, FromStart: j.FromStart, Held: j.Held, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message}
 		filter = j.Filter
 	}
 	if filter != nil {
@@ -263,6 +274,8 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	count(f.N != 0)
 	count(f.Seq != 0)
 	count(f.AfterSeq != 0)
+	count(f.StartTime != 0)
+	count(f.FromStart)
 	count(f.Held != 0)
 	count(f.Event != nil)
 	count(f.AtMost)
@@ -309,6 +322,12 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	if f.AfterSeq != 0 {
 		w.uint("after_seq", f.AfterSeq)
 	}
+	if f.StartTime != 0 {
+		w.int("start_time", f.StartTime)
+	}
+	if f.FromStart {
+		w.bool("from_start")
+	}
 	if f.Held != 0 {
 		w.int("held", f.Held)
 	}
@@ -317,12 +336,7 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 		w.buf = append(w.buf, f.Event...)
 	}
 	if f.AtMost {
-		w.key("at_most")
-		if w.json {
-			w.buf = append(w.buf, "true"...)
-		} else {
-			w.buf = append(w.buf, 0xc3)
-		}
+		w.bool("at_most")
 	}
 	if f.Reason != "" {
 		w.str("reason", f.Reason)
@@ -369,7 +383,7 @@ func (w *appender) mapStart(n int) {
 		w.first = true
 		return
 	}
-	// Frames have at most 13 members: a fixmap.
+	// Frames have at most 15 members: a fixmap.
 	w.buf = append(w.buf, 0x80|byte(n))
 }
 
@@ -399,6 +413,16 @@ func (w *appender) rawStr(s string) {
 		w.buf = append(w.buf, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
 	w.buf = append(w.buf, s...)
+}
+
+// bool appends k: true; a false member is left out.
+func (w *appender) bool(k string) {
+	w.key(k)
+	if w.json {
+		w.buf = append(w.buf, "true"...)
+	} else {
+		w.buf = append(w.buf, 0xc3)
+	}
 }
 
 func (w *appender) str(k, v string) {

@@ -71,6 +71,8 @@ func TestDecodeRefusesUnknownMembers(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(byte(0), []byte(`{"op":"subscribe","id":1,"client_id":"ab","filter":{"kinds":["message.received"],"group_ids":["0102"]}}`))
 	f.Add(byte(0), []byte(`{"op":"credit","sub":1,"n":1}`))
+	f.Add(byte(0), []byte(`{"op":"subscribe","id":1,"client_id":"ab","filter":{"kinds":[]},"start_time":1764763200000}`))
+	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpSubscribe, ID: 1, ClientID: "ab", Filter: &schema.EventFilter{Kinds: []schema.EventKind{}}, FromStart: true, StartTime: -1}))
 	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpSubscribe, ID: 1, ClientID: "ab", Filter: &schema.EventFilter{Kinds: []schema.EventKind{}}}))
 	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpEvent, Sub: 1, Seq: 2, Event: AppendLagged(Msgpack, nil, 3)}))
 	f.Fuzz(func(t *testing.T, e byte, b []byte) {
@@ -87,7 +89,8 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
-		if again.Op != fr.Op || again.ID != fr.ID || again.Sub != fr.Sub || again.N != fr.N {
+		if again.Op != fr.Op || again.ID != fr.ID || again.Sub != fr.Sub || again.N != fr.N ||
+			again.AfterSeq != fr.AfterSeq || again.StartTime != fr.StartTime || again.FromStart != fr.FromStart {
 			t.Fatalf("round trip changed the frame: %+v vs %+v", again, fr)
 		}
 	})
@@ -138,6 +141,11 @@ func TestWireFormatsDocumentsEveryOpAndCode(t *testing.T) {
 		ReasonUnsubscribed, ReasonShutdown, ReasonTokenExpired}, Codes...) {
 		if !strings.Contains(doc, "`"+name+"`") {
 			t.Errorf("docs/wire-formats.md does not document %q", name)
+		}
+	}
+	for _, member := range []string{"after_seq", "start_time", "from_start", "held", "at_most"} {
+		if !strings.Contains(doc, "`"+member+"`") {
+			t.Errorf("docs/wire-formats.md does not document the member %q", member)
 		}
 	}
 }
