@@ -42,6 +42,28 @@ func startAllInOne(t *testing.T) *allInOne {
 	return f
 }
 
+// wsURL is the gateway's events WebSocket.
+func (f *allInOne) wsURL() string { return "ws" + strings.TrimPrefix(f.url, "http") + "/v1/events" }
+
+// hostAndConnect registers a hosted client for a new inbox over HTTP and
+// connects the SDK to the events WebSocket; the test's end closes it.
+func (f *allInOne) hostAndConnect(t *testing.T, ctx context.Context) (*demo.API, demo.Registered, *client.Client) {
+	t.Helper()
+	api := &demo.API{BaseURL: f.url, Tenant: "dev", AdminToken: f.admin, IngestToken: f.ingest}
+	account := make([]byte, 32)
+	rand.Read(account)
+	hosted, err := api.Register(ctx, hex.EncodeToString(account))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Connect(ctx, f.wsURL(), f.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return api, hosted, c
+}
+
 // next reads the subscription's next event of kind, failing on any other.
 func next(t *testing.T, sub *client.Subscription, kind schema.EventKind) schema.ClientEvent {
 	t.Helper()
@@ -65,19 +87,7 @@ func TestAllInOneWholePath(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	api := &demo.API{BaseURL: f.url, Tenant: "dev", AdminToken: f.admin, IngestToken: f.ingest}
-	account := make([]byte, 32)
-	rand.Read(account)
-	hosted, err := api.Register(ctx, hex.EncodeToString(account))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	c, err := client.Connect(ctx, "ws"+strings.TrimPrefix(f.url, "http")+"/v1/events", f.events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	api, hosted, c := f.hostAndConnect(t, ctx)
 	sub, err := c.Subscribe(ctx, hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
 	if err != nil {
 		t.Fatal(err)

@@ -2,18 +2,13 @@ package tests
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/demo"
 	"github.com/fabric-mls/fabric/internal/testpeer"
-	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -72,19 +67,8 @@ func TestTailFromStartPrintsStoredEvents(t *testing.T) {
 	f := startAllInOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	api := &demo.API{BaseURL: f.url, Tenant: "dev", AdminToken: f.admin, IngestToken: f.ingest}
-	account := make([]byte, 32)
-	rand.Read(account)
-	hosted, err := api.Register(ctx, hex.EncodeToString(account))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wsURL := "ws" + strings.TrimPrefix(f.url, "http") + "/v1/events"
-	c, err := client.Connect(ctx, wsURL, f.events)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	api, hosted, c := f.hostAndConnect(t, ctx)
+	wsURL := f.wsURL()
 	sub, err := c.Subscribe(ctx, hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
 	if err != nil {
 		t.Fatal(err)
@@ -110,26 +94,7 @@ func TestTailFromStartPrintsStoredEvents(t *testing.T) {
 		t.Errorf("-since with -from-start: exit status %d, want 1 (invalid configuration) with a clear error:\n%s", code, out)
 	}
 	p := start(t, bin, env, "tail", "-url", wsURL, "-client", hosted.ClientID, "-from-start")
-	p.waitContaining(t, string(schema.KindConversationJoined), 30*time.Second)
-}
-
-// waitContaining waits for a stdout line that contains s.
-func (p *process) waitContaining(t *testing.T, s string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		p.mu.Lock()
-		found := slices.ContainsFunc(p.lines, func(l string) bool { return strings.Contains(l, s) })
-		p.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-p.added:
-		case <-p.done:
-			t.Fatalf("process exited before printing %q", s)
-		case <-deadline:
-			t.Fatalf("no line with %q within %s", s, timeout)
-		}
-	}
+	p.waitMatch(t, string(schema.KindConversationJoined), 30*time.Second, func(l string) (string, bool) {
+		return l, strings.Contains(l, string(schema.KindConversationJoined))
+	})
 }

@@ -145,22 +145,32 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // returns the rest of it.
 func (p *process) waitLine(t *testing.T, prefix string, timeout time.Duration) string {
 	t.Helper()
+	return p.waitMatch(t, prefix, timeout, func(l string) (string, bool) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), prefix)
+		return strings.TrimSpace(rest), ok
+	})
+}
+
+// waitMatch waits for the first stdout line match accepts and returns what
+// match made of it; what names the line in a failure.
+func (p *process) waitMatch(t *testing.T, what string, timeout time.Duration, match func(string) (string, bool)) string {
+	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		p.mu.Lock()
 		for _, l := range p.lines {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), prefix); ok {
+			if rest, ok := match(l); ok {
 				p.mu.Unlock()
-				return strings.TrimSpace(rest)
+				return rest
 			}
 		}
 		p.mu.Unlock()
 		select {
 		case <-p.added:
 		case <-p.done:
-			t.Fatalf("process exited before printing %q", prefix)
+			t.Fatalf("process exited before printing %q", what)
 		case <-deadline:
-			t.Fatalf("no line %q within %s", prefix, timeout)
+			t.Fatalf("no line %q within %s", what, timeout)
 		}
 	}
 }
