@@ -32,6 +32,9 @@ type Metrics struct {
 	// Stalled is the number of owned partitions whose next input has
 	// failed and not yet succeeded: none of their groups advances.
 	Stalled prometheus.Gauge
+	// LostDeliveries counts gaps in a partition consumer's deliveries: a
+	// message the server sent that never reached the worker.
+	LostDeliveries prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil).
@@ -78,9 +81,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fabric_converge_stalled_partitions",
 			Help: "Owned partitions whose next input failed and has not succeeded since: none of their groups advances.",
 		}),
+		LostDeliveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_converge_lost_deliveries_total",
+			Help: "Gaps in a partition consumer's deliveries (a message sent that never arrived, as when a NATS node goes): the consumer delivers again from the input after the last received.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled)
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries)
 	}
 	// The label values known up front exist at zero from the start, so
 	// rates and alerts over them work on a fresh worker.

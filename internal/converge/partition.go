@@ -162,6 +162,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 		w.saveExpiry(sctx, part)
 	}()
 	var cons jetstream.Consumer
+	var seen deliveries
 	var restart uint64
 	backoff := 100 * time.Millisecond
 	// retry is the wait before an input that failed is tried again,
@@ -176,11 +177,13 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 	for ctx.Err() == nil {
 		if cons == nil {
 			var err error
-			if cons, err = w.resetConsumer(ctx, p, restart); err != nil {
+			var start uint64
+			if cons, start, err = w.resetConsumer(ctx, p, restart); err != nil {
 				w.log.Warn("converge: consumer", "partition", p, "err", err)
 				sleep(ctx, backoff)
 				continue
 			}
+			seen = deliveries{next: 1, last: start - 1}
 			restart = 0
 		}
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(part.wait(lastCleanup, w.cfg.Now(), w.cfg.CleanupInterval)))
@@ -216,6 +219,9 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 				open = false
 				return false
 			}
+			if !seen.take(m) {
+				return false
+			}
 			if !take(m) {
 				carry = m
 				return false
@@ -230,6 +236,9 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 				if !ok {
 					break
 				}
+				if !seen.take(m) {
+					continue // after a gap: redelivered in order
+				}
 				first = m
 			}
 			// Take what has already arrived too, so a group's consecutive
@@ -241,6 +250,9 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 				case m, ok := <-msgs:
 					if !ok {
 						open = false
+						break drain
+					}
+					if !seen.take(m) {
 						break drain
 					}
 					pending = append(pending, m)
@@ -267,6 +279,12 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			retry = min(2*retry, maxRetryBackoff)
 			continue
 		}
+		if seen.resume != 0 {
+			w.log.Warn("converge: a delivery went missing; delivering again from the input after the last received", "partition", p, "from", seen.resume)
+			w.metrics.LostDeliveries.Inc()
+			cons, restart = nil, seen.resume
+			continue
+		}
 		if stalled {
 			stalled = false
 			w.metrics.Stalled.Dec()
@@ -279,6 +297,47 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 		w.saveExpiry(ctx, part)
 	}
 }
+
+// deliveries checks that the worker receives every delivery of its
+// partition's consumer, in order. The server counts a message delivered
+// once it sends it; one lost on the way (a NATS node shut down under the
+// pull, a fetch that ended as it arrived) comes back only after AckWait,
+// behind later inputs of its group, where the checkpoint's input_seq would
+// take it for done and it would never be applied (EVENT-001). A gap in the
+// consumer sequence ends the fetch there; the consumer is made again from
+// the input after the last one received.
+type deliveries struct {
+	next   uint64 // the consumer sequence expected next
+	last   uint64 // the stream sequence of the last delivery received
+	resume uint64 // set at a gap: the stream sequence to deliver from again
+}
+
+// take reports whether m is the delivery expected next. After a gap it
+// refuses every message of the fetch.
+func (d *deliveries) take(m jetstream.Msg) bool {
+	if d.resume != 0 {
+		return false
+	}
+	if deliveryHook != nil && !deliveryHook(m) {
+		return false // lost on the way: the worker never sees it
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		d.next++
+		return true // handle drops it as malformed
+	}
+	if meta.Sequence.Consumer != d.next {
+		d.resume = d.last + 1
+		return false
+	}
+	d.next++
+	d.last = meta.Sequence.Stream
+	return true
+}
+
+// deliveryHook, when set by a test, is asked about each delivery the
+// worker receives; false drops it, as a delivery lost on the way does.
+var deliveryHook func(jetstream.Msg) bool
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

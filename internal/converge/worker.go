@@ -439,8 +439,10 @@ func consumerName(p int) string { return "converge-p" + strconv.Itoa(p) }
 // start (or, when start is 0, from just after its ack floor). Ownership
 // moves and failed inputs go through here, so no input of a group is ever
 // delivered after a later one that is not yet done: a consumer is never
-// left with unacknowledged input it would redeliver out of order.
-func (w *Worker) resetConsumer(ctx context.Context, p int, start uint64) (jetstream.Consumer, error) {
+// left with unacknowledged input it would redeliver out of order. It
+// returns the consumer and the stream sequence it delivers from; a
+// delivery that never arrives is caught at the next (deliveries).
+func (w *Worker) resetConsumer(ctx context.Context, p int, start uint64) (jetstream.Consumer, uint64, error) {
 	name := consumerName(p)
 	if start == 0 {
 		start = 1
@@ -451,11 +453,11 @@ func (w *Worker) resetConsumer(ctx context.Context, p int, start uint64) (jetstr
 		}
 	}
 	if err := w.inStream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("delete consumer: %w", err)
+		return nil, 0, fmt.Errorf("delete consumer: %w", err)
 	}
 	filter, err := subject.InputPartition(p)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c, err := w.inStream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       name,
@@ -467,7 +469,7 @@ func (w *Worker) resetConsumer(ctx context.Context, p int, start uint64) (jetstr
 		MaxAckPending: 1024,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create consumer: %w", err)
+		return nil, 0, fmt.Errorf("create consumer: %w", err)
 	}
-	return c, nil
+	return c, start, nil
 }
