@@ -297,16 +297,8 @@ write:
 		parts[k] = n
 	}
 	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			if first == nil {
-				first = fmt.Errorf("write state blob: %w", err)
-			}
-		case <-ctx.Done():
-			if first == nil {
-				first = ctx.Err()
-			}
+		if err := awaitAck(ctx, f); err != nil && first == nil {
+			first = fmt.Errorf("write state blob: %w", err)
 		}
 	}
 	return written, parts, first

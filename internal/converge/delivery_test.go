@@ -2,8 +2,10 @@ package converge
 
 import (
 	"encoding/hex"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -51,5 +53,30 @@ func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
 	uniqueIDs(t, evs)
 	if n := testutil.ToFloat64(metrics.LostDeliveries); n != 1 {
 		t.Fatalf("fabric_converge_lost_deliveries_total %v, want 1", n)
+	}
+}
+
+// TestLostAcknowledgementFailsTheWrite: an asynchronous write whose
+// acknowledgement never comes (lost with a NATS node shut down, the write
+// stored or not) fails after the ack wait, so its input is retried,
+// instead of holding the partition for ever.
+func TestLostAcknowledgementFailsTheWrite(t *testing.T) {
+	e := newEnv(t)
+	// A subscriber takes the write and answers nothing, as a node that
+	// went away does.
+	sub, err := e.nc.SubscribeSync("lost.ack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	was := ackWait
+	ackWait = 200 * time.Millisecond
+	t.Cleanup(func() { ackWait = was })
+	f, err := e.js.PublishAsync("lost.ack", []byte("outcome"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitAck(e.ctx, f); !errors.Is(err, errAckTimeout) {
+		t.Fatalf("awaitAck: %v, want %v", err, errAckTimeout)
 	}
 }

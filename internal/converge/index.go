@@ -509,15 +509,11 @@ func (w *Worker) migrateIndex(ctx context.Context, tenant, groupHex string, g *g
 		g.queue(legacySecs).Head = page[0].ExpiresAt
 	}
 	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+		if err := awaitAck(ctx, f); err != nil {
 			var apiErr *jetstream.APIError
 			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 				return fmt.Errorf("migrate index: %w", err)
 			}
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	g.Messages, g.MessageBase = nil, 0

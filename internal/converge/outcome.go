@@ -131,17 +131,43 @@ func refusesRoutingOfApplied(p *schema.Outcome, n outcomeNote) bool {
 func (ow *outcomeWrites) await(ctx context.Context) error {
 	var first error
 	for _, f := range ow.futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+		if err := awaitAck(ctx, f); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if first == nil {
 				first = fmt.Errorf("publish outcome: %w", err)
 			}
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	return first
+}
+
+// ackWait bounds the wait for one asynchronous write's acknowledgement.
+// The client sets none, and an acknowledgement lost with a NATS node
+// (stored or not) would hold the partition for ever; the input fails
+// instead and is retried in order, and its writes are idempotent.
+var ackWait = 10 * time.Second
+
+// errAckTimeout reports a write whose acknowledgement did not come within
+// ackWait.
+var errAckTimeout = errors.New("converge: no acknowledgement within the ack wait")
+
+// awaitAck waits for f's acknowledgement: nil, the write's error,
+// errAckTimeout, or ctx's error.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	t := time.NewTimer(ackWait)
+	defer t.Stop()
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-t.C:
+		return errAckTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // last returns the newest outcome record of each subject that has one.
