@@ -20,6 +20,9 @@ func TestBytesInFlightBound(t *testing.T) {
 	tok := token(t, testTenant, auth.ScopeIngest)
 
 	pr, pw := io.Pipe()
+	// Cleanups run last-registered first: the slow body ends before the
+	// server closes, so a failure below cannot hang the server's Close.
+	t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
 	slow, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", pr)
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +41,7 @@ func TestBytesInFlightBound(t *testing.T) {
 	}()
 
 	body := []byte(`{"v":1,"group":"00","kind":"mls","payload":"` + strings.Repeat("00", 120) + `"}`)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		status, b, hdr := w.post(t, testTenant, tok, "", body)
 		if status == http.StatusServiceUnavailable {

@@ -156,19 +156,26 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 	}
 }
 
+// metaReady reports a meta leader that every running node follows and
+// that counts every running node as a placement peer: until a peer's
+// statistics reach the leader, an R3 stream is refused with "no suitable
+// peers for placement".
 func (c *Cluster) metaReady() bool {
-	leader := false
+	running, peers := 0, 0
 	for _, s := range c.nodes {
 		ns := s.NATS()
 		if ns == nil {
 			continue
 		}
+		running++
 		if !ns.JetStreamIsCurrent() {
 			return false
 		}
-		leader = leader || ns.JetStreamIsLeader()
+		if ns.JetStreamIsLeader() {
+			peers = len(ns.JetStreamClusterPeers())
+		}
 	}
-	return leader
+	return running > 0 && peers >= running
 }
 
 func (c *Cluster) accountReady(ctx context.Context) bool {
