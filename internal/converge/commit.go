@@ -119,7 +119,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		next.InputSeq = t.inputSeq
 	}
 	var save []*hostedMember
-	for _, m := range t.g.active() {
+	for _, m := range t.g.following() {
 		bk, ok := g.ck.Members[m.ClientID]
 		dirty := t.dirty[m.ClientID] || !ok
 		if !dirty && t.ratchet[m.ClientID] {
@@ -438,15 +438,18 @@ type GroupRecord struct {
 
 // publishGroup writes the group's fabric-groups record and, when it is the
 // newest, its candidate group event keys in fabric-group-keys, sealed (the
-// format ingest.SealGroupKeys defines). A group with no active hosted member has
-// neither, so ingest answers its input with unknown_group.
+// format ingest.SealGroupKeys defines). A group with no hosted member
+// following it (active, or removed and still Retained) has neither, so
+// ingest answers its input with unknown_group.
 func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *groupState, ckSeq uint64) error {
 	key, err := subject.GroupKey(tenant, groupHex)
 	if err != nil {
 		return err
 	}
 	rec := GroupRecord{DMConversationKey: dmConversationKey(g.components()), CheckpointSeq: ckSeq}
-	for _, m := range g.active() {
+	// A removed member still Retained follows the group: ingest keeps
+	// routing its input, a winning branch may bring the member back.
+	for _, m := range g.following() {
 		rec.Members = append(rec.Members, m.ClientID)
 	}
 	var rev uint64

@@ -179,7 +179,7 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 			cat = schema.CategoryWrongRecipient
 			continue
 		}
-		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq}
+		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID}
 		t.members[clientID] = st
 		t.dirty[clientID] = true
 		comps := st.Components()

@@ -78,6 +78,8 @@ type change struct {
 type memberCommit struct {
 	m *hostedMember
 	c project.Commit
+	// rejoined: the commit brings a removed member back (effects).
+	rejoined bool
 }
 
 func (p marmot) newStep(t *txn) *step {
@@ -101,8 +103,9 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	t.g.LastSeq, t.g.LastTime = in.Seq, in.Time
 	now := time.UnixMilli(in.Time)
 	s := p.newStep(t)
-	active := t.g.active()
-	if len(active) == 0 {
+	p.settleRemovals(t, in.Data)
+	following := t.g.following()
+	if len(following) == 0 {
 		t.notes = append(t.notes, rejectedNote(in.MessageID, in.Class, schema.CategoryUnknownGroup, in.Time))
 		return nil
 	}
@@ -119,7 +122,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		err    error
 	}
 	var ads []*admission
-	for i, m := range active {
+	for i, m := range following {
 		s.isLead = i == 0
 		cg, err := p.group(t, m)
 		if err != nil {
@@ -129,12 +132,6 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		// its batch.
 		if _, err := p.pass(s, m, cg, now); err != nil {
 			return err
-		}
-		if cg.Tip() == nil {
-			if err := p.save(t, m, cg); err != nil {
-				return err
-			}
-			continue
 		}
 		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: tipView(cg)})
 	}
@@ -172,7 +169,7 @@ func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
 	now := time.UnixMilli(t.now)
 	s := p.newStep(t)
 	changed := false
-	for i, m := range t.g.active() {
+	for i, m := range t.g.following() {
 		s.isLead = i == 0
 		cg, err := p.group(t, m)
 		if err != nil {
@@ -268,6 +265,9 @@ func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
 			before = s.applied(m, before, *a)
 			continue
 		}
+		if before.gone {
+			continue // a removed member is delivered nothing
+		}
 		d := *c.Delivery
 		s.add(change{id: d.ID})
 		if s.to[d.ID] == nil {
@@ -282,15 +282,16 @@ func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
 }
 
 // view is what a member's client was last told of the group: its
-// components and member inboxes (sorted).
+// components and member inboxes (sorted), or that it was removed (gone).
 type view struct {
 	comps   components.Set
 	inboxes []string
+	gone    bool
 }
 
 // tipView is the view of a member's canonical state.
 func tipView(cg *convergence.Group) view {
-	v := view{comps: tipComponents(cg)}
+	v := view{comps: tipComponents(cg), gone: cg.Tip() == nil}
 	if st := cg.Tip(); st != nil {
 		v.inboxes = st.InboxIDs()
 	}
@@ -305,6 +306,22 @@ func tipView(cg *convergence.Group) view {
 func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit) view {
 	r := a.Result
 	after := view{comps: r.Components}
+	if before.gone {
+		if a.State == nil {
+			return before
+		}
+		// A removed member that the winning branch keeps: its client was
+		// told conversation.removed and now holds the group again, the
+		// ended state replaced by the winner's (JOIN-042), so it is told
+		// conversation.joined, not what changed since.
+		after.inboxes = a.State.InboxIDs()
+		s.add(change{commit: true, id: a.ID})
+		s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, rejoined: true, c: project.Commit{After: r.Components}})
+		if _, ok := s.lead[a.ID]; !ok && s.isLead {
+			s.lead[a.ID] = a
+		}
+		return after
+	}
 	if a.State != nil {
 		after.inboxes = a.State.InboxIDs()
 	} else {
@@ -377,6 +394,11 @@ func (s *step) emitCommit(id engine.MessageID) {
 	for _, mc := range s.commits[id] {
 		v := project.Member{InboxID: mc.m.InboxID, Installation: mc.m.Installation, LeaveRequested: t.g.leaveRequested(mc.m.InboxID)}
 		evs := project.CommitEvents(t.g.GroupID, v, mc.c)
+		if mc.rejoined {
+			// EVENT-005: fabric joins a hosted client by a Welcome only,
+			// so the origin is welcomed and the adder the one it joined by.
+			evs = []project.Event{project.Joined(t.g.GroupID, mc.c.After, schema.OriginWelcomed, mc.m.Adder)}
+		}
 		t.emit(mc.m.ClientID, s.cause("", id), evs...)
 		mc.m.noteApplied(id[:], len(evs))
 	}
@@ -532,9 +554,8 @@ func (w *Worker) restoreMember(ctx context.Context, c Client, blob []byte, chunk
 	if err != nil {
 		return nil, fmt.Errorf("restore branch state: %w", err)
 	}
-	if cg.Tip() == nil {
-		return nil, errors.New("restore branch state: no canonical state")
-	}
+	// A nil tip is a removed member's state, Retained while the removal
+	// is inside the rollback horizon.
 	for _, st := range cg.Retained() {
 		st.ShareSignatures(e.Signatures)
 	}
@@ -640,19 +661,44 @@ func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
 }
 
 // save makes a member's convergence tip its canonical state, to be
-// written with the transaction; a member whose tip is gone was removed.
+// written with the transaction. A member whose tip is gone was removed: its
+// convergence state is Retained until the removal settles
+// (settleRemovals); one whose tip is back was brought back by a winning
+// branch.
 func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
 	tip := cg.Tip()
-	if tip == nil {
-		m.Removed = true
-		delete(t.members, m.ClientID)
+	switch {
+	case tip == nil && !m.Removed:
+		m.Removed, m.Retained, m.RemovedEpoch = true, true, cg.TipEpoch()
 		t.groupChanged = true
-		return nil
+	case tip != nil && m.Removed:
+		m.Removed, m.Retained, m.RemovedEpoch = false, false, 0
+		t.groupChanged = true
 	}
 	t.members[m.ClientID] = &branchState{engineState: &engineState{st: tip, vault: p.vault}, cg: cg}
 	t.dirty[m.ClientID] = true
-	forkState(t, m, cg)
+	if tip != nil {
+		forkState(t, m, cg)
+	}
 	return nil
+}
+
+// settleRemovals drops the convergence state of every Retained member
+// once input reaches max_rewind_commits epochs past its removal: a branch
+// forking before the removal is then outside the rollback horizon, so no
+// winner can bring the member back (Marmot convergence.md, "Eligibility").
+func (p marmot) settleRemovals(t *txn, msg []byte) {
+	c, err := engine.Classify(msg)
+	if err != nil || !c.HasEpoch {
+		return
+	}
+	for _, m := range t.g.following() {
+		if m.Retained && c.Epoch >= m.RemovedEpoch+convergence.V1.MaxRewindCommits {
+			m.Retained, m.RemovedEpoch = false, 0
+			delete(t.members, m.ClientID)
+			t.groupChanged = true
+		}
+	}
 }
 
 // forkState emits conversation.fork_detected when the member's fork state
@@ -677,7 +723,7 @@ func forkState(t *txn, m *hostedMember, cg *convergence.Group) {
 func (p marmot) settle(t *txn) error {
 	var due int64
 	var keys []epochKey
-	for i, m := range t.g.active() {
+	for i, m := range t.g.following() {
 		cg, err := p.group(t, m)
 		if err != nil {
 			return err

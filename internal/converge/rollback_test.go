@@ -2,10 +2,12 @@ package converge
 
 import (
 	"bytes"
+	"encoding/hex"
 	"slices"
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -18,22 +20,46 @@ import (
 // once the commit is deferred.
 func rolledBack(t *testing.T, change func(alice *testpeer.Peer, g *testpeer.Group) testpeer.Message) (*env, string, *testpeer.Group, testpeer.Message) {
 	t.Helper()
+	r := changed(t, change, 1)
+	r.compete(2)
+	r.e.waitOutcome(r.cA.ID, schema.DispositionDeferred)
+	return r.e, r.client, r.g, r.cA
+}
+
+// race is a hosted client bob in alice's group after alice's change cA:
+// g is alice's group on cA's branch, other hers from cA's parent.
+type race struct {
+	e      *env
+	client string
+	g      *testpeer.Group
+	other  *testpeer.Group
+	cA     testpeer.Message
+	stop   func() // stops the worker
+}
+
+// changed applies change, which causes caused events for bob.
+func changed(t *testing.T, change func(alice *testpeer.Peer, g *testpeer.Group) testpeer.Message, caused int) race {
+	t.Helper()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	client := h.rec.ClientID
-	e.worker("w1", nil)
+	_, stop := e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(client, 1)
 	other := must[*testpeer.Group](t)(g.Clone())
 	cA := change(alice, g)
 	e.publish(cA)
 	e.waitOutcome(cA.ID, schema.DispositionAccepted)
-	e.waitEvents(client, 2)
-	for range 2 {
-		e.publish(must[testpeer.Message](t)(other.Commit()))
+	e.waitEvents(client, 1+caused)
+	return race{e: e, client: client, g: g, other: other, cA: cA, stop: stop}
+}
+
+// compete publishes a competing branch of depth empty commits from cA's
+// parent; the deeper branch wins.
+func (r race) compete(depth int) {
+	for range depth {
+		r.e.publish(must[testpeer.Message](r.e.t)(r.other.Commit()))
 	}
-	e.waitOutcome(cA.ID, schema.DispositionDeferred)
-	return e, client, g, cA
 }
 
 // rename is a change that renames the group.
@@ -100,6 +126,103 @@ func TestRollbackOfRenameReportsTheNameBack(t *testing.T) {
 	wantWithdrawn(t, evs[2].Event.CommitSuperseded, cA, evs[1])
 	if got := evs[3].Event.MetadataChanged.Changed; !slices.Equal(got, []string{components.FieldGroupName}) {
 		t.Fatalf("after the rollback %v changed, want the group name", got)
+	}
+}
+
+// removeBob is a change that removes the hosted client bob (an admin's
+// commit: privileged in branch order).
+func removeBob(t *testing.T) func(*testpeer.Peer, *testpeer.Group) testpeer.Message {
+	return func(_ *testpeer.Peer, g *testpeer.Group) testpeer.Message {
+		return must[testpeer.Message](t)(g.Remove(peer(t, "bob").InboxID()))
+	}
+}
+
+// TestRollbackOfOwnRemovalRejoins: a delivered commit that removed the
+// hosted client is superseded by a deeper branch that keeps it. The
+// client was told conversation.removed; the removed member's retained
+// state follows the group inside the rollback horizon, so the winner
+// brings it back: fabric.commit_superseded withdraws the removal, then
+// conversation.joined (JOIN-042: the ended group's state replaced;
+// EVENT-005/023: welcomed, by the adder it first joined by), and the next
+// message of the winning branch reaches it.
+func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
+	r := changed(t, removeBob(t), 2)
+	// The removed member's retained state is stored: a restarted worker
+	// brings it back as well.
+	r.stop()
+	r.e.worker("w2", nil)
+	r.compete(2)
+	e, client, cA := r.e, r.client, r.cA
+	e.waitOutcome(cA.ID, schema.DispositionDeferred)
+	msg := must[testpeer.Message](t)(r.other.SendText("after the rollback"))
+	e.publish(msg)
+	evs := settled(t, e, client, 6)
+	uniqueIDs(t, evs)
+	want := []schema.EventKind{
+		schema.KindConversationJoined, schema.KindConversationRemoved, schema.KindMembershipChanged,
+		schema.KindCommitSuperseded, schema.KindConversationJoined, schema.KindMessageReceived,
+	}
+	if !slices.Equal(kinds(evs), want) {
+		t.Fatalf("events %v, want %v", kinds(evs), want)
+	}
+	wantWithdrawn(t, evs[3].Event.CommitSuperseded, cA, evs[1], evs[2])
+	first, again := evs[0].Event.ConversationJoined, evs[4].Event.ConversationJoined
+	if again.Origin != schema.OriginWelcomed || again.AdderInboxID == nil || first.AdderInboxID == nil || *again.AdderInboxID != *first.AdderInboxID || !bytes.Equal(again.GroupID, first.GroupID) {
+		t.Fatalf("rejoined %+v, want welcomed by the first adder %+v", again, first)
+	}
+	if got := evs[5].Event.MessageReceived; !bytes.Equal(got.MessageID, msg.ID) {
+		t.Fatalf("received %x, want the winning branch's message %x", got.MessageID, msg.ID)
+	}
+}
+
+// TestRollbackOfOwnRemovalThatWinsStaysRemoved: the removal (privileged)
+// wins over a competing ordinary commit of the same epoch: the client
+// stays removed and is told no conversation.joined.
+func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
+	r := changed(t, removeBob(t), 2)
+	e, client, g, cA := r.e, r.client, r.g, r.cA
+	rival := must[testpeer.Message](t)(r.other.Commit())
+	e.publish(rival)
+	e.waitOutcome(rival.ID, schema.DispositionDeferred)
+	e.publish(must[testpeer.Message](t)(g.SendText("after the removal")))
+	if o := e.outcome(cA.ID); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("the removal is %s, want accepted", o.Disposition)
+	}
+	evs := settled(t, e, client, 3)
+	if want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationRemoved, schema.KindMembershipChanged}; !slices.Equal(kinds(evs), want) {
+		t.Fatalf("events %v, want %v", kinds(evs), want)
+	}
+
+	// The removed member's state is retained while a branch forking before
+	// the removal may still win, and dropped once input reaches
+	// max_rewind_commits epochs past it: the removal is settled.
+	retained := func() bool {
+		ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(cA.Transport.Group))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := ck.Members[client]
+		return ok
+	}
+	for i := range convergence.V1.MaxRewindCommits + 1 {
+		c := must[testpeer.Message](t)(g.Commit())
+		e.publish(c)
+		if i < convergence.V1.MaxRewindCommits {
+			e.waitOutcome(c.ID, schema.DispositionDeferred)
+			if !retained() {
+				t.Fatalf("the removed member's state is dropped %d epochs after the removal", i)
+			}
+			continue
+		}
+		if o := e.outcome(c.ID); o.Status != schema.StatusRejected || o.Category != schema.CategoryUnknownGroup {
+			t.Fatalf("input past the horizon is %+v, want unknown_group", o)
+		}
+	}
+	if retained() {
+		t.Fatal("the removed member's state outlives the rollback horizon")
+	}
+	if evs := e.waitEvents(client, 3); len(evs) != 3 {
+		t.Fatalf("events %v after the removal settled", kinds(evs))
 	}
 }
 

@@ -81,8 +81,18 @@ type hostedMember struct {
 	// the messages after it.
 	JoinedSeq uint64 `msgpack:"joined_seq"`
 	// Removed is set once a commit removed the member's leaf; it then has
-	// no engine state and takes no more input.
+	// no engine state and takes no more input, but while Retained.
 	Removed bool `msgpack:"removed,omitempty"`
+	// Retained is set while a removal is inside the rollback horizon: the
+	// member's convergence state is kept and takes input, so a winning
+	// branch that keeps the member brings it back (conversation.joined,
+	// JOIN-042). RemovedEpoch is the epoch the removal produced; input of
+	// max_rewind_commits epochs later settles the removal.
+	Retained     bool   `msgpack:"retained,omitempty"`
+	RemovedEpoch uint64 `msgpack:"removed_epoch,omitempty"`
+	// Adder is the inbox that added the member (JOIN-025): a rejoin after
+	// a rollback names it again (EVENT-023).
+	Adder string `msgpack:"adder,omitempty"`
 	// Unsaved counts the decryptions since the member's engine state was
 	// last written (Config.SnapshotEvery).
 	Unsaved int `msgpack:"unsaved,omitempty"`
@@ -221,6 +231,19 @@ func (g *groupState) active() []*hostedMember {
 	var out []*hostedMember
 	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
 		if m := g.Members[id]; !m.Removed {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// following returns the members whose convergence state takes input: the
+// active ones, then the removed ones still Retained, each in client id
+// order.
+func (g *groupState) following() []*hostedMember {
+	out := g.active()
+	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+		if m := g.Members[id]; m.Removed && m.Retained {
 			out = append(out, m)
 		}
 	}
