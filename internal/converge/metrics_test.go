@@ -25,14 +25,21 @@ func TestMetrics(t *testing.T) {
 	e.publish(must[testpeer.Message](t)(g.SendText("counted")))
 	e.waitEvents(h.rec.ClientID, 2)
 
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(m.Owned) != subject.Partitions && time.Now().Before(deadline) {
+	// The counters move after the events are stored (outcomes follow their
+	// events), so they are awaited, not read at once.
+	accepted := m.Inputs.WithLabelValues(string(schema.DispositionAccepted))
+	settled := func() bool {
+		return testutil.ToFloat64(m.Owned) == subject.Partitions && testutil.ToFloat64(accepted) == 2 &&
+			testutil.ToFloat64(m.Events.WithLabelValues(string(schema.KindMessageReceived))) == 1
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !settled() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if got := testutil.ToFloat64(m.Owned); got != subject.Partitions {
 		t.Errorf("owned partitions %v", got)
 	}
-	if got := testutil.ToFloat64(m.Inputs.WithLabelValues(string(schema.DispositionAccepted))); got != 2 {
+	if got := testutil.ToFloat64(accepted); got != 2 {
 		t.Errorf("accepted inputs %v, want 2", got)
 	}
 	if got := testutil.ToFloat64(m.Events.WithLabelValues(string(schema.KindMessageReceived))); got != 1 {
