@@ -227,8 +227,11 @@ func (d *deployment) checkRefusals(t *testing.T) {
 			attempt{"sub", "fabric.live.>"}, attempt{"sub", "fabric.intake.>"}, attempt{"sub", "_INBOX_api.>"}),
 		"fanout": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.ev.dev.c1"}, attempt{"pub", "fabric.outcome.dev.m1"}, attempt{"pub", "fabric.in.dev.g1.m1"},
-			attempt{"pub", "$KV.fabric-groups.dev.g1"},
-			attempt{"pub", api + "DIRECT.GET.KV_fabric-clients.$KV.fabric-clients.dev.c1"}, attempt{"pub", api + "DIRECT.GET.FABRIC_IN"},
+			attempt{"pub", "$KV.fabric-groups.dev.g1"}, attempt{"pub", "$KV.fabric-clients.dev.c1"},
+			// fanout reads one client record by its key (unknown_client), never
+			// the bucket by sequence or through a consumer.
+			attempt{"pub", api + "DIRECT.GET.KV_fabric-clients"}, attempt{"pub", api + "STREAM.MSG.GET.KV_fabric-clients"},
+			attempt{"pub", api + "CONSUMER.CREATE.KV_fabric-clients"}, attempt{"pub", api + "DIRECT.GET.FABRIC_IN"},
 			attempt{"sub", "fabric.intake.>"}, attempt{"sub", "fabric.ev.>"}, attempt{"sub", "_INBOX_converge.>"}),
 		"api": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.ck.dev.g1"}, attempt{"pub", "$KV.fabric-converge.k"}, attempt{"pub", "$KV.fabric-groups.dev.g1"},
