@@ -319,3 +319,17 @@ func (e *env) hostedInvite() (h hosted, alice *testpeer.Peer, g *testpeer.Group,
 	g, welcome = e.invited(alice, h)
 	return h, alice, g, welcome
 }
+
+// bobJoined starts a worker and a group of alice's in which bob's hosted
+// client has joined (its conversation.joined stored): the start of every
+// test of a group's later history.
+func bobJoined(t *testing.T) (e *env, client string, stop func(), alice *testpeer.Peer, g *testpeer.Group) {
+	t.Helper()
+	e = newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	client = h.rec.ClientID
+	_, stop = e.worker("w1", nil)
+	alice, g = groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(client, 1)
+	return e, client, stop, alice, g
+}

@@ -119,12 +119,7 @@ func (e *env) waitOutcome(id []byte, d schema.Disposition) schema.Outcome {
 // for the delivered message and the winning branch's events; a worker that
 // re-reads the whole input stream emits none of them again.
 func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
-	e := newEnv(t)
-	h := e.register(peer(t, "bob").AccountID(), 1)
-	client := h.rec.ClientID
-	_, stop := e.worker("w1", nil)
-	alice, g := groupWithHosted(t, e, components.Set{}, h)
-	e.waitEvents(client, 1)
+	e, client, stop, alice, g := bobJoined(t)
 	other := must[*testpeer.Group](t)(g.Clone())
 
 	cA := must[testpeer.Message](t)(g.Commit())

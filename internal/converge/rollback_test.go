@@ -40,12 +40,7 @@ type race struct {
 // changed applies change, which causes caused events for bob.
 func changed(t *testing.T, change func(alice *testpeer.Peer, g *testpeer.Group) testpeer.Message, caused int) race {
 	t.Helper()
-	e := newEnv(t)
-	h := e.register(peer(t, "bob").AccountID(), 1)
-	client := h.rec.ClientID
-	_, stop := e.worker("w1", nil)
-	alice, g := groupWithHosted(t, e, components.Set{}, h)
-	e.waitEvents(client, 1)
+	e, client, stop, alice, g := bobJoined(t)
 	other := must[*testpeer.Group](t)(g.Clone())
 	cA := change(alice, g)
 	e.publish(cA)
@@ -232,12 +227,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 // its client gets conversation.fork_detected, once, however much input
 // follows.
 func TestFORK040LostRetainedStateIsForked(t *testing.T) {
-	e := newEnv(t)
-	h := e.register(peer(t, "bob").AccountID(), 1)
-	client := h.rec.ClientID
-	_, stop := e.worker("w1", nil)
-	_, g := groupWithHosted(t, e, components.Set{}, h)
-	e.waitEvents(client, 1)
+	e, client, stop, _, g := bobJoined(t)
 	c := must[testpeer.Message](t)(g.Commit())
 	e.publish(c)
 	e.waitOutcome(c.ID, schema.DispositionAccepted)
