@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"time"
 
@@ -22,11 +21,11 @@ const tokenTTL = 7 * 24 * time.Hour
 func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var (
-		o          allinone.Options
-		errs       config.Errs
-		secretFile string
-		keyFile    string
-		drain      time.Duration
+		o         allinone.Options
+		errs      config.Errs
+		authFlags config.Auth
+		keyFile   string
+		drain     time.Duration
 	)
 	fs := flag.NewFlagSet("fabric run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -34,9 +33,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.Listen(fs, &o.Listen, "127.0.0.1:8080")
 	config.String(fs, &o.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded nats-server (port 0 picks a free one)")
 	config.Bool(fs, &errs, &o.Production, "production", false, "refuse to generate secrets: FABRIC_JWT_SECRET and FABRIC_MASTER_KEY must be set")
-	config.String(fs, &secretFile, "jwt-secret-file", "", "file holding the JWT signing secret (else FABRIC_JWT_SECRET)")
-	o.TokenLifetimes = maps.Clone(auth.DefaultLifetimes)
-	config.Var(fs, &errs, &o.TokenLifetimes, "max-token-lifetime", "longest a bearer token may still be valid, per scope: scope=duration,…")
+	authFlags.RegisterFlags(fs, &errs)
 	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
 	config.Duration(fs, &errs, &o.SyncInterval, "sync-interval", 0, "how often JetStream fsyncs; 0 fsyncs every write before it is acknowledged (survives power loss), e.g. 2m trades that for speed")
@@ -48,9 +45,11 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	config.ValidateListen(&errs, o.Listen)
 	config.ValidateListen(&errs, o.NATSListen)
-	if o.Production || secretFile != "" || os.Getenv("FABRIC_JWT_SECRET") != "" {
-		o.JWTSecret = config.Secret(&errs, "FABRIC_JWT_SECRET", secretFile, auth.MinSecretLen)
+	if o.Production || authFlags.SecretFile != "" || os.Getenv("FABRIC_JWT_SECRET") != "" {
+		o.JWTSecret = config.Secret(&errs, "FABRIC_JWT_SECRET", authFlags.SecretFile, auth.MinSecretLen)
 	}
+	o.TokenLifetimes, o.JWKSTTL, o.JWKSMinRefetch = authFlags.Lifetimes, authFlags.JWKSTTL, authFlags.JWKSMinRefetch
+	o.TenantKeys = authFlags.TenantKeys(&errs)
 	if o.Production || keyFile != "" || os.Getenv("FABRIC_MASTER_KEY") != "" {
 		o.MasterKey = config.MasterKey(&errs, keyFile)
 	}

@@ -10,6 +10,9 @@
 //	-nats-url            NATS server URLs (FABRIC_NATS_URL)
 //	-listen              address of the event endpoints, /metrics, /healthz and /readyz
 //	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
+//	-tenant-keys         JSON file of each tenant's EdDSA/ES256 keys or JWKS URL, issuer and audience
+//	-jwks-ttl            how long fetched JWKS keys are used (10m)
+//	-jwks-min-refetch    shortest time between two fetches of a tenant's JWKS (30s)
 //	-max-token-lifetime  longest a token may still be valid, per scope (admin=168h,events=720h,ingest=720h,signals=720h)
 //	-max-subscriptions   subscriptions per WebSocket
 //	-max-frame           largest incoming frame, bytes
@@ -27,7 +30,6 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
-	"maps"
 	"os"
 	"os/signal"
 	"sync"
@@ -56,8 +58,7 @@ func main() {
 type options struct {
 	nats         config.NATS
 	listen       string
-	secretFile   string
-	lifetimes    auth.Lifetimes
+	auth         config.Auth
 	maxSubs      int
 	maxFrame     int
 	writeTimeout time.Duration
@@ -68,15 +69,20 @@ type options struct {
 	replayRate   int
 }
 
-func parse(args []string) (options, []byte, error) {
+// keys are what parse read from the environment and files to verify and
+// mint tokens; secret is nil when only tenant keys are configured.
+type keys struct {
+	verifier *auth.Verifier
+	secret   []byte
+}
+
+func parse(args []string) (options, keys, error) {
 	var o options
 	var errs config.Errs
 	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8083")
-	config.String(fs, &o.secretFile, "jwt-secret-file", "", "file holding the HS256 token secret (else FABRIC_JWT_SECRET)")
-	o.lifetimes = maps.Clone(auth.DefaultLifetimes)
-	config.Var(fs, &errs, &o.lifetimes, "max-token-lifetime", "longest a bearer token may still be valid, per scope: scope=duration,…")
+	o.auth.RegisterFlags(fs, &errs)
 	config.Int(fs, &errs, &o.maxSubs, "max-subscriptions", fanout.DefaultMaxSubscriptions, "subscriptions per WebSocket connection")
 	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
 	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
@@ -86,7 +92,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Int(fs, &errs, &o.replayRate, "replay-rate", fanout.DefaultReplayRate, "stored events per second one tenant may have replayed (-1: none)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for connections to end")
 	if err := config.Parse(fs, args); err != nil {
-		return o, nil, err
+		return o, keys{}, err
 	}
 	o.nats.Validate(&errs)
 	config.ValidateListen(&errs, o.listen)
@@ -104,12 +110,13 @@ func parse(args []string) (options, []byte, error) {
 			errs.Addf("%s: %v; it must be positive", d.name, d.v)
 		}
 	}
-	secret := config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen)
-	return o, secret, errs.Err()
+	var k keys
+	k.verifier, k.secret = o.auth.Verifier(&errs)
+	return o, k, errs.Err()
 }
 
 func run(args []string, log *slog.Logger) error {
-	o, secret, err := parse(args)
+	o, k, err := parse(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -119,10 +126,6 @@ func run(args []string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	verifier, err := auth.NewVerifier(secret, auth.WithMaxLifetimes(o.lifetimes))
-	if err != nil {
-		return err
-	}
 	nc, _, err := o.nats.ConnectJetStream(ctx, "fanout")
 	if err != nil {
 		return err
@@ -131,7 +134,7 @@ func run(args []string, log *slog.Logger) error {
 	reg := ops.NewRegistry()
 	g, err := fanout.New(fanout.Config{
 		NATS:              nc,
-		Verifier:          verifier,
+		Verifier:          k.verifier,
 		Registry:          reg,
 		Logger:            log,
 		MaxSubscriptions:  o.maxSubs,

@@ -7,11 +7,11 @@ import (
 
 func TestParseDefaults(t *testing.T) {
 	t.Setenv("FABRIC_JWT_SECRET", strings.Repeat("s", 32))
-	o, secret, err := parse(nil)
+	o, k, err := parse(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.listen != ":8083" || o.maxSubs <= 0 || len(secret) != 32 {
+	if o.listen != ":8083" || o.maxSubs <= 0 || len(k.secret) != 32 || k.verifier == nil {
 		t.Fatalf("defaults: %+v", o)
 	}
 }

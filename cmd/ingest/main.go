@@ -10,6 +10,9 @@
 //	-nats-url            NATS server URLs (FABRIC_NATS_URL)
 //	-listen              address of the API, /metrics, /healthz and /readyz
 //	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
+//	-tenant-keys         JSON file of each tenant's EdDSA/ES256 keys or JWKS URL, issuer and audience
+//	-jwks-ttl            how long fetched JWKS keys are used (10m)
+//	-jwks-min-refetch    shortest time between two fetches of a tenant's JWKS (30s)
 //	-max-token-lifetime  longest a token may still be valid, per scope (admin=168h,events=720h,ingest=720h,signals=720h)
 //	-max-body            largest request body, bytes
 //	-max-batch           most transport messages per request
@@ -43,7 +46,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -80,8 +82,7 @@ func main() {
 type options struct {
 	nats         config.NATS
 	listen       string
-	secretFile   string
-	lifetimes    auth.Lifetimes
+	auth         config.Auth
 	maxBody      int
 	maxBatch     int
 	maxMessage   int
@@ -99,7 +100,8 @@ type options struct {
 
 // secrets are what parse read from the environment or files.
 type secrets struct {
-	jwt       []byte
+	jwt       []byte // nil when only tenant keys are configured
+	verifier  *auth.Verifier
 	masterKey []byte
 }
 
@@ -109,9 +111,7 @@ func parse(args []string) (options, secrets, error) {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8081")
-	config.String(fs, &o.secretFile, "jwt-secret-file", "", "file holding the HS256 token secret (else FABRIC_JWT_SECRET)")
-	o.lifetimes = maps.Clone(auth.DefaultLifetimes)
-	config.Var(fs, &errs, &o.lifetimes, "max-token-lifetime", "longest a bearer token may still be valid, per scope: scope=duration,…")
+	o.auth.RegisterFlags(fs, &errs)
 	config.Int(fs, &errs, &o.maxBody, "max-body", ingest.DefaultMaxBodyBytes, "largest request body in bytes")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", ingest.DefaultMaxBatch, "most transport messages in one request")
 	config.Int(fs, &errs, &o.maxMessage, "max-message", ingest.DefaultMaxMessageBytes, "largest transport payload in bytes")
@@ -149,7 +149,9 @@ func parse(args []string) (options, secrets, error) {
 	}
 	// The master key opens the sealed fabric-group-keys even without
 	// -client-api.
-	sec := secrets{jwt: config.Secret(&errs, "FABRIC_JWT_SECRET", o.secretFile, auth.MinSecretLen), masterKey: config.MasterKey(&errs, o.keyFile)}
+	var sec secrets
+	sec.verifier, sec.jwt = o.auth.Verifier(&errs)
+	sec.masterKey = config.MasterKey(&errs, o.keyFile)
 	return o, sec, errs.Err()
 }
 
@@ -182,10 +184,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 
-	verifier, err := auth.NewVerifier(sec.jwt, auth.WithMaxLifetimes(o.lifetimes))
-	if err != nil {
-		return err
-	}
+	verifier := sec.verifier
 	vault, err := engine.NewVault(sec.masterKey)
 	if err != nil {
 		return err

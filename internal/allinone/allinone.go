@@ -54,6 +54,12 @@ type Options struct {
 	JWTSecret []byte
 	// TokenLifetimes overrides auth.DefaultLifetimes per scope.
 	TokenLifetimes auth.Lifetimes
+	// TenantKeys verify the EdDSA and ES256 tokens of each tenant
+	// (auth.WithTenantKeys); JWKSTTL and JWKSMinRefetch set their JWKS
+	// cache (auth.WithJWKS, the defaults when zero).
+	TenantKeys     map[string]auth.TenantKeys
+	JWKSTTL        time.Duration
+	JWKSMinRefetch time.Duration
 	// MasterKey seals private key material at rest (32 bytes). In
 	// development mode it is generated into DataDir when empty.
 	MasterKey []byte
@@ -187,7 +193,8 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err := streams.Ensure(ctx, js, streams.Config{Replicas: 1}); err != nil {
 		return nil, err
 	}
-	verifier, err := auth.NewVerifier(o.JWTSecret, auth.WithMaxLifetimes(o.TokenLifetimes))
+	verifier, err := auth.NewVerifier(o.JWTSecret, auth.WithMaxLifetimes(o.TokenLifetimes),
+		auth.WithTenantKeys(o.TenantKeys), auth.WithJWKS(o.JWKSTTL, o.JWKSMinRefetch, nil))
 	if err != nil {
 		return nil, err
 	}

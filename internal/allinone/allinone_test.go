@@ -70,68 +70,101 @@ func TestAcknowledgedInputIsSyncedByDefault(t *testing.T) {
 func TestInvalidTenantInTokenIs401OnEverySurface(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef-allinone")
 	f := startFabric(t, Options{JWTSecret: secret})
-	const client = "abab"
-	msgID := strings.Repeat("ab", 32)
-	routes := []struct{ method, path, body string }{
-		{http.MethodPost, "/v1/tenants/dev/clients", `{"inbox_id":"` + msgID + `"}`},
-		{http.MethodGet, "/v1/tenants/dev/clients/" + client, ""},
-		{http.MethodPut, "/v1/tenants/dev/clients/" + client + "/consent", `{}`},
-		{http.MethodPost, "/v1/tenants/dev/clients/" + client + "/signals", `{}`},
-		{http.MethodPost, "/v1/tenants/dev/transport", `{}`},
-		{http.MethodGet, "/v1/tenants/dev/outcomes/" + msgID, ""},
-		{http.MethodGet, "/v1/tenants/dev/clients/" + client + "/events", ""},
-		{http.MethodGet, "/v1/events", ""},
-	}
 	all := []auth.Scope{auth.ScopeAdmin, auth.ScopeIngest, auth.ScopeEvents, auth.ScopeSignals}
 	for _, tenant := range []string{"*", ">", "bad.*", "*.x", "b*"} {
 		tok, err := auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: all, Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, rt := range routes {
-			req, _ := http.NewRequest(rt.method, f.URL+rt.path, strings.NewReader(rt.body))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			req.Header.Set("Content-Type", "application/json")
-			want401(t, fmt.Sprintf("tenant %q: %s %s", tenant, rt.method, rt.path), req)
-		}
-		sse, _ := http.NewRequest(http.MethodGet, f.URL+"/v1/tenants/dev/clients/"+client+"/events?access_token="+tok, nil)
-		want401(t, fmt.Sprintf("tenant %q: SSE access_token", tenant), sse)
-		own, _ := http.NewRequest(http.MethodGet, f.URL+"/v1/tenants/"+url.PathEscape(tenant)+"/clients/"+client+"/events?access_token="+tok, nil)
-		want401(t, fmt.Sprintf("tenant %q: SSE of its own tenant", tenant), own)
-
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", &websocket.DialOptions{
-			Subprotocols: []string{"fabric.v1.json"},
-			HTTPHeader:   http.Header{"Authorization": {"Bearer " + tok}},
-		})
-		cancel()
-		if err == nil {
-			ws.CloseNow()
-			t.Errorf("tenant %q: WebSocket upgraded", tenant)
-			continue
-		}
-		if resp == nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("tenant %q: WebSocket handshake: %v, want 401", tenant, err)
+		want401OnEverySurface(t, f, fmt.Sprintf("tenant %q", tenant), DevTenant, tok, "invalid tenant")
+		own, _ := http.NewRequest(http.MethodGet, f.URL+"/v1/tenants/"+url.PathEscape(tenant)+"/clients/abab/events?access_token="+tok, nil)
+		if r := send(t, own); r.status != http.StatusUnauthorized || !strings.Contains(r.message, "invalid tenant") {
+			t.Errorf("tenant %q: SSE of its own tenant: %+v", tenant, r)
 		}
 	}
 }
 
-// want401 sends req and checks it is answered 401 unauthenticated with a
-// reason naming the tenant.
-func want401(t *testing.T, what string, req *http.Request) {
+// surfaceAnswer is how one surface answered a token.
+type surfaceAnswer struct {
+	status        int
+	code, message string
+}
+
+// want401OnEverySurface presents tok, with every scope, on every surface
+// that verifies tokens, for tenant's routes: each role's HTTP API, SSE
+// (header and query token) and the WebSocket handshake. Each must answer
+// 401 unauthenticated with a reason containing reason.
+func want401OnEverySurface(t *testing.T, f *Fabric, what, tenant, tok, reason string) {
+	t.Helper()
+	for surface, a := range everySurface(t, f, tenant, tok) {
+		if a.status != http.StatusUnauthorized || (a.code != "" && a.code != "unauthenticated") || !strings.Contains(a.message, reason) {
+			t.Errorf("%s: %s: %+v, want 401 unauthenticated saying %q", what, surface, a, reason)
+		}
+	}
+}
+
+// everySurface presents tok on every surface and returns each answer; the
+// WebSocket's is its handshake status (101 when upgraded).
+func everySurface(t *testing.T, f *Fabric, tenant, tok string) map[string]surfaceAnswer {
+	t.Helper()
+	const client = "abab"
+	msgID := strings.Repeat("ab", 32)
+	base := f.URL + "/v1/tenants/" + tenant
+	routes := []struct{ method, path, body string }{
+		{http.MethodPost, base + "/clients", `{"inbox_id":"` + msgID + `"}`},
+		{http.MethodGet, base + "/clients/" + client, ""},
+		{http.MethodPut, base + "/clients/" + client + "/consent", `{}`},
+		{http.MethodPost, base + "/clients/" + client + "/signals", `{}`},
+		{http.MethodPost, base + "/transport", `{}`},
+		{http.MethodGet, base + "/outcomes/" + msgID, ""},
+		{http.MethodGet, base + "/clients/" + client + "/events", ""},
+	}
+	out := map[string]surfaceAnswer{}
+	for _, rt := range routes {
+		req, _ := http.NewRequest(rt.method, rt.path, strings.NewReader(rt.body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		out[rt.method+" "+strings.TrimPrefix(rt.path, f.URL)] = send(t, req)
+	}
+	sse, _ := http.NewRequest(http.MethodGet, base+"/clients/"+client+"/events?access_token="+tok, nil)
+	out["SSE access_token"] = send(t, sse)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", &websocket.DialOptions{
+		Subprotocols: []string{"fabric.v1.json"},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tok}},
+	})
+	switch {
+	case err == nil:
+		ws.CloseNow()
+		out["WebSocket handshake"] = surfaceAnswer{status: http.StatusSwitchingProtocols}
+	case resp != nil:
+		out["WebSocket handshake"] = readAnswer(resp)
+	default:
+		t.Fatalf("WebSocket dial: %v", err)
+	}
+	return out
+}
+
+// send sends req and reads its status and error body.
+func send(t *testing.T, req *http.Request) surfaceAnswer {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s: %v", what, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
+	return readAnswer(resp)
+}
+
+// readAnswer reads resp's status and error body.
+func readAnswer(resp *http.Response) surfaceAnswer {
 	var body struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&body)
-	if resp.StatusCode != http.StatusUnauthorized || body.Error.Code != "unauthenticated" || !strings.Contains(body.Error.Message, "invalid tenant") {
-		t.Errorf("%s: %d %+v, want 401 unauthenticated naming the invalid tenant", what, resp.StatusCode, body.Error)
-	}
+	return surfaceAnswer{status: resp.StatusCode, code: body.Error.Code, message: body.Error.Message}
 }
 
 // listeningPorts returns the TCP ports this process listens on, read from

@@ -1,12 +1,21 @@
 // Package auth verifies the bearer tokens every role accepts (DESIGN §10).
 //
-// A token is a JWT signed with HS256 under a configured secret. Its claims name
+// A token is a JWT signed with HS256 under the operator's secret, or with
+// EdDSA or ES256 under a public key of the tenant it names: configured, or
+// fetched from the tenant's JWKS URL and refetched as the issuer rotates.
+// The tenant claim selects the keys, so one tenant's key never signs for
+// another, and a tenant's issuer and audience are checked. Its claims name
 // one tenant, the scopes the bearer holds, and the client ids it may act for
 // ("*" for every client of the tenant). A request for another tenant, another
 // client or another scope is refused, and the error says which.
 package auth
 
 import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"errors"
 	"fmt"
 	"maps"
@@ -43,6 +52,11 @@ type Claims struct {
 	Scopes    []Scope  `json:"scopes"`
 	Clients   []string `json:"clients"`
 	ExpiresAt time.Time
+	// Issuer, Audience and NotBefore are minted into a token (iss, aud,
+	// nbf); Verify checks them and does not return them.
+	Issuer    string
+	Audience  []string
+	NotBefore time.Time
 }
 
 // Error is a refused request. Status is 401 for a missing or invalid token and
@@ -91,11 +105,20 @@ type tokenClaims struct {
 	jwt.RegisteredClaims
 }
 
-// Verifier checks tokens signed with one HS256 secret.
+// Verifier checks tokens: HS256 under the operator's secret, and EdDSA or
+// ES256 under the keys of the tenant the token names.
 type Verifier struct {
 	secret    []byte
-	parser    *jwt.Parser
+	tenants   map[string]*tenantKeySet
+	jwks      jwksPolicy
+	now       func() time.Time
 	lifetimes Lifetimes
+}
+
+// tenantKeySet is one tenant's configured keys and its JWKS cache.
+type tenantKeySet struct {
+	TenantKeys
+	jwks *jwksCache // nil without a JWKS URL
 }
 
 // Option configures a Verifier.
@@ -107,36 +130,120 @@ func WithMaxLifetimes(l Lifetimes) Option {
 	return func(v *Verifier) { maps.Copy(v.lifetimes, l) }
 }
 
-// NewVerifier returns a Verifier for secret, which must be at least
-// MinSecretLen bytes.
-func NewVerifier(secret []byte, opts ...Option) (*Verifier, error) {
-	if len(secret) < MinSecretLen {
-		return nil, fmt.Errorf("auth: secret has %d bytes, need at least %d", len(secret), MinSecretLen)
+// WithTenantKeys verifies EdDSA and ES256 tokens against the keys of the
+// tenant each names (ParseTenantKeys reads them from a file). A tenant
+// not in keys has no asymmetric key: its tokens verify only under the
+// HS256 secret.
+func WithTenantKeys(keys map[string]TenantKeys) Option {
+	return func(v *Verifier) {
+		v.tenants = make(map[string]*tenantKeySet, len(keys))
+		for t, k := range keys {
+			ks := &tenantKeySet{TenantKeys: k}
+			if k.JWKSURL != "" {
+				ks.jwks = &jwksCache{url: k.JWKSURL}
+			}
+			v.tenants[t] = ks
+		}
 	}
+}
+
+// WithJWKS sets how long fetched JWKS keys are used before they are
+// fetched again (ttl) and the shortest time between two fetches of one
+// tenant's set (minRefetch, which also bounds the refetch a token with an
+// unknown kid causes); client does the fetches, http.DefaultClient when nil.
+// Zero durations keep DefaultJWKSTTL and DefaultJWKSMinRefetch.
+func WithJWKS(ttl, minRefetch time.Duration, client *http.Client) Option {
+	return func(v *Verifier) {
+		if ttl > 0 {
+			v.jwks.ttl = ttl
+		}
+		if minRefetch > 0 {
+			v.jwks.minRefetch = minRefetch
+		}
+		if client != nil {
+			v.jwks.client = client
+		}
+	}
+}
+
+// WithClock sets the clock expiry, not-before and the JWKS cache are judged
+// by; tests move it instead of sleeping.
+func WithClock(now func() time.Time) Option {
+	return func(v *Verifier) { v.now = now }
+}
+
+// NewVerifier returns a Verifier for the HS256 secret, which must be at
+// least MinSecretLen bytes; it may be nil when WithTenantKeys is given, and
+// then HS256 tokens are refused.
+func NewVerifier(secret []byte, opts ...Option) (*Verifier, error) {
 	v := &Verifier{
-		secret: slices.Clone(secret),
-		parser: jwt.NewParser(
-			jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-			jwt.WithExpirationRequired(),
-		),
+		secret:    slices.Clone(secret),
+		jwks:      jwksPolicy{ttl: DefaultJWKSTTL, minRefetch: DefaultJWKSMinRefetch, client: http.DefaultClient},
+		now:       time.Now,
 		lifetimes: maps.Clone(DefaultLifetimes),
 	}
 	for _, o := range opts {
 		o(v)
 	}
+	if (secret != nil || len(v.tenants) == 0) && len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("auth: secret has %d bytes, need at least %d", len(secret), MinSecretLen)
+	}
 	return v, nil
 }
 
-// Verify checks token's signature and expiry and returns its claims.
-func (v *Verifier) Verify(token string) (Claims, error) {
-	var tc tokenClaims
-	_, err := v.parser.ParseWithClaims(token, &tc, func(*jwt.Token) (any, error) { return v.secret, nil })
-	var ce *claimsError
+// errNoKey is a keyfunc failure whose reason the caller is told.
+type errNoKey struct{ reason string }
+
+func (e *errNoKey) Error() string { return e.reason }
+
+// Verify checks token's signature, expiry and not-before, and for a token
+// under a tenant's keys its issuer and audience, and returns its claims.
+// The tenant claim selects the keys: a token for tenant B signed with
+// tenant A's key finds no key that verifies it.
+func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
+	var (
+		tc     tokenClaims
+		signer *tenantKeySet // the tenant set that verified the token; nil for HS256
+	)
+	parser := jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg(), AlgEdDSA, AlgES256}),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(v.now),
+	)
+	_, err := parser.ParseWithClaims(token, &tc, func(t *jwt.Token) (any, error) {
+		alg := t.Method.Alg()
+		if alg == jwt.SigningMethodHS256.Alg() {
+			// Never a tenant's public key as an HMAC secret (alg confusion).
+			if v.secret == nil {
+				return nil, &errNoKey{"HS256 tokens are not accepted"}
+			}
+			return v.secret, nil
+		}
+		ks := v.tenants[tc.Tenant]
+		if ks == nil {
+			return nil, &errNoKey{"the token's tenant has no public keys"}
+		}
+		kid, _ := t.Header["kid"].(string)
+		keys, err := v.tenantKeys(ctx, ks, alg, kid)
+		if err != nil {
+			return nil, err
+		}
+		signer = ks
+		return keys, nil
+	})
+	var (
+		ce *claimsError
+		nk *errNoKey
+	)
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Claims{}, unauthenticated("token expired")
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return Claims{}, unauthenticated("token is not valid yet (nbf)")
 	case errors.As(err, &ce):
 		return Claims{}, unauthenticated("invalid token claims: %s", ce.reason)
+	case errors.As(err, &nk):
+		return Claims{}, unauthenticated("%s", nk.reason)
 	case err != nil:
 		return Claims{}, unauthenticated("invalid token")
 	}
@@ -149,36 +256,129 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if errors.As(subject.ValidTenant(tc.Tenant), &bad) {
 		return Claims{}, unauthenticated("token names an invalid tenant: %s", bad.Reason)
 	}
-	if scope, limit := v.lifetimes.limit(tc.Scopes); time.Until(tc.ExpiresAt.Time) > limit {
+	if signer != nil {
+		if signer.Issuer != "" && tc.Issuer != signer.Issuer {
+			return Claims{}, unauthenticated("token issuer is not the tenant's issuer")
+		}
+		if signer.Audience != "" && !slices.Contains(tc.Audience, signer.Audience) {
+			return Claims{}, unauthenticated("token audience does not name this fabric")
+		}
+	}
+	if scope, limit := v.lifetimes.limit(tc.Scopes); tc.ExpiresAt.Sub(v.now()) > limit {
 		return Claims{}, unauthenticated("token expires in more than %s, the longest allowed for scope %q", limit, scope)
 	}
 	return Claims{Tenant: tc.Tenant, Scopes: tc.Scopes, Clients: tc.Clients, ExpiresAt: tc.ExpiresAt.Time}, nil
 }
 
-// FromRequest verifies the request's "Authorization: Bearer" token.
-func (v *Verifier) FromRequest(r *http.Request) (Claims, error) {
-	h := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || token == "" {
-		return Claims{}, unauthenticated("missing bearer token")
+// tenantKeys returns the tenant's keys for alg and, when the token names
+// one, kid: configured keys first, then its JWKS, fetched again once when
+// kid is not among them (the issuer rotated).
+func (v *Verifier) tenantKeys(ctx context.Context, ks *tenantKeySet, alg, kid string) (jwt.VerificationKeySet, error) {
+	var set jwt.VerificationKeySet
+	match := func(keys []PublicKey) {
+		for _, k := range keys {
+			if k.Alg == alg && (kid == "" || k.ID == kid) {
+				set.Keys = append(set.Keys, k.Key)
+			}
+		}
 	}
-	return v.Verify(token)
+	match(ks.Keys)
+	if len(set.Keys) == 0 && ks.jwks != nil {
+		fetched, err := ks.jwks.get(ctx, &v.jwks, v.now(), false)
+		match(fetched)
+		if len(set.Keys) == 0 && kid != "" {
+			fetched, err = ks.jwks.get(ctx, &v.jwks, v.now(), true)
+			match(fetched)
+		}
+		if len(set.Keys) == 0 && err != nil {
+			return set, &errNoKey{"the tenant's keys are unavailable"}
+		}
+	}
+	if len(set.Keys) == 0 {
+		return set, &errNoKey{fmt.Sprintf("no %s key of the token's tenant has this kid", alg)}
+	}
+	return set, nil
 }
 
-// Mint signs claims with secret. The fabric uses it for development tokens;
-// production tokens come from the operator's issuer.
+// FromRequest verifies the request's "Authorization: Bearer" token.
+func (v *Verifier) FromRequest(r *http.Request) (Claims, error) {
+	token, err := BearerToken(r)
+	if err != nil {
+		return Claims{}, err
+	}
+	return v.Verify(r.Context(), token)
+}
+
+// BearerToken returns the request's "Authorization: Bearer" token, or a
+// 401 *Error when there is none.
+func BearerToken(r *http.Request) (string, error) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return "", unauthenticated("missing bearer token")
+	}
+	return token, nil
+}
+
+// Mint signs claims with secret (HS256). The fabric uses it for
+// development and connection tokens; tenants' tokens come from their
+// issuers (MintWithKey).
 func Mint(secret []byte, c Claims) (string, error) {
 	if len(secret) < MinSecretLen {
 		return "", fmt.Errorf("auth: secret has %d bytes, need at least %d", len(secret), MinSecretLen)
 	}
-	if c.ExpiresAt.IsZero() {
-		return "", errors.New("auth: claims need an expiry")
-	}
-	tc := tokenClaims{
-		Tenant:           c.Tenant,
-		Scopes:           c.Scopes,
-		Clients:          c.Clients,
-		RegisteredClaims: jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(c.ExpiresAt)},
+	tc, err := c.token()
+	if err != nil {
+		return "", err
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, tc).SignedString(secret)
+}
+
+// MintWithKey signs claims as a tenant's issuer does: with an Ed25519
+// private key (EdDSA) or an ECDSA P-256 one (ES256), naming kid in the
+// header when it is not empty.
+func MintWithKey(key crypto.Signer, kid string, c Claims) (string, error) {
+	var method jwt.SigningMethod
+	switch k := key.(type) {
+	case ed25519.PrivateKey:
+		method = jwt.SigningMethodEdDSA
+	case *ecdsa.PrivateKey:
+		if k.Curve != elliptic.P256() {
+			return "", errors.New("auth: ES256 needs a P-256 key")
+		}
+		method = jwt.SigningMethodES256
+	default:
+		return "", fmt.Errorf("auth: %T keys cannot sign; use Ed25519 or ECDSA P-256", key)
+	}
+	tc, err := c.token()
+	if err != nil {
+		return "", err
+	}
+	t := jwt.NewWithClaims(method, tc)
+	if kid != "" {
+		t.Header["kid"] = kid
+	}
+	return t.SignedString(key)
+}
+
+// token is the claim set of c.
+func (c Claims) token() (tokenClaims, error) {
+	if c.ExpiresAt.IsZero() {
+		return tokenClaims{}, errors.New("auth: claims need an expiry")
+	}
+	tc := tokenClaims{
+		Tenant:  c.Tenant,
+		Scopes:  c.Scopes,
+		Clients: c.Clients,
+		RegisteredClaims: jwt.RegisteredClaims{
+			ExpiresAt: jwt.NewNumericDate(c.ExpiresAt),
+			Issuer:    c.Issuer,
+		},
+	}
+	if len(c.Audience) > 0 {
+		tc.Audience = c.Audience
+	}
+	if !c.NotBefore.IsZero() {
+		tc.NotBefore = jwt.NewNumericDate(c.NotBefore)
+	}
+	return tc, nil
 }

@@ -31,7 +31,7 @@ func TestVerifyRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
-	got, err := v.Verify(mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents}, Clients: []string{"ab"}, ExpiresAt: exp}))
+	got, err := v.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents}, Clients: []string{"ab"}, ExpiresAt: exp}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestVerifyRefuses(t *testing.T) {
 		"expired": expired, "wrong secret": other, "alg none": noneTok,
 		"no expiry": noExpTok, "no tenant": noTenant, "garbage": "a.b.c",
 	} {
-		_, err := v.Verify(tok)
+		_, err := v.Verify(t.Context(), tok)
 		var ae *Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 			t.Errorf("%s: err = %v, want 401", name, err)
@@ -107,7 +107,7 @@ func TestShortSecretRefused(t *testing.T) {
 func TestVerifyRefusesInvalidTenant(t *testing.T) {
 	v, _ := NewVerifier(secret)
 	for _, tenant := range []string{"*", ">", "bad.*", "*.x", "b*", "Acme", "a b", strings.Repeat("a", 65)} {
-		_, err := v.Verify(mint(t, Claims{Tenant: tenant, Scopes: []Scope{ScopeEvents}, ExpiresAt: time.Now().Add(time.Hour)}))
+		_, err := v.Verify(t.Context(), mint(t, Claims{Tenant: tenant, Scopes: []Scope{ScopeEvents}, ExpiresAt: time.Now().Add(time.Hour)}))
 		var ae *Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Reason, "invalid tenant") {
 			t.Errorf("tenant %q: err = %v, want 401 naming the invalid tenant", tenant, err)
@@ -133,7 +133,7 @@ func signRaw(t *testing.T, payload string) string {
 func TestVerifyRefusesLenientClaims(t *testing.T) {
 	v, _ := NewVerifier(secret)
 	exp := strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)
-	if _, err := v.Verify(signRaw(t, `{"tenant":"acme","scopes":["events"],"exp":`+exp+`,"iss":"x","custom":{"a":[1]}}`)); err != nil {
+	if _, err := v.Verify(t.Context(), signRaw(t, `{"tenant":"acme","scopes":["events"],"exp":`+exp+`,"iss":"x","custom":{"a":[1]}}`)); err != nil {
 		t.Fatalf("a strict claim set is refused: %v", err)
 	}
 	for name, payload := range map[string]string{
@@ -152,7 +152,7 @@ func TestVerifyRefusesLenientClaims(t *testing.T) {
 		"trailing":           `{"tenant":"acme","scopes":["events"],"exp":` + exp + `} {}`,
 		"case-folded tenant": `{"Tenant":"acme","scopes":["events"],"exp":` + exp + `}`,
 	} {
-		_, err := v.Verify(signRaw(t, payload))
+		_, err := v.Verify(t.Context(), signRaw(t, payload))
 		var ae *Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 			t.Errorf("%s: err = %v, want 401", name, err)
@@ -166,24 +166,24 @@ func TestVerifyRefusesTokensBeyondTheScopeLifetime(t *testing.T) {
 	v, _ := NewVerifier(secret)
 	century := time.Now().AddDate(100, 0, 0)
 	for _, scopes := range [][]Scope{{ScopeEvents}, {ScopeAdmin}, {ScopeEvents, ScopeAdmin}, nil, {"unknown"}} {
-		_, err := v.Verify(mint(t, Claims{Tenant: "acme", Scopes: scopes, ExpiresAt: century}))
+		_, err := v.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: scopes, ExpiresAt: century}))
 		var ae *Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Reason, "longest allowed") {
 			t.Errorf("%v, 100 years: err = %v, want 401", scopes, err)
 		}
 	}
 	tenDays := time.Now().Add(10 * 24 * time.Hour)
-	if _, err := v.Verify(mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents}, ExpiresAt: tenDays})); err != nil {
+	if _, err := v.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents}, ExpiresAt: tenDays})); err != nil {
 		t.Fatalf("events token for 10 days (default 30): %v", err)
 	}
-	if _, err := v.Verify(mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents, ScopeAdmin}, ExpiresAt: tenDays})); err == nil {
+	if _, err := v.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents, ScopeAdmin}, ExpiresAt: tenDays})); err == nil {
 		t.Fatal("an admin token for 10 days passed (default 7)")
 	}
 	short, _ := NewVerifier(secret, WithMaxLifetimes(Lifetimes{ScopeEvents: time.Hour}))
-	if _, err := short.Verify(mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents}, ExpiresAt: time.Now().Add(2 * time.Hour)})); err == nil {
+	if _, err := short.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeEvents}, ExpiresAt: time.Now().Add(2 * time.Hour)})); err == nil {
 		t.Fatal("a 2-hour events token passed a 1-hour limit")
 	}
-	if _, err := short.Verify(mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeIngest}, ExpiresAt: tenDays})); err != nil {
+	if _, err := short.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: []Scope{ScopeIngest}, ExpiresAt: tenDays})); err != nil {
 		t.Fatalf("ingest keeps its default: %v", err)
 	}
 }
@@ -212,7 +212,7 @@ func FuzzVerifyClaims(f *testing.F) {
 	f.Add(`{"tenant":"acme","aud":["a"],"nbf":1.5,"exp":` + exp + `}`)
 	v, _ := NewVerifier(secret)
 	f.Fuzz(func(t *testing.T, payload string) {
-		c, err := v.Verify(signRaw(t, payload))
+		c, err := v.Verify(t.Context(), signRaw(t, payload))
 		var ae *Error
 		if err != nil && !errors.As(err, &ae) {
 			t.Fatalf("error %v is not an *Error", err)

@@ -52,7 +52,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	)
 	if tok := r.URL.Query().Get("access_token"); tok != "" && r.Header.Get("Authorization") == "" {
 		// EventSource cannot set headers; RFC 6750 §2.3 allows the query.
-		claims, err = g.cfg.Verifier.Verify(tok)
+		claims, err = g.cfg.Verifier.Verify(r.Context(), tok)
 	} else {
 		claims, err = g.cfg.Verifier.FromRequest(r)
 	}

@@ -84,7 +84,7 @@ func (s *Service) serveNATS(m *nats.Msg) (*Response, error) {
 		if !ok || token == "" {
 			return nil, &auth.Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Reason: "missing bearer token"}
 		}
-		claims, err := s.cfg.Verifier.Verify(token)
+		claims, err := s.cfg.Verifier.Verify(context.Background(), token)
 		if err != nil {
 			return nil, err
 		}
