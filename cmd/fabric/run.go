@@ -34,6 +34,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.String(fs, &o.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded nats-server (port 0 picks a free one)")
 	config.Bool(fs, &errs, &o.Production, "production", false, "refuse to generate secrets: FABRIC_JWT_SECRET and FABRIC_MASTER_KEY must be set")
 	authFlags.RegisterFlags(fs, &errs)
+	config.Bool(fs, &errs, &o.SSEQueryToken, "sse-query-token", false, "with -production, accept SSE's access_token query parameter (a token in a URL lands in access logs); always accepted without -production")
 	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
 	config.Duration(fs, &errs, &o.SyncInterval, "sync-interval", 0, "how often JetStream fsyncs; 0 fsyncs every write before it is acknowledged (survives power loss), e.g. 2m trades that for speed")

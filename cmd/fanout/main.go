@@ -14,6 +14,8 @@
 //	-jwks-ttl            how long fetched JWKS keys are used (10m)
 //	-jwks-min-refetch    shortest time between two fetches of a tenant's JWKS (30s)
 //	-max-token-lifetime  longest a token may still be valid, per scope (admin=168h,events=720h,ingest=720h,signals=720h)
+//	-sse-query-token     accept SSE's access_token query parameter (off: a token in a URL lands in access logs)
+//	-max-connection-token-ttl  longest lifetime of a minted connection token (1h)
 //	-max-subscriptions   subscriptions per WebSocket
 //	-max-frame           largest incoming frame, bytes
 //	-write-timeout       a connection that does not read for this long is closed
@@ -59,6 +61,8 @@ type options struct {
 	nats         config.NATS
 	listen       string
 	auth         config.Auth
+	queryToken   bool
+	maxConnTTL   time.Duration
 	maxSubs      int
 	maxFrame     int
 	writeTimeout time.Duration
@@ -83,6 +87,8 @@ func parse(args []string) (options, keys, error) {
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8083")
 	o.auth.RegisterFlags(fs, &errs)
+	config.Bool(fs, &errs, &o.queryToken, "sse-query-token", false, "accept SSE's access_token query parameter (a token in a URL lands in access logs)")
+	config.Duration(fs, &errs, &o.maxConnTTL, "max-connection-token-ttl", fanout.DefaultMaxConnectionTokenTTL, "longest lifetime of a connection token minted by POST /v1/tenants/{tenant}/connection-tokens")
 	config.Int(fs, &errs, &o.maxSubs, "max-subscriptions", fanout.DefaultMaxSubscriptions, "subscriptions per WebSocket connection")
 	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
 	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
@@ -105,7 +111,7 @@ func parse(args []string) (options, keys, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"-write-timeout", o.writeTimeout}, {"-ping-interval", o.pingInterval}, {"-drain-timeout", o.drain}} {
+	}{{"-max-connection-token-ttl", o.maxConnTTL}, {"-write-timeout", o.writeTimeout}, {"-ping-interval", o.pingInterval}, {"-drain-timeout", o.drain}} {
 		if d.v <= 0 {
 			errs.Addf("%s: %v; it must be positive", d.name, d.v)
 		}
@@ -133,17 +139,20 @@ func run(args []string, log *slog.Logger) error {
 	defer nc.Close()
 	reg := ops.NewRegistry()
 	g, err := fanout.New(fanout.Config{
-		NATS:              nc,
-		Verifier:          k.verifier,
-		Registry:          reg,
-		Logger:            log,
-		MaxSubscriptions:  o.maxSubs,
-		MaxFrameBytes:     o.maxFrame,
-		WriteTimeout:      o.writeTimeout,
-		PingInterval:      o.pingInterval,
-		MaxConnsPerTenant: o.tenantConns,
-		MaxReplay:         o.maxReplay,
-		ReplayRate:        float64(o.replayRate),
+		NATS:                  nc,
+		Verifier:              k.verifier,
+		TokenSecret:           k.secret,
+		MaxConnectionTokenTTL: o.maxConnTTL,
+		AllowQueryToken:       o.queryToken,
+		Registry:              reg,
+		Logger:                log,
+		MaxSubscriptions:      o.maxSubs,
+		MaxFrameBytes:         o.maxFrame,
+		WriteTimeout:          o.writeTimeout,
+		PingInterval:          o.pingInterval,
+		MaxConnsPerTenant:     o.tenantConns,
+		MaxReplay:             o.maxReplay,
+		ReplayRate:            float64(o.replayRate),
 	})
 	if err != nil {
 		return err
@@ -154,6 +163,7 @@ func run(args []string, log *slog.Logger) error {
 	}
 	srv.Handle(fanout.RouteWebSocket, g.Handler())
 	srv.Handle(fanout.RouteSSE, g.Handler())
+	srv.Handle(fanout.RouteConnectionTokens, g.Handler())
 	srv.AddReady(g.Ready)
 	log.Info("fanout started", "listen", srv.Addr())
 

@@ -63,6 +63,9 @@ type Options struct {
 	// MasterKey seals private key material at rest (32 bytes). In
 	// development mode it is generated into DataDir when empty.
 	MasterKey []byte
+	// SSEQueryToken accepts SSE's access_token query parameter in
+	// production too; in development it is always accepted.
+	SSEQueryToken bool
 	// Production refuses to generate secrets: JWTSecret and MasterKey must
 	// be given.
 	Production bool
@@ -217,7 +220,8 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if f.conv, err = converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
 		return nil, err
 	}
-	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], Verifier: verifier, DMKeys: &fanout.KVDMKeys{NATS: conns[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
+	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], Verifier: verifier, TokenSecret: o.JWTSecret,
+		AllowQueryToken: o.SSEQueryToken || !o.Production, DMKeys: &fanout.KVDMKeys{NATS: conns[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
 		return nil, err
 	}
 
@@ -230,7 +234,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	for _, p := range []string{"POST /v1/tenants/{tenant}/transport", "GET /v1/tenants/{tenant}/outcomes/{message_id}"} {
 		api.Handle(p, f.ing.Handler())
 	}
-	for _, p := range []string{"GET /v1/events", "GET /v1/tenants/{tenant}/clients/{client_id}/events"} {
+	for _, p := range []string{fanout.RouteWebSocket, fanout.RouteSSE, fanout.RouteConnectionTokens} {
 		api.Handle(p, f.gw.Handler())
 	}
 	f.srv.Handle("/v1/", api)

@@ -93,6 +93,25 @@ func (c Claims) Require(scope Scope, tenant, clientID string) error {
 	return nil
 }
 
+// Delegate checks that c may hand a narrower token for tenant, limited to
+// clients and scopes, to someone else (a backend minting a connection token
+// for its page): c must grant each scope, or admin, on each client, and no
+// delegated token carries admin. It returns a 403 *Error saying what is
+// missing otherwise.
+func (c Claims) Delegate(tenant string, clients []string, scopes []Scope) error {
+	for _, s := range scopes {
+		if s == ScopeAdmin {
+			return forbidden("a delegated token cannot carry scope %q", ScopeAdmin)
+		}
+		for _, client := range clients {
+			if c.Require(s, tenant, client) != nil && c.Require(ScopeAdmin, tenant, client) != nil {
+				return forbidden("token grants neither %q nor %q for client %q", s, ScopeAdmin, client)
+			}
+		}
+	}
+	return nil
+}
+
 // AllowsClient reports whether the claims name clientID or every client.
 func (c Claims) AllowsClient(clientID string) bool {
 	return slices.Contains(c.Clients, AllClients) || slices.Contains(c.Clients, clientID)

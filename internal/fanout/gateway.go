@@ -41,6 +41,17 @@ type Config struct {
 	NATS *nats.Conn
 	// Verifier checks bearer tokens. Required.
 	Verifier *auth.Verifier
+	// TokenSecret signs the connection tokens the gateway mints (HS256,
+	// the secret Verifier accepts); without it POST connection-tokens
+	// answers 501.
+	TokenSecret []byte
+	// MaxConnectionTokenTTL bounds a minted connection token's lifetime;
+	// DefaultMaxConnectionTokenTTL when 0.
+	MaxConnectionTokenTTL time.Duration
+	// AllowQueryToken accepts SSE's access_token query parameter (RFC 6750
+	// §2.3), for EventSource, which cannot set headers. Off by default: a
+	// token in a URL lands in access logs and proxies' histories.
+	AllowQueryToken bool
 	// DMKeys resolves filter group ids to stitched-DM conversation keys at
 	// subscribe time; a group stitched later is learnt from the events.
 	// Nil reads the fabric-groups KV bucket (KVDMKeys).
@@ -133,6 +144,9 @@ func (c *Config) setDefaults() {
 	if c.ReplayBurst <= 0 {
 		c.ReplayBurst = max(DefaultReplayBurst, c.MaxReplay)
 	}
+	if c.MaxConnectionTokenTTL <= 0 {
+		c.MaxConnectionTokenTTL = DefaultMaxConnectionTokenTTL
+	}
 	if c.HealInterval <= 0 {
 		c.HealInterval = DefaultHealInterval
 	}
@@ -149,6 +163,9 @@ func (c *Config) setDefaults() {
 const (
 	RouteWebSocket = "GET /v1/events"
 	RouteSSE       = "GET /v1/tenants/{tenant}/clients/{client_id}/events"
+	// RouteConnectionTokens mints short-lived connection tokens a backend
+	// hands to its page.
+	RouteConnectionTokens = "POST /v1/tenants/{tenant}/connection-tokens"
 )
 
 // ErrDraining refuses new work once Shutdown has begun.
@@ -206,6 +223,7 @@ func New(cfg Config) (*Gateway, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc(RouteWebSocket, g.serveWS)
 	mux.HandleFunc(RouteSSE, g.serveSSE)
+	mux.HandleFunc(RouteConnectionTokens, g.serveConnectionToken)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.serveReady)

@@ -25,6 +25,8 @@ type metrics struct {
 	undecodable   prometheus.Counter
 	protocolErrs  *prometheus.CounterVec
 	refusals      *prometheus.CounterVec
+	// connectionTokens counts minted connection tokens.
+	connectionTokens prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -95,8 +97,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fabric_fanout_protocol_errors_total",
 			Help: "Error frames sent to apps, by code.",
 		}, []string{"code"}),
+		connectionTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_fanout_connection_tokens_total",
+			Help: "Connection tokens minted for backends to hand to their pages.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.connections, m.subscriptions, m.taps, m.queueDepth, m.received,
+	for _, c := range []prometheus.Collector{m.connectionTokens, m.connections, m.subscriptions, m.taps, m.queueDepth, m.received,
 		m.handedOff, m.discarded, m.lagged, m.latency, m.gaps, m.repaired, m.replayed, m.unrepaired, m.undecodable, m.protocolErrs, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -210,7 +210,7 @@ func TestShutdownEndsSubscriptions(t *testing.T) {
 // SSE: the subscription is registered before the first byte of the stream,
 // and events arrive as event: <kind> with their JSON.
 func TestSSE(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(c *Config) { c.AllowQueryToken = true })
 	req, err := http.NewRequestWithContext(e.ctx, http.MethodGet,
 		e.srv.URL+"/v1/tenants/"+tenantA+"/clients/"+client1+"/events?kinds=message.received&group_ids="+groupA.String(), nil)
 	if err != nil {

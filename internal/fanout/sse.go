@@ -50,10 +50,14 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 		claims auth.Claims
 		err    error
 	)
-	if tok := r.URL.Query().Get("access_token"); tok != "" && r.Header.Get("Authorization") == "" {
+	switch tok := r.URL.Query().Get("access_token"); {
+	case tok != "" && r.Header.Get("Authorization") == "" && !g.cfg.AllowQueryToken:
+		err = &auth.Error{Status: http.StatusUnauthorized, Code: "unauthenticated",
+			Reason: "access_token in the URL is off on this gateway; send Authorization: Bearer, or use the WebSocket with a connect frame"}
+	case tok != "" && r.Header.Get("Authorization") == "":
 		// EventSource cannot set headers; RFC 6750 §2.3 allows the query.
 		claims, err = g.cfg.Verifier.Verify(r.Context(), tok)
-	} else {
+	default:
 		claims, err = g.cfg.Verifier.FromRequest(r)
 	}
 	if err != nil {

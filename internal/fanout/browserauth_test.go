@@ -1,0 +1,141 @@
+package fanout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// mintToken mints a token with scopes for tenant naming clients.
+func mintToken(t *testing.T, tenant string, scopes []auth.Scope, clients ...string) string {
+	t.Helper()
+	tok, err := auth.Mint(secret, auth.Claims{Tenant: tenant, Scopes: scopes, Clients: clients, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// postConnectionToken asks the gateway for a connection token with the
+// caller's token and returns the status, the answer and the error code.
+func postConnectionToken(t *testing.T, e *env, tenant, caller, body string) (int, ConnectionTokenResponse, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodPost, e.srv.URL+"/v1/tenants/"+tenant+"/connection-tokens", strings.NewReader(body))
+	if caller != "" {
+		req.Header.Set("Authorization", "Bearer "+caller)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	var ok ConnectionTokenResponse
+	var fail struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(b.Bytes(), &ok)
+	_ = json.Unmarshal(b.Bytes(), &fail)
+	return resp.StatusCode, ok, fail.Error.Code
+}
+
+// A backend mints a short-lived connection token limited to one client and
+// the events scope: the page connects with it and subscribes to that
+// client only; the token expires when asked. A caller cannot delegate what
+// it does not hold, nor admin, nor for another tenant.
+func TestConnectionTokenMintedForAPage(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.TokenSecret = secret; c.MaxConnectionTokenTTL = 10 * time.Minute })
+	admin := mintToken(t, tenantA, []auth.Scope{auth.ScopeAdmin}, auth.AllClients)
+	before := time.Now()
+	status, got, code := postConnectionToken(t, e, tenantA, admin, `{"clients":["`+client1+`"],"ttl_seconds":60}`)
+	if status != http.StatusCreated || got.Token == "" {
+		t.Fatalf("mint: %d %s", status, code)
+	}
+	if exp := time.UnixMilli(got.ExpiresUnixMS); exp.Before(before.Add(59*time.Second)) || exp.After(time.Now().Add(60*time.Second)) {
+		t.Fatalf("expires %v, want 60 s from now", exp)
+	}
+	claims, err := e.g.cfg.Verifier.Verify(e.ctx, got.Token)
+	if err != nil || claims.Tenant != tenantA || len(claims.Scopes) != 1 || claims.Scopes[0] != auth.ScopeEvents || len(claims.Clients) != 1 || claims.Clients[0] != client1 {
+		t.Fatalf("minted claims %+v, %v", claims, err)
+	}
+	c, err := client.Connect(e.ctx, e.wsURL(), got.Token, client.WithErrorHandler(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Subscribe(e.ctx, client1, schema.EventFilter{Kinds: schema.AllKinds()})
+	if err != nil {
+		t.Fatalf("subscribe its client: %v", err)
+	}
+	e.publish(tenantA, client1, published{ev: hmacUpdated()})
+	next(t, s)
+	var ge *client.GatewayError
+	if _, err := c.Subscribe(e.ctx, client2, schema.EventFilter{Kinds: schema.AllKinds()}); !errors.As(err, &ge) || ge.Code != "forbidden" {
+		t.Fatalf("subscribe another client: %v, want forbidden", err)
+	}
+
+	events1 := mintToken(t, tenantA, []auth.Scope{auth.ScopeEvents}, client1)
+	if status, _, _ := postConnectionToken(t, e, tenantA, events1, `{"clients":["`+client1+`"]}`); status != http.StatusCreated {
+		t.Fatalf("an events token for c1 delegating c1: %d", status)
+	}
+	for name, tc := range map[string]struct {
+		tenant, caller, body string
+		status               int
+		code                 string
+	}{
+		"no token":           {tenantA, "", `{"clients":["c1c1"]}`, 401, "unauthenticated"},
+		"another tenant":     {tenantB, admin, `{"clients":["c1c1"]}`, 403, "forbidden"},
+		"admin scope":        {tenantA, admin, `{"clients":["c1c1"],"scopes":["admin"]}`, 403, "forbidden"},
+		"client not held":    {tenantA, events1, `{"clients":["c2c2"]}`, 403, "forbidden"},
+		"scope not held":     {tenantA, events1, `{"clients":["c1c1"],"scopes":["signals"]}`, 403, "forbidden"},
+		"every client":       {tenantA, admin, `{"clients":["*"]}`, 400, "bad_request"},
+		"no client":          {tenantA, admin, `{"clients":[]}`, 400, "bad_request"},
+		"unknown scope":      {tenantA, admin, `{"clients":["c1c1"],"scopes":["root"]}`, 400, "bad_request"},
+		"beyond the longest": {tenantA, admin, `{"clients":["c1c1"],"ttl_seconds":601}`, 400, "bad_request"},
+		"huge ttl":           {tenantA, admin, `{"clients":["c1c1"],"ttl_seconds":9223372036854775807}`, 400, "bad_request"},
+		"negative ttl":       {tenantA, admin, `{"clients":["c1c1"],"ttl_seconds":-1}`, 400, "bad_request"},
+		"unknown member":     {tenantA, admin, `{"clients":["c1c1"],"ttl":60}`, 400, "bad_request"},
+	} {
+		if status, _, code := postConnectionToken(t, e, tc.tenant, tc.caller, tc.body); status != tc.status || code != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", name, status, code, tc.status, tc.code)
+		}
+	}
+}
+
+// Without a signing secret the gateway says connection tokens are off.
+func TestConnectionTokensOffWithoutSecret(t *testing.T) {
+	e := newEnv(t)
+	admin := mintToken(t, tenantA, []auth.Scope{auth.ScopeAdmin}, auth.AllClients)
+	if status, _, code := postConnectionToken(t, e, tenantA, admin, `{"clients":["c1c1"]}`); status != http.StatusNotImplemented || code != "connection_tokens_off" {
+		t.Fatalf("%d %s, want 501 connection_tokens_off", status, code)
+	}
+}
+
+// SSE's access_token query parameter is off unless the gateway allows it:
+// a token in a URL lands in access logs (issue 20).
+func TestSSEQueryTokenOffByDefault(t *testing.T) {
+	e := newEnv(t)
+	path := "/v1/tenants/" + tenantA + "/clients/" + client1 + "/events?access_token=" + token(t, tenantA, client1)
+	req, _ := http.NewRequestWithContext(e.ctx, http.MethodGet, e.srv.URL+path, nil)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body.Error.Message, "access_token in the URL is off") {
+		t.Fatalf("%d %+v, want 401 saying the query token is off", resp.StatusCode, body.Error)
+	}
+}
