@@ -21,14 +21,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -209,8 +208,8 @@ func publishInput(ctx context.Context, js jetstream.JetStream, tenant string, m 
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
 	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+idHex)
-	msg.Header.Set(ingest.HeaderClass, string(c.Class))
-	msg.Header.Set(ingest.HeaderMessageID, idHex)
+	msg.Header.Set(bus.HeaderClass, string(c.Class))
+	msg.Header.Set(bus.HeaderMessageID, idHex)
 	_, err = js.PublishMsg(ctx, msg)
 	return err
 }
@@ -242,7 +241,7 @@ func totalEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, tena
 }
 
 // clientEvents reads a client's converge events from FABRIC_EVENTS.
-func clientEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, tenant, client string) []eventbus.Delivered {
+func clientEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, tenant, client string) []bus.Delivered {
 	t.Helper()
 	subj, err := subject.Events(tenant, client)
 	if err != nil {
@@ -252,7 +251,7 @@ func clientEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, ten
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []eventbus.Delivered
+	var out []bus.Delivered
 	for seq := uint64(1); ; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -261,7 +260,7 @@ func clientEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, ten
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := eventbus.DecodeStored(m)
+		d, err := bus.DecodeStored(m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,8 +26,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/demo"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -501,7 +501,7 @@ func (d *deployment) storedEvents(t *testing.T, nc *nats.Conn, subject string) m
 				}
 				break
 			}
-			ev, err := eventbus.Decode(m)
+			ev, err := bus.Decode(m)
 			if err != nil {
 				t.Fatalf("stored event: %v", err)
 			}

@@ -43,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -216,7 +217,7 @@ func run(o options) error {
 		clientIDs[i] = fmt.Sprintf("%08x", i+1)
 	}
 	// The gateway serves hosted clients only: each gets a record.
-	kv, err := js.KeyValue(ctx, fanout.ClientsBucket)
+	kv, err := js.KeyValue(ctx, streams.BucketClients)
 	if err != nil {
 		return err
 	}

@@ -21,10 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -290,9 +290,9 @@ func publishTo(ctx context.Context, js jetstream.JetStream, tenants, clients []s
 		id := make([]byte, 16)
 		binary.BigEndian.PutUint64(id, uint64(time.Now().UnixNano()))
 		binary.BigEndian.PutUint64(id[8:], uint64(i))
-		ev := eventbus.Event{
+		ev := bus.Event{
 			Tenant: tenants[i%len(tenants)], ClientID: clients[i%len(clients)],
-			ID: eventbus.EventID([]byte("bench"), id),
+			ID: bus.EventID([]byte("bench"), id),
 			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
 				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: id, SenderInboxID: "bench"}},
 		}

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/fanout"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -70,7 +70,7 @@ func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := nc.Request("$KV."+fanout.ClientsBucket+".t1.c1", []byte{0x80}, 5*time.Second); err != nil {
+	if _, err := nc.Request("$KV."+streams.BucketClients+".t1.c1", []byte{0x80}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	tok, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "t1", Scopes: []auth.Scope{auth.ScopeEvents},

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/converge"
 	"github.com/fabric-mls/fabric/internal/engine"
@@ -30,7 +31,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/ops"
 	"github.com/fabric-mls/fabric/internal/signals"
-	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 // DevTenant is the tenant the development tokens name.

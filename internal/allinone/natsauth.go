@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 )
 
 // The NATS users of the all-in-one, one per role. Each connects with its

@@ -26,7 +26,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // Scope is one permission a token can carry.

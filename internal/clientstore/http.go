@@ -5,9 +5,9 @@ import (
 	"net/http"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
-	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // maxBody bounds every request body of the store.

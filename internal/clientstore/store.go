@@ -28,9 +28,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/streams"
 )
 
 // DefaultHMACEpochPeriod is the HMAC epoch length unless configured:

@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -223,8 +223,8 @@ func inputMsg(b testing.TB, m testpeer.Message) *nats.Msg {
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	msg.Header.Set(ingest.HeaderClass, string(c.Class))
-	msg.Header.Set(ingest.HeaderMessageID, idHex)
+	msg.Header.Set(bus.HeaderClass, string(c.Class))
+	msg.Header.Set(bus.HeaderMessageID, idHex)
 	return msg
 }
 

@@ -17,11 +17,10 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/ingest"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -113,7 +112,7 @@ func (w *Worker) newTxn(ctx context.Context, tenant string, g *loadedGroup) *txn
 // its events and the messages of its index writes. Nothing it writes is
 // current until the checkpoint commits; it returns the keys it wrote, so a
 // failed commit can remove them.
-func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []eventbus.Event, []*nats.Msg, []string, error) {
+func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoint, []bus.Event, []*nats.Msg, []string, error) {
 	next := checkpoint{InputSeq: g.ck.InputSeq, Txn: t.name, Members: map[string]string{}, Outcomes: t.notes, Consumed: t.consumed, Worker: w.cfg.WorkerID}
 	if t.inputSeq != 0 {
 		next.InputSeq = t.inputSeq
@@ -203,9 +202,9 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		}
 	}
 	dmKey := dmConversationKey(t.g.components())
-	events := make([]eventbus.Event, 0, len(t.events))
+	events := make([]bus.Event, 0, len(t.events))
 	for _, e := range t.events {
-		ev := eventbus.Event{
+		ev := bus.Event{
 			Tenant:        g.tenant,
 			ClientID:      e.Client,
 			ID:            eventID(g.tenant, e.Client, e.Cause, e.Index),
@@ -357,7 +356,7 @@ func (w *Worker) getBlob(ctx context.Context, key string) ([]byte, error) {
 // emission; a crash here is repaired by the retry of the input. The
 // outcome records are sent, not awaited: the caller awaits them, so the
 // groups of one shared batch wait together.
-func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) (*outcomeWrites, error) {
+func (w *Worker) committed(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []bus.Event) (*outcomeWrites, error) {
 	w.afterCommit(ctx, part, g, t, next, ckSeq, events)
 	ow, err := w.outcomes.start(ctx, g.tenant, next.Outcomes)
 	if t.groupChanged && err == nil {
@@ -384,7 +383,7 @@ func (w *Worker) consumeKeyPackages(ctx context.Context, tenant string, kps []co
 // afterCommit does what follows a committed batch except the outcome records and
 // the group's KV entries: the cache, metrics, and garbage collection of the
 // blobs the new checkpoint no longer names.
-func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []eventbus.Event) {
+func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []bus.Event) {
 	key := g.tenant + "." + g.groupHex
 	t.g.unstored = slices.DeleteFunc(t.g.unstored, func(x *indexWrites) bool { return x == &t.ix })
 	w.purgePages(ctx, g.tenant, g.groupHex, t.expiry, t.g.Expiry)
@@ -426,19 +425,9 @@ func (w *Worker) publishOutcomes(ctx context.Context, tenant string, notes []out
 	return ow.await(ctx)
 }
 
-// GroupRecord is the value of a group's fabric-groups entry
-// (<tenant>.<group>): its active hosted members and, for a DM, its
-// conversation key. CheckpointSeq orders writes: a record is replaced only
-// by one of a newer checkpoint.
-type GroupRecord struct {
-	Members           []string `msgpack:"members"`
-	DMConversationKey []byte   `msgpack:"dm_conversation_key,omitempty"`
-	CheckpointSeq     uint64   `msgpack:"checkpoint_seq"`
-}
-
 // publishGroup writes the group's fabric-groups record and, when it is the
 // newest, its candidate group event keys in fabric-group-keys, sealed (the
-// format ingest.SealGroupKeys defines). A group with no hosted member
+// format bus.SealGroupKeys defines). A group with no hosted member
 // following it (active, or removed and still Retained) has neither, so
 // ingest answers its input with unknown_group.
 func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *groupState, ckSeq uint64) error {
@@ -446,7 +435,7 @@ func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *g
 	if err != nil {
 		return err
 	}
-	rec := GroupRecord{DMConversationKey: dmConversationKey(g.components()), CheckpointSeq: ckSeq}
+	rec := bus.GroupRecord{DMConversationKey: dmConversationKey(g.components()), CheckpointSeq: ckSeq}
 	// A removed member still Retained follows the group: ingest keeps
 	// routing its input, a winning branch may bring the member back.
 	for _, m := range g.following() {
@@ -459,7 +448,7 @@ func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *g
 	case err != nil:
 		return fmt.Errorf("read group record: %w", err)
 	default:
-		var old GroupRecord
+		var old bus.GroupRecord
 		if schema.UnmarshalMsgpack(e.Value(), &old) == nil && old.CheckpointSeq >= ckSeq {
 			return nil
 		}
@@ -505,7 +494,7 @@ func (w *Worker) publishGroup(ctx context.Context, tenant, groupHex string, g *g
 		copy(k[:], opened[i].Key)
 		keys = append(keys, k)
 	}
-	kb, err := ingest.SealGroupKeys(w.vault, keys)
+	kb, err := bus.SealGroupKeys(w.vault, keys)
 	clear(keys)
 	if err != nil {
 		return err
@@ -537,7 +526,7 @@ type staged struct {
 	g       *loadedGroup
 	t       *txn
 	next    checkpoint
-	events  []eventbus.Event
+	events  []bus.Event
 	ix      []*nats.Msg
 	written []string
 	used    int

@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -200,5 +200,5 @@ func describe(e schema.ClientEvent) string {
 	return string(b)
 }
 
-var _ = eventbus.Delivered{}
+var _ = bus.Delivered{}
 var _ = time.Second

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 )
 
@@ -31,7 +31,7 @@ func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
 	helloID := hex.EncodeToString(hello.ID)
 	var lost atomic.Bool
 	deliveryHook = func(m jetstream.Msg) bool {
-		return m.Headers().Get(ingest.HeaderMessageID) != helloID || !lost.CompareAndSwap(false, true)
+		return m.Headers().Get(bus.HeaderMessageID) != helloID || !lost.CompareAndSwap(false, true)
 	}
 	t.Cleanup(func() { deliveryHook = nil })
 	metrics := NewMetrics(nil)

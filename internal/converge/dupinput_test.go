@@ -6,10 +6,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/ingest"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -47,8 +47,8 @@ func TestSecondCopyOfMessageIDIsDuplicate(t *testing.T) {
 	}
 	again := nats.NewMsg(subj)
 	again.Data = m.MLS
-	again.Header.Set(ingest.HeaderClass, string(c.Class))
-	again.Header.Set(ingest.HeaderMessageID, idHex)
+	again.Header.Set(bus.HeaderClass, string(c.Class))
+	again.Header.Set(bus.HeaderMessageID, idHex)
 	if _, err := e.js.PublishMsg(e.ctx, again); err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -134,7 +134,7 @@ var ErrFenced = errors.New("converge: fenced: group checkpoint moved")
 // readCheckpoint returns a group's newest checkpoint and its stream
 // sequence (0 when the group has none), read from the stream leader.
 func readCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHex string) (checkpoint, uint64, error) {
-	seq, data, err := eventbus.LastCheckpoint(ctx, js, tenant, groupHex)
+	seq, data, err := bus.LastCheckpoint(ctx, js, tenant, groupHex)
 	if err != nil || seq == 0 {
 		return checkpoint{}, 0, err
 	}
@@ -148,13 +148,13 @@ func readCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 // commitBatch stores the events, the index writes ix and the checkpoint as
 // one atomic batch of at most maxBatch messages, fenced on the checkpoint sequence the worker
 // loaded (DESIGN section 5).
-func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tenant, groupHex string, expect uint64, ck checkpoint, events []eventbus.Event, ix []*nats.Msg) (uint64, error) {
+func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tenant, groupHex string, expect uint64, ck checkpoint, events []bus.Event, ix []*nats.Msg) (uint64, error) {
 	body, err := encodeCheckpoint(ck)
 	if err != nil {
 		return 0, err
 	}
-	seq, err := eventbus.PublishBatch(ctx, js, events, eventbus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect}, eventbus.WithMaxBatch(maxBatch), eventbus.WithMessages(ix))
-	if errors.Is(err, eventbus.ErrFenced) || errors.Is(err, eventbus.ErrDuplicateEvent) || isConflict(err) {
+	seq, err := bus.PublishBatch(ctx, js, events, bus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect}, bus.WithMaxBatch(maxBatch), bus.WithMessages(ix))
+	if errors.Is(err, bus.ErrFenced) || errors.Is(err, bus.ErrDuplicateEvent) || isConflict(err) {
 		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
 	}
 	return seq, err

@@ -8,10 +8,10 @@ import (
 	"errors"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/converge/project"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -42,7 +42,7 @@ type emission struct {
 func eventID(tenant, client string, cause []byte, index int) string {
 	var idx [8]byte
 	binary.BigEndian.PutUint64(idx[:], uint64(index))
-	return eventbus.EventID([]byte(tenant), []byte(client), cause, idx[:])
+	return bus.EventID([]byte(tenant), []byte(client), cause, idx[:])
 }
 
 // txn is one transaction over one group: the input it applies, the state

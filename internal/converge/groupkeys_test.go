@@ -5,12 +5,13 @@ import (
 	"encoding/hex"
 	"testing"
 
-	"github.com/fabric-mls/fabric/internal/ingest"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestGroupEventKeysSealedAtRest: a group event key peels every sealed
@@ -52,7 +53,7 @@ func TestGroupEventKeysSealedAtRest(t *testing.T) {
 		}
 	}
 
-	keys, err := ingest.OpenGroupKeys(e.vault, stored)
+	keys, err := bus.OpenGroupKeys(e.vault, stored)
 	if err != nil || len(keys) == 0 || keys[0] != want {
 		t.Fatalf("fabric-group-keys value opens to %d keys (%v), want the current key first", len(keys), err)
 	}

@@ -16,15 +16,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -122,8 +122,8 @@ func (e *env) publish(m testpeer.Message) {
 	msg := nats.NewMsg(subj)
 	msg.Data = m.MLS
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	msg.Header.Set(ingest.HeaderClass, string(c.Class))
-	msg.Header.Set(ingest.HeaderMessageID, idHex)
+	msg.Header.Set(bus.HeaderClass, string(c.Class))
+	msg.Header.Set(bus.HeaderMessageID, idHex)
 	if _, err := e.js.PublishMsg(e.ctx, msg); err != nil {
 		e.t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 
 // events returns every converge event stored for a client so far (the
 // client store's own identity.registered is left out).
-func (e *env) events(clientID string) []eventbus.Delivered {
+func (e *env) events(clientID string) []bus.Delivered {
 	e.t.Helper()
 	subj, err := subject.Events(tenant, clientID)
 	if err != nil {
@@ -168,7 +168,7 @@ func (e *env) events(clientID string) []eventbus.Delivered {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var out []eventbus.Delivered
+	var out []bus.Delivered
 	var seq uint64 = 1
 	for {
 		m, err := s.GetMsg(e.ctx, seq, jetstream.WithGetMsgSubject(subj))
@@ -178,7 +178,7 @@ func (e *env) events(clientID string) []eventbus.Delivered {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		d, err := eventbus.DecodeStored(m)
+		d, err := bus.DecodeStored(m)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -190,13 +190,13 @@ func (e *env) events(clientID string) []eventbus.Delivered {
 }
 
 // waitEvents waits until a client has n converge events and returns them.
-func (e *env) waitEvents(clientID string, n int) []eventbus.Delivered {
+func (e *env) waitEvents(clientID string, n int) []bus.Delivered {
 	e.t.Helper()
 	return e.waitEventsWithin(clientID, n, 20*time.Second)
 }
 
 // waitEventsWithin is waitEvents with its own timeout.
-func (e *env) waitEventsWithin(clientID string, n int, timeout time.Duration) []eventbus.Delivered {
+func (e *env) waitEventsWithin(clientID string, n int, timeout time.Duration) []bus.Delivered {
 	e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -211,7 +211,7 @@ func (e *env) waitEventsWithin(clientID string, n int, timeout time.Duration) []
 	}
 }
 
-func kinds(evs []eventbus.Delivered) []schema.EventKind {
+func kinds(evs []bus.Delivered) []schema.EventKind {
 	out := make([]schema.EventKind, len(evs))
 	for i, d := range evs {
 		out[i] = d.Event.Kind

@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/converge/project"
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -260,7 +260,7 @@ func (w *Worker) readEntry(ctx context.Context, tenant, groupHex string, id []by
 	if err != nil {
 		return nil, err
 	}
-	seq, b, err := eventbus.ReadMsg(ctx, w.js, ck+"."+entryToken+"."+hex.EncodeToString(id), 0)
+	seq, b, err := bus.ReadMsg(ctx, w.js, ck+"."+entryToken+"."+hex.EncodeToString(id), 0)
 	if err != nil {
 		return nil, fmt.Errorf("read index entry: %w", err)
 	}
@@ -298,7 +298,7 @@ func (w *Worker) readPage(ctx context.Context, tenant, groupHex string, secs, fr
 	if err != nil {
 		return nil, 0, err
 	}
-	seq, b, err := eventbus.ReadMsg(ctx, w.js, pageSubject(ck, secs), max(from, 1))
+	seq, b, err := bus.ReadMsg(ctx, w.js, pageSubject(ck, secs), max(from, 1))
 	if err != nil || seq == 0 {
 		return nil, 0, err
 	}

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -59,7 +59,7 @@ func sameEpochFork(t *testing.T, e *env) (h hosted, win, lose testpeer.Message, 
 // winner's metadata change only. A race branch selection resolves is no
 // fork of the conversation: no conversation.fork_detected (FORK-040,
 // docs/convergence.md "Fork state").
-func wantFork(t *testing.T, evs []eventbus.Delivered, field string) {
+func wantFork(t *testing.T, evs []bus.Delivered, field string) {
 	t.Helper()
 	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged}
 	if !slices.Equal(kinds(evs), want) {
@@ -90,7 +90,7 @@ func TestFORK040SameEpochRaceIsNoFork(t *testing.T) {
 }
 
 // settled checks that a client's events stay at n.
-func settled(t *testing.T, e *env, client string, n int) []eventbus.Delivered {
+func settled(t *testing.T, e *env, client string, n int) []bus.Delivered {
 	t.Helper()
 	time.Sleep(1500 * time.Millisecond)
 	return e.waitEvents(client, n)

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // outcomeNote is one outcome decision, kept in the checkpoint of the

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/fabric-mls/fabric/internal/ingest"
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -418,12 +418,12 @@ func parseInput(msg jetstream.Msg) (input, string, string, error) {
 	}
 	// The subject's message id is checked lowercase hex of a SHA-256.
 	id, _ := hex.DecodeString(subj.MessageIDHex)
-	if msg.Headers().Get(ingest.HeaderMessageID) != subj.MessageIDHex {
+	if msg.Headers().Get(bus.HeaderMessageID) != subj.MessageIDHex {
 		return input{}, "", "", errors.New("input message id header does not match its subject")
 	}
 	return input{
 		Seq:       meta.Sequence.Stream,
-		Class:     schema.InputClass(msg.Headers().Get(ingest.HeaderClass)),
+		Class:     schema.InputClass(msg.Headers().Get(bus.HeaderClass)),
 		MessageID: id,
 		Data:      msg.Data(),
 		Time:      meta.Timestamp.UnixMilli(),

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
 )
 
 // pipeline applies and commits the inputs of a fetch that all belong to one
@@ -154,7 +154,7 @@ type flight struct {
 	g       *loadedGroup // the group as the transaction found it
 	t       *txn
 	next    checkpoint
-	events  []eventbus.Event
+	events  []bus.Event
 	ix      []*nats.Msg
 	written []string
 	// from and to delimit the run's inputs it applies: once it commits,

@@ -11,10 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -40,7 +40,7 @@ func groupWithHosted(t *testing.T, e *env, set components.Set, hs ...hosted) (*t
 	return alice, g
 }
 
-func uniqueIDs(t *testing.T, evs []eventbus.Delivered) {
+func uniqueIDs(t *testing.T, evs []bus.Delivered) {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, d := range evs {
@@ -113,9 +113,9 @@ func TestStaleWorkerCannotEmit(t *testing.T) {
 	stop()
 
 	// A paused worker wakes up holding the first checkpoint's sequence.
-	ev := eventbus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: eventbus.EventID([]byte("zombie")),
+	ev := bus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: bus.EventID([]byte("zombie")),
 		Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
-	_, err = commitBatch(e.ctx, e.js, eventbus.DefaultMaxBatch, tenant, groupHex, before, checkpoint{InputSeq: 99, Worker: "zombie"}, []eventbus.Event{ev}, nil)
+	_, err = commitBatch(e.ctx, e.js, bus.DefaultMaxBatch, tenant, groupHex, before, checkpoint{InputSeq: 99, Worker: "zombie"}, []bus.Event{ev}, nil)
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale commit: %v, want ErrFenced", err)
 	}
@@ -442,12 +442,12 @@ func TestSharedBatchFencedAsAWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := func(id string) eventbus.Event {
-		return eventbus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: eventbus.EventID([]byte(id)),
+	ev := func(id string) bus.Event {
+		return bus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: bus.EventID([]byte(id)),
 			Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
 	}
-	fresh := &staged{g: &loadedGroup{tenant: tenant, groupHex: "ab", ckSeq: 0}, next: checkpoint{InputSeq: 1}, events: []eventbus.Event{ev("fresh")}}
-	stale := &staged{g: &loadedGroup{tenant: tenant, groupHex: groupHex, ckSeq: cur - 1}, next: checkpoint{InputSeq: 99}, events: []eventbus.Event{ev("stale")}}
+	fresh := &staged{g: &loadedGroup{tenant: tenant, groupHex: "ab", ckSeq: 0}, next: checkpoint{InputSeq: 1}, events: []bus.Event{ev("fresh")}}
+	stale := &staged{g: &loadedGroup{tenant: tenant, groupHex: groupHex, ckSeq: cur - 1}, next: checkpoint{InputSeq: 99}, events: []bus.Event{ev("stale")}}
 	if _, err := w.commitMany(e.ctx, []*staged{fresh, stale}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("shared batch with a stale checkpoint: %v, want ErrFenced", err)
 	}

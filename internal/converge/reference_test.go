@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -39,7 +39,7 @@ func ownGroup(t *testing.T, e *env, comps components.Set) (ga, phone *testpeer.G
 }
 
 // received finds the message.received of id among evs.
-func receivedOf(t *testing.T, evs []eventbus.Delivered, id []byte) eventbus.Delivered {
+func receivedOf(t *testing.T, evs []bus.Delivered, id []byte) bus.Delivered {
 	t.Helper()
 	for _, d := range evs {
 		if r := d.Event.MessageReceived; r != nil && bytes.Equal(r.MessageID, id) {
@@ -47,7 +47,7 @@ func receivedOf(t *testing.T, evs []eventbus.Delivered, id []byte) eventbus.Deli
 		}
 	}
 	t.Fatalf("no message.received of %x", id[:4])
-	return eventbus.Delivered{}
+	return bus.Delivered{}
 }
 
 // TestEVENT021ReplyToDeletedOwnMessage: a reply names a message of the own
@@ -173,7 +173,7 @@ func textPayload(t *testing.T, i int) []byte {
 type eventReader struct {
 	e    *env
 	cons jetstream.Consumer
-	evs  []eventbus.Delivered
+	evs  []bus.Delivered
 }
 
 func (e *env) eventReader(clientID string) *eventReader {
@@ -188,7 +188,7 @@ func (e *env) eventReader(clientID string) *eventReader {
 
 // wait reads until the client has n events, and fails past the timeout or
 // when there are more.
-func (r *eventReader) wait(n int, timeout time.Duration) []eventbus.Delivered {
+func (r *eventReader) wait(n int, timeout time.Duration) []bus.Delivered {
 	r.e.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for len(r.evs) < n && time.Now().Before(deadline) {
@@ -201,7 +201,7 @@ func (r *eventReader) wait(n int, timeout time.Duration) []eventbus.Delivered {
 			if err != nil {
 				r.e.t.Fatal(err)
 			}
-			d, err := eventbus.DecodeStored(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
+			d, err := bus.DecodeStored(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: meta.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp})
 			if err != nil {
 				r.e.t.Fatal(err)
 			}

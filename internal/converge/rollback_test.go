@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/convergence"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -66,7 +66,7 @@ func rename(t *testing.T, name string) func(*testpeer.Peer, *testpeer.Group) tes
 
 // wantWithdrawn checks that a commit_superseded names the superseded
 // commit and exactly the events it had caused.
-func wantWithdrawn(t *testing.T, sup *schema.CommitSuperseded, commit testpeer.Message, caused ...eventbus.Delivered) {
+func wantWithdrawn(t *testing.T, sup *schema.CommitSuperseded, commit testpeer.Message, caused ...bus.Delivered) {
 	t.Helper()
 	var ids []string
 	for _, d := range caused {

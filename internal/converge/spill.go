@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -68,7 +68,7 @@ func decodePending(b []byte) ([]*nats.Msg, error) {
 
 // batchMsgs are the messages of a transaction's batch but its checkpoint:
 // its events, then its index writes.
-func batchMsgs(events []eventbus.Event, ix []*nats.Msg) ([]*nats.Msg, error) {
+func batchMsgs(events []bus.Event, ix []*nats.Msg) ([]*nats.Msg, error) {
 	out := make([]*nats.Msg, 0, len(events)+len(ix))
 	for _, ev := range events {
 		m, err := ev.Msg()
@@ -81,14 +81,14 @@ func batchMsgs(events []eventbus.Event, ix []*nats.Msg) ([]*nats.Msg, error) {
 }
 
 // fits reports whether a transaction's batch fits one atomic batch.
-func (w *Worker) fits(events []eventbus.Event, ix []*nats.Msg) bool {
+func (w *Worker) fits(events []bus.Event, ix []*nats.Msg) bool {
 	return len(events)+len(ix)+1 <= w.cfg.MaxBatch
 }
 
 // spill cuts a batch that does not fit: it writes the messages after the
 // first -max-batch − 1 to a blob, names it in next, and returns the first
 // ones and the key written.
-func (w *Worker) spill(ctx context.Context, tenant, groupHex string, next *checkpoint, events []eventbus.Event, ix []*nats.Msg) ([]*nats.Msg, []string, error) {
+func (w *Worker) spill(ctx context.Context, tenant, groupHex string, next *checkpoint, events []bus.Event, ix []*nats.Msg) ([]*nats.Msg, []string, error) {
 	msgs, err := batchMsgs(events, ix)
 	if err != nil {
 		return nil, nil, err

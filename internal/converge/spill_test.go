@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/eventbus"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -35,7 +35,7 @@ func TestOneInputNeverHoldsAPartition(t *testing.T) {
 	if *fullSizeGroup {
 		// Joins cost more than linearly in the members (200 took 14 s
 		// on the 2-core development machine, 400 more than a minute).
-		n, maxBatch, within = 3000, eventbus.DefaultMaxBatch, 3*time.Hour
+		n, maxBatch, within = 3000, bus.DefaultMaxBatch, 3*time.Hour
 	}
 	e := newEnvWithin(t, within+time.Minute)
 	hs := make([]hosted, n)

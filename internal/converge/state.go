@@ -9,9 +9,10 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // Bounds of what one group's state keeps.

@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // Defaults of Config.
@@ -70,7 +70,7 @@ type Config struct {
 	// transaction's events and its checkpoint fit in one batch, so a
 	// larger limit lets one transaction, and one state write per member,
 	// cover more messages of a group with many hosted members.
-	// eventbus.DefaultMaxBatch (the servers' default) when zero; it must
+	// bus.DefaultMaxBatch (the servers' default) when zero; it must
 	// not exceed what the servers allow.
 	MaxBatch int
 	// Metrics receives measurements; a fresh unregistered set when nil.
@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		cfg.SnapshotEvery = 1
 	}
 	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = eventbus.DefaultMaxBatch
+		cfg.MaxBatch = bus.DefaultMaxBatch
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
-
-// ClientsBucket is the KV bucket of hosted client records, one under
-// <tenant>.<client id>.
-const ClientsBucket = "fabric-clients"
 
 // clientExists reports whether tenant has a hosted client with this id: a
 // subscription for any other client would wait for events that can never
@@ -23,7 +20,7 @@ func (g *Gateway) clientExists(ctx context.Context, tenant, client string) (bool
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.RequestTimeout)
 	defer cancel()
-	m, err := g.direct(ctx, "$JS.API.DIRECT.GET.KV_"+ClientsBucket+".$KV."+ClientsBucket+"."+key, nil)
+	m, err := g.direct(ctx, "$JS.API.DIRECT.GET.KV_"+streams.BucketClients+".$KV."+streams.BucketClients+"."+key, nil)
 	if errors.Is(err, errNotFound) {
 		return false, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -27,7 +28,7 @@ func TestSubscribeToUnknownClientIsRefused(t *testing.T) {
 	if code := sseStatus(t, e, "/v1/tenants/"+tenantA+"/clients/"+ghost+"/events", token(t, tenantA, ghost)); code != http.StatusNotFound {
 		t.Fatalf("SSE for an unknown client: %d, want 404", code)
 	}
-	kv, err := e.js.KeyValue(e.ctx, ClientsBucket)
+	kv, err := e.js.KeyValue(e.ctx, streams.BucketClients)
 	if err != nil {
 		t.Fatal(err)
 	}

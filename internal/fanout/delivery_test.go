@@ -11,10 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
-	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -192,7 +193,7 @@ func putGroupRecord(t *testing.T, e *env, tenant string, group, dmKey []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := msgpack.Marshal(map[string]any{"dm_conversation_key": dmKey})
+	b, err := msgpack.Marshal(bus.GroupRecord{DMConversationKey: dmKey})
 	if err != nil {
 		t.Fatal(err)
 	}

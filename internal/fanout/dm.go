@@ -8,8 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // DMResolver resolves a group id to the conversation key of the stitched DM
@@ -21,17 +22,14 @@ type DMResolver interface {
 	DMKey(ctx context.Context, tenant string, groupID []byte) (key []byte, ok bool, err error)
 }
 
-// GroupsBucket is the KV bucket of hosted groups.
-const GroupsBucket = "fabric-groups"
-
 // KVDMKeys reads DM conversation keys from the fabric-groups bucket, key
 // <tenant>.<group hex>. The record is the msgpack map converge writes
-// (converge.GroupRecord); its member dm_conversation_key (bin) is the key,
+// (bus.GroupRecord); its member dm_conversation_key (bin) is the key,
 // absent for a group that is not a DM's. Other members are ignored. Reads are direct gets, so the gateway
 // needs no JetStream context and creates nothing.
 type KVDMKeys struct {
 	NATS    *nats.Conn
-	Bucket  string        // GroupsBucket when empty
+	Bucket  string        // streams.BucketGroups when empty
 	Timeout time.Duration // per read
 }
 
@@ -39,7 +37,7 @@ type KVDMKeys struct {
 func (k *KVDMKeys) DMKey(ctx context.Context, tenant string, groupID []byte) ([]byte, bool, error) {
 	bucket := k.Bucket
 	if bucket == "" {
-		bucket = GroupsBucket
+		bucket = streams.BucketGroups
 	}
 	key, err := subject.GroupKey(tenant, hex.EncodeToString(groupID))
 	if err != nil {
@@ -64,7 +62,7 @@ func (k *KVDMKeys) DMKey(ctx context.Context, tenant string, groupID []byte) ([]
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return nil, false, nil
 	}
-	dmKey, err := eventbus.RecordConversationKey(m.Data)
+	dmKey, err := bus.RecordConversationKey(m.Data)
 	if err != nil || dmKey == nil {
 		return nil, false, err
 	}

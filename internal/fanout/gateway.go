@@ -15,13 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
 )
 
 // Defaults of Config.
 const (
-	DefaultStream             = "FABRIC_EVENTS"
 	DefaultMaxSubscriptions   = 256
 	DefaultMaxFrameBytes      = 64 << 10
 	DefaultWriteTimeout       = 10 * time.Second
@@ -69,7 +69,8 @@ type Config struct {
 	// are always allowed.
 	OriginPatterns []string
 
-	// Stream is the events stream gaps are repaired from.
+	// Stream is the events stream gaps are repaired from;
+	// streams.StreamEvents when empty.
 	Stream string
 	// QueueCapacity is the bound per subscription (EVENT-030).
 	QueueCapacity int
@@ -109,7 +110,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Stream == "" {
-		c.Stream = DefaultStream
+		c.Stream = streams.StreamEvents
 	}
 	if c.QueueCapacity <= 0 {
 		c.QueueCapacity = queue.DefaultCapacity

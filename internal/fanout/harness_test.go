@@ -17,10 +17,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -115,7 +115,7 @@ func newEnvNATS(t *testing.T, gatewayNATS []nats.Option, tune ...func(*Config)) 
 // the gateway refuses subscriptions for clients it holds no record of.
 func hostClient(t *testing.T, ctx context.Context, js jetstream.JetStream, tenant, client string) {
 	t.Helper()
-	kv, err := js.KeyValue(ctx, ClientsBucket)
+	kv, err := js.KeyValue(ctx, streams.BucketClients)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +162,8 @@ type published struct {
 func (e *env) publish(tenant, clientID string, p published) uint64 {
 	e.t.Helper()
 	n := e.seq.Add(1)
-	seq, err := eventbus.Publish(e.ctx, e.js, eventbus.Event{
-		Tenant: tenant, ClientID: clientID, ID: eventbus.EventID([]byte(e.t.Name()), []byte(strconv.FormatUint(n, 10))),
+	seq, err := bus.Publish(e.ctx, e.js, bus.Event{
+		Tenant: tenant, ClientID: clientID, ID: bus.EventID([]byte(e.t.Name()), []byte(strconv.FormatUint(n, 10))),
 		Event: p.ev, ConversationKey: p.convKey, ReferencesOwn: p.refOwn,
 	})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
@@ -43,7 +43,7 @@ func BenchmarkOffer(b *testing.B) {
 				t.subs[s] = struct{}{}
 				conns = append(conns, c)
 			}
-			d := eventbus.Delivered{Sequence: 1, Time: time.Now(), Event: received(groupA, 1, &text)}
+			d := bus.Delivered{Sequence: 1, Time: time.Now(), Event: received(groupA, 1, &text)}
 			body, err := d.Event.MarshalMsgpack()
 			if err != nil {
 				b.Fatal(err)

@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/internal/fanout/wire"
-	"github.com/fabric-mls/fabric/internal/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -131,7 +131,7 @@ func (g *Gateway) attach(ctx context.Context, s *subscription, afterSeq uint64, 
 func (t *tap) replay(s *subscription, afterSeq uint64) {
 	only := map[*subscription]struct{}{s: {}}
 	read := 0
-	t.scan(only, afterSeq+1, t.lastSeq, t.g.cfg.MaxReplay, func(d *eventbus.Delivered, body []byte) {
+	t.scan(only, afterSeq+1, t.lastSeq, t.g.cfg.MaxReplay, func(d *bus.Delivered, body []byte) {
 		read++
 		t.g.metrics.replayed.Inc()
 		t.offer(only, d, body)
@@ -214,7 +214,7 @@ func (t *tap) onMsg(m *nats.Msg) {
 	if t.stopped {
 		return
 	}
-	d, err := eventbus.Decode(m)
+	d, err := bus.Decode(m)
 	if err != nil {
 		// Without a usable sequence the event cannot be placed; the next
 		// event's Nats-Last-Sequence reveals it as a gap and repair fetches
@@ -239,7 +239,7 @@ func (t *tap) onMsg(m *nats.Msg) {
 func (t *tap) repair(upTo uint64) {
 	g := t.g
 	g.metrics.gaps.Inc()
-	t.scan(t.subs, t.lastSeq+1, upTo, g.cfg.MaxRepair, func(d *eventbus.Delivered, body []byte) {
+	t.scan(t.subs, t.lastSeq+1, upTo, g.cfg.MaxRepair, func(d *bus.Delivered, body []byte) {
 		g.metrics.repaired.Inc()
 		t.dispatch(d, body)
 	})
@@ -258,7 +258,7 @@ const fetchBatch = 256
 // be counted so is reported as an upper bound (see unknown): an event that
 // does not decode, and the sequences the stream no longer holds or could not
 // be read for.
-func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int, each func(*eventbus.Delivered, []byte)) {
+func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int, each func(*bus.Delivered, []byte)) {
 	g := t.g
 	if from > upTo {
 		return
@@ -293,7 +293,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 				return
 			}
 			last = seq
-			d, err := eventbus.Decode(m)
+			d, err := bus.Decode(m)
 			switch {
 			case err != nil:
 				g.metrics.undecodable.Inc()
@@ -351,7 +351,7 @@ func (l lagTally) flush() {
 
 // uncounted counts d as discarded for each of subs that would have been
 // offered it (EVENT-031).
-func (t *tap) uncounted(lag lagTally, subs map[*subscription]struct{}, d *eventbus.Delivered) {
+func (t *tap) uncounted(lag lagTally, subs map[*subscription]struct{}, d *bus.Delivered) {
 	if g, ok := d.Event.GroupID(); ok && len(d.ConversationKey) > 0 {
 		t.learn(g, d.ConversationKey)
 	}
@@ -396,7 +396,7 @@ func (t *tap) heal() {
 }
 
 // dispatch offers one event to every subscription of the tap.
-func (t *tap) dispatch(d *eventbus.Delivered, body []byte) {
+func (t *tap) dispatch(d *bus.Delivered, body []byte) {
 	t.g.metrics.received.Inc()
 	t.offer(t.subs, d, body)
 }
@@ -404,7 +404,7 @@ func (t *tap) dispatch(d *eventbus.Delivered, body []byte) {
 // offer offers one decoded event to each of subs whose filter selects it
 // (EVENT-020). The msgpack body is shared as stored; JSON is encoded once,
 // on the first JSON subscriber.
-func (t *tap) offer(subs map[*subscription]struct{}, d *eventbus.Delivered, body []byte) {
+func (t *tap) offer(subs map[*subscription]struct{}, d *bus.Delivered, body []byte) {
 	if g, ok := d.Event.GroupID(); ok && len(d.ConversationKey) > 0 {
 		t.learn(g, d.ConversationKey)
 	}

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
-	"github.com/nats-io/nats.go"
 )
 
 // Late welcome backfill: commits and messages of a group that arrive before
@@ -37,7 +39,7 @@ func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
 	eventually(t, "backfill", func() bool { return len(e.inputs()) == 3 })
 	in := e.inputs()
 	for i, want := range []testpeer.Message{welcome, commit, app} {
-		if got := in[i].Header.Get(HeaderMessageID); got != hex.EncodeToString(want.ID) {
+		if got := in[i].Header.Get(bus.HeaderMessageID); got != hex.EncodeToString(want.ID) {
 			t.Fatalf("FABRIC_IN[%d] is not the expected input", i)
 		}
 	}
@@ -126,7 +128,7 @@ func TestDrainLosesNothingAcknowledged(t *testing.T) {
 	wg.Wait()
 	stored := map[string]bool{}
 	for _, m := range e.inputs() {
-		stored[m.Header.Get(HeaderMessageID)] = true
+		stored[m.Header.Get(bus.HeaderMessageID)] = true
 	}
 	for _, id := range queued {
 		if !stored[id] {

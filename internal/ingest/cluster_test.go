@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // newClusterEnv runs the workers against a three-node cluster with R3

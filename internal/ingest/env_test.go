@@ -11,20 +11,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/httpapi"
-	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/internal/testpeer"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -321,19 +323,11 @@ func (e *env) retained() uint64 {
 	return info.State.Msgs
 }
 
-// groupRecord mirrors converge.GroupRecord, the fabric-groups value
-// (converge imports this package, so the test cannot import converge).
-type groupRecord struct {
-	Members           []string `msgpack:"members"`
-	DMConversationKey []byte   `msgpack:"dm_conversation_key,omitempty"`
-	CheckpointSeq     uint64   `msgpack:"checkpoint_seq"`
-}
-
 // hostGroup writes the fabric-groups record of a group as converge does
 // when a hosted client joins it.
 func (e *env) hostGroup(groupID []byte) {
 	e.t.Helper()
-	e.putKV(streams.BucketGroups, groupID, msgpackBody(e.t, groupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
+	e.putKV(streams.BucketGroups, groupID, msgpackBody(e.t, bus.GroupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
 	key := testTenant + "." + hex.EncodeToString(groupID)
 	for _, w := range e.workers {
 		eventually(e.t, "group known", func() bool { return w.svc.dir.known(key) })
@@ -343,7 +337,7 @@ func (e *env) hostGroup(groupID []byte) {
 // setGroupKeys writes a group's candidate keys as converge does.
 func (e *env) setGroupKeys(groupID []byte, g *testpeer.Group) {
 	e.t.Helper()
-	v, err := SealGroupKeys(testVault, g.EventKeys())
+	v, err := bus.SealGroupKeys(testVault, g.EventKeys())
 	if err != nil {
 		e.t.Fatal(err)
 	}

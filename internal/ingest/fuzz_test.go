@@ -9,13 +9,14 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/thomas-vilte/mls-go/framing"
+	"github.com/thomas-vilte/mls-go/group"
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/fabric-mls/fabric/internal/binding"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
-	"github.com/thomas-vilte/mls-go/framing"
-	"github.com/thomas-vilte/mls-go/group"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // FuzzDecodeIntake feeds arbitrary bodies to the intake decoder in both
@@ -54,21 +55,6 @@ func FuzzDecodeIntake(f *testing.F) {
 				len(m.Payload) == 0 || len(m.Payload) > lim.MaxMessageBytes {
 				t.Fatalf("accepted a message breaking the envelope rules: %+v", m)
 			}
-		}
-	})
-}
-
-// FuzzDecodeGroupKeys checks the fabric-group-keys value decoder never
-// panics and returns only whole keys.
-func FuzzDecodeGroupKeys(f *testing.F) {
-	k, _ := EncodeGroupKeys(make([][32]byte, 2))
-	f.Add(k)
-	f.Add([]byte{0x91, 0xc4, 0x01, 0x00})
-	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		keys, err := DecodeGroupKeys(b)
-		if err == nil && len(keys) > maxGroupKeys {
-			t.Fatalf("%d keys", len(keys))
 		}
 	})
 }

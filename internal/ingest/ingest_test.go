@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // An application message of a hosted group is queued on the group's input
@@ -45,11 +47,11 @@ func TestQueuedOntoGroupSubject(t *testing.T) {
 	if string(got.Data) != string(m.MLS) {
 		t.Error("body is not the peeled MLS bytes")
 	}
-	if c := got.Header.Get(HeaderClass); c != string(schema.ClassApplication) {
-		t.Errorf("%s = %q", HeaderClass, c)
+	if c := got.Header.Get(bus.HeaderClass); c != string(schema.ClassApplication) {
+		t.Errorf("%s = %q", bus.HeaderClass, c)
 	}
-	if id := got.Header.Get(HeaderMessageID); id != hex.EncodeToString(m.ID) {
-		t.Errorf("%s = %q", HeaderMessageID, id)
+	if id := got.Header.Get(bus.HeaderMessageID); id != hex.EncodeToString(m.ID) {
+		t.Errorf("%s = %q", bus.HeaderMessageID, id)
 	}
 	// The subject is the dedup key; a Nats-Msg-Id would be a second one.
 	if id := got.Header.Get(jetstream.MsgIDHeader); id != "" {
@@ -352,7 +354,7 @@ func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
 	key := testTenant + "." + hex.EncodeToString(g.ID())
 
 	// As it happens: the record is written and input follows at once.
-	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, groupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
+	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, bus.GroupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
 	m := text(t, g, "right after the join")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
 
@@ -533,7 +535,7 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 // unknown.
 func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
 	e, w, g := hostedGroup(t)
-	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, groupRecord{CheckpointSeq: 2}))
+	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, bus.GroupRecord{CheckpointSeq: 2}))
 	key := testTenant + "." + hex.EncodeToString(g.ID())
 	eventually(t, "group unknown", func() bool { return !w.svc.dir.known(key) })
 	m := text(t, g, "nobody home")
@@ -560,7 +562,7 @@ func TestRetentionBoundInsideBatch(t *testing.T) {
 // gives no key to peel with (docs/converge.md).
 func TestUnsealedGroupKeysAreNotRead(t *testing.T) {
 	e, w, g := hostedGroup(t)
-	plain, err := EncodeGroupKeys(g.EventKeys())
+	plain, err := bus.EncodeGroupKeys(g.EventKeys())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,12 +12,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
-	"github.com/nats-io/nats.go"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 type errorBody struct {
@@ -341,7 +343,7 @@ func TestTwoWorkersExactlyOnce(t *testing.T) {
 	}
 	stored := map[string]bool{}
 	for _, m := range in {
-		stored[m.Header.Get(HeaderMessageID)] = true
+		stored[m.Header.Get(bus.HeaderMessageID)] = true
 	}
 	for id := range want {
 		if !stored[id] {

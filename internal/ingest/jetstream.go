@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 )
 
 // Names of the streams and buckets ingest uses (docs/architecture.md).
@@ -20,15 +21,6 @@ const (
 	bucketGroups   = streams.BucketGroups
 	// streamGroups is the stream under the fabric-groups bucket.
 	streamGroups = "KV_" + bucketGroups
-)
-
-// Headers ingest sets on fabric.in.<tenant>.<group>.<message_id>
-// (docs/ingest.md).
-const (
-	// HeaderClass carries the input class (schema.InputClass).
-	HeaderClass = "Fabric-Class"
-	// HeaderMessageID carries the message id in lowercase hex.
-	HeaderMessageID = "Fabric-Message-Id"
 )
 
 // API error codes ingest branches on.

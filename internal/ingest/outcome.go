@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // casAttempts bounds the retries of an outcome write that keeps meeting a
@@ -49,7 +51,7 @@ func queuedFrom(idHex string, in *storedMsg) schema.Outcome {
 	id, _ := hex.DecodeString(idHex)
 	return schema.Outcome{
 		MessageID: id,
-		Class:     schema.InputClass(in.Header.Get(HeaderClass)),
+		Class:     schema.InputClass(in.Header.Get(bus.HeaderClass)),
 		Status:    schema.StatusQueued,
 		Revision:  1,
 		Time:      in.Time.UTC(),

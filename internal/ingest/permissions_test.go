@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // The NATS intake auth model (docs/ingest.md): a tenant's gateway user may

@@ -11,12 +11,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/binding"
-	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/binding"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // step is what the pipeline does next with an input.
@@ -435,8 +437,8 @@ func inputMsg(tenant string, in *input) (*nats.Msg, error) {
 	m := nats.NewMsg(subj)
 	m.Data = in.mls
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	m.Header.Set(HeaderClass, string(in.class))
-	m.Header.Set(HeaderMessageID, idHex)
+	m.Header.Set(bus.HeaderClass, string(in.class))
+	m.Header.Set(bus.HeaderMessageID, idHex)
 	return m, nil
 }
 

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // retainedFilter matches every retained object of a tenant.

@@ -5,9 +5,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/subject"
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // retryKey names the retained objects of one group for one reason.
@@ -126,7 +128,7 @@ func (s *Service) applyGroupKeys(tenant, group string, e jetstream.KeyValueEntry
 		s.dir.setKeys(e.Key(), nil)
 		return
 	}
-	keys, err := OpenGroupKeys(s.cfg.Vault, e.Value())
+	keys, err := bus.OpenGroupKeys(s.cfg.Vault, e.Value())
 	if err != nil {
 		s.log.Error("ignoring group key set", "key", e.Key(), "err", err)
 		return
@@ -168,16 +170,11 @@ func (s *Service) sweepRetained(ctx context.Context) error {
 	return nil
 }
 
-// groupMembers is the part of converge's fabric-groups record ingest reads.
-type groupMembers struct {
-	Members []string `msgpack:"members"`
-}
-
 // hasMembers reports whether a fabric-groups value names a hosted member.
 // A value ingest cannot read counts as hosted: converge is the authority on
 // the group, and input it gets is better than input held back for good.
 func (s *Service) hasMembers(v []byte) bool {
-	var g groupMembers
+	var g bus.GroupRecord
 	if err := schema.UnmarshalMsgpack(v, &g); err != nil {
 		s.log.Warn("unreadable fabric-groups record; group treated as hosted", "err", err)
 		return len(v) > 0

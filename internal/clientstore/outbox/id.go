@@ -1,8 +1,8 @@
 package outbox
 
-import "github.com/fabric-mls/fabric/internal/eventbus"
+import "github.com/fabric-mls/fabric/internal/bus"
 
-// ID derives an event id from what caused the event, with eventbus.EventID:
+// ID derives an event id from what caused the event, with bus.EventID:
 // distinct causes never share an id and the same cause always has the same
 // one (EVENT-001).
 func ID(parts ...string) string {
@@ -10,5 +10,5 @@ func ID(parts ...string) string {
 	for i, p := range parts {
 		b[i] = []byte(p)
 	}
-	return eventbus.EventID(b...)
+	return bus.EventID(b...)
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/fabric-mls/fabric/internal/eventbus"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -195,7 +195,7 @@ func (o *Outbox) flush(ctx context.Context, key string, pending []Event) error {
 	var pubErr error
 	for _, ev := range pending {
 		err := o.publish(ctx, ev)
-		var invalid *eventbus.InvalidEventError
+		var invalid *bus.InvalidEventError
 		if errors.As(err, &invalid) {
 			// It can never be published; keeping it would block the key.
 			done[ev.ID] = true

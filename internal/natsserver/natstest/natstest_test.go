@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fabric-mls/fabric/internal/streams"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

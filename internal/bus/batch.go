@@ -1,4 +1,4 @@
-package eventbus
+package bus
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // DefaultMaxBatch is nats-server's default limit on messages in one atomic
@@ -54,10 +54,10 @@ var (
 	// ErrFenced: the group's last checkpoint is not the one the batch
 	// expected. Another worker, or an earlier attempt of this one, has
 	// committed since: this worker must not emit (DESIGN.md section 5).
-	ErrFenced = errors.New("eventbus: checkpoint fence: expected checkpoint is stale")
+	ErrFenced = errors.New("bus: checkpoint fence: expected checkpoint is stale")
 	// ErrDuplicateEvent: an event id of the batch is already stored, so the
 	// server refused the whole batch.
-	ErrDuplicateEvent = errors.New("eventbus: batch holds an event id already stored")
+	ErrDuplicateEvent = errors.New("bus: batch holds an event id already stored")
 )
 
 // BatchTooLargeError reports a batch over the server's atomic batch limit.
@@ -70,7 +70,7 @@ type BatchTooLargeError struct {
 }
 
 func (e *BatchTooLargeError) Error() string {
-	return fmt.Sprintf("eventbus: batch of %d events exceeds the atomic batch limit of %d events plus a checkpoint", e.Events, e.Limit-1)
+	return fmt.Sprintf("bus: batch of %d events exceeds the atomic batch limit of %d events plus a checkpoint", e.Events, e.Limit-1)
 }
 
 // Checkpoint is converge's state checkpoint for a group, committed with the
@@ -140,10 +140,10 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 
 	ack, err := jetstreamext.PublishMsgBatch(ctx, js, msgs)
 	if err != nil {
-		return 0, fmt.Errorf("eventbus: publish batch: %w", classify(err))
+		return 0, fmt.Errorf("bus: publish batch: %w", classify(err))
 	}
 	if ack.Stream != streams.StreamEvents {
-		return 0, fmt.Errorf("eventbus: batch stored in stream %q, want %s", ack.Stream, streams.StreamEvents)
+		return 0, fmt.Errorf("bus: batch stored in stream %q, want %s", ack.Stream, streams.StreamEvents)
 	}
 	return ack.Sequence, nil
 }
@@ -174,7 +174,7 @@ func LastCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 	}
 	seq, data, err = ReadMsg(ctx, js, subj, 0)
 	if err != nil {
-		return 0, nil, fmt.Errorf("eventbus: read checkpoint: %w", err)
+		return 0, nil, fmt.Errorf("bus: read checkpoint: %w", err)
 	}
 	return seq, data, nil
 }

@@ -23,7 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // Stream names.

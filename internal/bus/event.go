@@ -1,12 +1,4 @@
-// Package eventbus is where client events travel: it publishes a
-// schema.ClientEvent to a client's event subject with its deterministic id
-// and the headers a filter needs, publishes a group's events atomically with
-// converge's checkpoint, and decodes what the gateway receives.
-//
-// An event's id is sent as Nats-Msg-Id, so FABRIC_EVENTS stores it once
-// within the dedup window (EVENT-001); beyond the window, converge's
-// checkpoint fence (PublishBatch) keeps a replay from emitting it again.
-package eventbus
+package bus
 
 import (
 	"context"
@@ -19,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fabric-mls/fabric/internal/streams"
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -92,7 +84,7 @@ type InvalidEventError struct {
 }
 
 func (e *InvalidEventError) Error() string {
-	return "eventbus: invalid " + e.Field + ": " + e.Err.Error()
+	return "bus: invalid " + e.Field + ": " + e.Err.Error()
 }
 
 // Unwrap returns the cause.
@@ -165,7 +157,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, ev Event) (seq uint64,
 	}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(streams.StreamEvents))
 	if err != nil {
-		return 0, fmt.Errorf("eventbus: publish %s: %w", ev.Event.Kind, err)
+		return 0, fmt.Errorf("bus: publish %s: %w", ev.Event.Kind, err)
 	}
 	return ack.Sequence, nil
 }

@@ -1,4 +1,4 @@
-package eventbus
+package bus
 
 import (
 	"errors"
@@ -74,6 +74,21 @@ func FuzzRecordConversationKey(f *testing.F) {
 		k, err := RecordConversationKey(b)
 		if err == nil && len(k) > MaxConversationKeyLen {
 			t.Fatalf("accepted a key of %d bytes", len(k))
+		}
+	})
+}
+
+// FuzzDecodeGroupKeys checks the fabric-group-keys value decoder never
+// panics and returns only whole keys.
+func FuzzDecodeGroupKeys(f *testing.F) {
+	k, _ := EncodeGroupKeys(make([][32]byte, 2))
+	f.Add(k)
+	f.Add([]byte{0x91, 0xc4, 0x01, 0x00})
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, err := DecodeGroupKeys(b)
+		if err == nil && len(keys) > maxGroupKeys {
+			t.Fatalf("%d keys", len(keys))
 		}
 	})
 }

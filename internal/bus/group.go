@@ -1,4 +1,4 @@
-package eventbus
+package bus
 
 import (
 	"context"
@@ -8,29 +8,35 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// groupRecord is the part of a group's fabric-groups record (converge's
-// GroupRecord) the conversation key header is taken from.
-type groupRecord struct {
-	DMConversationKey []byte `msgpack:"dm_conversation_key"`
+// GroupRecord is the value of a group's fabric-groups entry
+// (<tenant>.<group>), written by converge: its active hosted members and,
+// for a DM, its conversation key. Ingest routes a group's input while it
+// names a member; fanout and the outbox take the conversation key from it
+// (EVENT-020). CheckpointSeq orders writes: a record is replaced only by one
+// of a newer checkpoint.
+type GroupRecord struct {
+	Members           []string `msgpack:"members"`
+	DMConversationKey []byte   `msgpack:"dm_conversation_key,omitempty"`
+	CheckpointSeq     uint64   `msgpack:"checkpoint_seq"`
 }
 
 // RecordConversationKey returns the stitched-DM conversation key a
 // fabric-groups record holds, nil for a group that is no DM's. Other
 // members of the record are ignored.
 func RecordConversationKey(record []byte) ([]byte, error) {
-	var rec groupRecord
+	var rec GroupRecord
 	if err := schema.UnmarshalMsgpack(record, &rec); err != nil {
-		return nil, fmt.Errorf("eventbus: decode group record: %w", err)
+		return nil, fmt.Errorf("bus: decode group record: %w", err)
 	}
 	if len(rec.DMConversationKey) == 0 {
 		return nil, nil
 	}
 	if len(rec.DMConversationKey) > MaxConversationKeyLen {
-		return nil, errors.New("eventbus: group record: conversation key too long")
+		return nil, errors.New("bus: group record: conversation key too long")
 	}
 	return rec.DMConversationKey, nil
 }
@@ -50,7 +56,7 @@ func ConversationKeyOf(ctx context.Context, groups jetstream.KeyValue, tenant st
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("eventbus: read group record: %w", err)
+		return nil, fmt.Errorf("bus: read group record: %w", err)
 	}
 	return RecordConversationKey(e.Value())
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/goleak"
 
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 func TestMain(m *testing.M) {
