@@ -16,7 +16,7 @@ import (
 	"net/url"
 	"slices"
 
-	"github.com/fabric-mls/fabric/internal/subject"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // The asymmetric algorithms a tenant's keys sign with.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/httpapi"
-	"github.com/fabric-mls/fabric/internal/subject"
 )
 
 // Bounds of a connection token.
