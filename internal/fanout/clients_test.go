@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // A subscription for a client id the tenant does not host is refused with

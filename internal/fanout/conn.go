@@ -9,7 +9,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // subscription is one app subscription. Its queue and flags are guarded by

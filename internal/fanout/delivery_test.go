@@ -15,9 +15,9 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // A subscription whose app stopped reading, and a connection that stopped

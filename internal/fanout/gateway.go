@@ -17,7 +17,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // Defaults of Config.

@@ -3,7 +3,7 @@ package fanout
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // metrics are the gateway's Prometheus metrics. Labels are bounded: no

@@ -11,8 +11,8 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // BenchmarkOffer measures handing one event to every subscription of a

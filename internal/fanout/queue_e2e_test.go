@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // Over a real WebSocket with no credit returned: exactly 1024 events are

@@ -8,8 +8,8 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // dialStatus opens a WebSocket for tok and returns the HTTP status and body

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // A subscription started from a time gets exactly the client's events

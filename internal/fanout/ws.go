@@ -15,9 +15,9 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // maxCredit bounds one credit frame's n; more than the bound is never owed.

@@ -6,8 +6,8 @@ import (
 	"iter"
 	"sync"
 
-	"github.com/fabric-mls/fabric/internal/fanout/wire"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // ErrCallbackSubscription is returned by Next on a subscription read by a

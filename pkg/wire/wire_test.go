@@ -132,7 +132,7 @@ func TestDecodeErrorsNameNoGoTypes(t *testing.T) {
 // docs/wire-formats.md documents every op and every error code a frame can
 // carry, so the protocol's documentation cannot fall behind the code.
 func TestWireFormatsDocumentsEveryOpAndCode(t *testing.T) {
-	b, err := os.ReadFile("../../../docs/wire-formats.md")
+	b, err := os.ReadFile("../../docs/wire-formats.md")
 	if err != nil {
 		t.Fatal(err)
 	}
