@@ -73,3 +73,38 @@ func FuzzProcessInput(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCommitAdd feeds arbitrary bytes as a KeyPackage to an own commit (the
+// bytes an operation's caller supplies): it may not panic, every error has
+// a category, and a refused commit leaves the state unchanged.
+func FuzzCommitAdd(f *testing.F) {
+	inst, err := CreateInstallation(newAccount(f), 0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	st, err := inst.CreateGroup(components.Set{Admins: []components.AccountID{components.AccountID(inst.AccountID())}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	bob, err := testpeer.New("bob")
+	if err != nil {
+		f.Fatal(err)
+	}
+	kp, err := bob.KeyPackage()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(kp)
+	f.Add(kp[4:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		before := st.Changes()
+		if _, err := st.Commit(inst, CommitRequest{Add: [][]byte{b}}); err != nil {
+			if CategoryOf(err) == "" {
+				t.Fatalf("commit error without category: %v", err)
+			}
+			if st.Changes() != before {
+				t.Fatal("a refused commit changed the state")
+			}
+		}
+	})
+}

@@ -274,31 +274,29 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 			return s.ownRemoval(ops, shape, res)
 		}
 	}
-	if next, err = s.Clone(); err != nil {
-		return nil, nil, err
+	if c.Class == schema.ClassCommit && pm.Content.Sender.Type == framing.SenderTypeMember && res.Sender.Leaf == s.OwnLeaf() {
+		// An own commit: mls-go cannot process it, the state after it
+		// was kept when it was made (State.Commit).
+		if next, err = s.ownCommit(res.MessageID); err != nil {
+			return nil, nil, err
+		}
 	}
-	if err := next.g.ProcessPublicMessage(pm); err != nil {
-		return nil, nil, classifyMLSGoError(op, err)
+	if next == nil {
+		if next, err = s.Clone(); err != nil {
+			return nil, nil, err
+		}
+		if err := next.g.ProcessPublicMessage(pm); err != nil {
+			return nil, nil, classifyMLSGoError(op, err)
+		}
 	}
 	if c.Class == schema.ClassProposal {
 		res.ProposalRef = proposalRefOf(pm, s.g.CipherSuite())
 		return next, res, nil
 	}
-	parentSet, _, err := s.Components()
-	if err != nil {
+	next.pending, next.sent = nil, nil // a new epoch
+	if err := s.authorizeCommit(op, next, ops, res); err != nil {
 		return nil, nil, err
 	}
-	nextSet, _, err := next.Components()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := components.Authorize(parentSet, nextSet, accountOf(res.Sender.InboxID), ops); err != nil {
-		return nil, nil, fail(op, schema.CategoryAuthorizationFailed, ErrUnauthorized)
-	}
-	res.Privileged = components.Privileged(parentSet, nextSet, ops)
-	res.Components = nextSet
-	res.ChangedComponents = components.Diff(parentSet, nextSet)
-	s.membershipDiff(next, res)
 	return next, res, nil
 }
 
@@ -506,6 +504,9 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	}
 	if err := s.checkEpoch(op, c); err != nil {
 		return nil, err
+	}
+	if s.isSent(c.MessageID) {
+		return nil, fail(op, schema.CategoryOwnEcho, ErrOwnEcho)
 	}
 	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
 	if err != nil {

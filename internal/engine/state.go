@@ -31,6 +31,11 @@ type State struct {
 	changes uint64
 	// sigs, when set, remembers verified signatures ([State.ShareSignatures]).
 	sigs *SignatureCache
+	// pending are the own commits made on this state, not yet come back
+	// ([State.Commit]); sent the ids of the application messages it
+	// encrypted ([State.Encrypt]). Both are kept in its snapshot.
+	pending []pendingCommit
+	sent    [][]byte
 }
 
 // Changes counts the calls that may have changed s in place (every
@@ -143,12 +148,20 @@ type snapshotEnvelope struct {
 	V     int             `json:"v"`
 	State json.RawMessage `json:"state"`
 	PSKs  [][2][]byte     `json:"psks,omitempty"`
+	// Pending holds the own commits not yet come back: [id, snapshot].
+	Pending [][2][]byte `json:"pending,omitempty"`
+	// Sent holds the ids of this epoch's own application messages.
+	Sent [][]byte `json:"sent,omitempty"`
 }
 
 // Snapshot serializes the whole state (mls-go MarshalState). The bytes hold
 // epoch secrets and private keys: seal them with [Vault.SealState] before
 // they leave the process.
-func (s *State) Snapshot() ([]byte, error) {
+func (s *State) Snapshot() ([]byte, error) { return s.snapshot(true) }
+
+// snapshot is Snapshot; own is false for a copy without the own commits and
+// sent ids, which Clone then shares.
+func (s *State) snapshot(own bool) ([]byte, error) {
 	raw, err := s.g.MarshalState()
 	if err != nil {
 		return nil, fmt.Errorf("engine: snapshot: %w", err)
@@ -157,6 +170,12 @@ func (s *State) Snapshot() ([]byte, error) {
 	psks := s.g.CachedPsks()
 	for _, k := range slices.Sorted(maps.Keys(psks)) {
 		env.PSKs = append(env.PSKs, [2][]byte{[]byte(k), psks[k]})
+	}
+	if own {
+		for _, p := range s.pending {
+			env.Pending = append(env.Pending, [2][]byte{p.id, p.state})
+		}
+		env.Sent = s.sent
 	}
 	b, err := json.Marshal(env)
 	clear(raw)
@@ -202,12 +221,16 @@ func restore(snapshot []byte, check bool) (st *State, err error) {
 	for _, kv := range env.PSKs {
 		g.LoadPsk(kv[0], kv[1])
 	}
-	return &State{g: g}, nil
+	st = &State{g: g, sent: env.Sent}
+	for _, p := range env.Pending {
+		st.pending = append(st.pending, pendingCommit{id: p[0], state: p[1]})
+	}
+	return st, nil
 }
 
 // Clone returns an independent copy of s, through a snapshot round trip.
 func (s *State) Clone() (*State, error) {
-	b, err := s.Snapshot()
+	b, err := s.snapshot(false)
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +240,8 @@ func (s *State) Clone() (*State, error) {
 		return nil, err
 	}
 	c.sigs = s.sigs
+	// Pending snapshots are never changed in place, so copies share them.
+	c.pending, c.sent = slices.Clone(s.pending), slices.Clone(s.sent)
 	return c, nil
 }
 
