@@ -82,7 +82,7 @@ func FuzzCommitAdd(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	st, err := inst.CreateGroup(components.Set{Admins: []components.AccountID{components.AccountID(inst.AccountID())}})
+	st, err := inst.CreateGroup(nil, components.Set{Admins: []components.AccountID{components.AccountID(inst.AccountID())}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -63,16 +63,18 @@ func (inst *Installation) credential() *credentials.CredentialWithKey {
 
 // CreateGroup creates a group at epoch 0 with the installation as its only
 // member, carrying set as the components extension (EVENT-005: origin
-// created). The group id is 32 random bytes.
-func (inst *Installation) CreateGroup(set components.Set) (*State, error) {
+// created). A nil groupID makes 32 random bytes.
+func (inst *Installation) CreateGroup(groupID []byte, set components.Set) (*State, error) {
 	const op = "create group"
 	ext, err := components.ToExtension(set)
 	if err != nil {
 		return nil, fail(op, schema.CategoryInvalidEncoding, err)
 	}
-	id, err := group.NewGroupIDRandom()
-	if err != nil {
-		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	id := group.NewGroupID(slices.Clone(groupID))
+	if groupID == nil {
+		if id, err = group.NewGroupIDRandom(); err != nil {
+			return nil, fail(op, schema.CategoryInvalidEncoding, err)
+		}
 	}
 	kp, priv, err := keypackages.Generate(inst.credential(), inst.suite)
 	if err != nil {

@@ -19,7 +19,7 @@ func benchHostedGroup(b *testing.B, n int) (*Installation, *State) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := inst.CreateGroup(components.Set{Admins: []components.AccountID{components.AccountID(inst.AccountID())}})
+	st, err := inst.CreateGroup(nil, components.Set{Admins: []components.AccountID{components.AccountID(inst.AccountID())}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func newHostedGroup(t *testing.T, set components.Set, names ...string) *hostedGr
 	if set.Admins == nil {
 		set.Admins = []components.AccountID{components.AccountID(inst.AccountID())}
 	}
-	st, err := inst.CreateGroup(set)
+	st, err := inst.CreateGroup(nil, set)
 	if err != nil {
 		t.Fatalf("create group: %v", err)
 	}
