@@ -25,6 +25,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		errs      config.Errs
 		authFlags config.Auth
 		keyFile   string
+		origins   string
 		drain     time.Duration
 	)
 	fs := flag.NewFlagSet("fabric run", flag.ContinueOnError)
@@ -34,6 +35,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.String(fs, &o.NATSListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded nats-server (port 0 picks a free one)")
 	config.Bool(fs, &errs, &o.Production, "production", false, "refuse to generate secrets: FABRIC_JWT_SECRET and FABRIC_MASTER_KEY must be set")
 	authFlags.RegisterFlags(fs, &errs)
+	config.Origins(fs, &origins)
 	config.Bool(fs, &errs, &o.SSEQueryToken, "sse-query-token", false, "with -production, accept SSE's access_token query parameter (a token in a URL lands in access logs); always accepted without -production")
 	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
@@ -51,6 +53,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.TokenLifetimes, o.JWKSTTL, o.JWKSMinRefetch = authFlags.Lifetimes, authFlags.JWKSTTL, authFlags.JWKSMinRefetch
 	o.TenantKeys = authFlags.TenantKeys(&errs)
+	o.OriginPatterns = config.ParseOrigins(&errs, origins)
 	if o.Production || keyFile != "" || os.Getenv("FABRIC_MASTER_KEY") != "" {
 		o.MasterKey = config.MasterKey(&errs, keyFile)
 	}

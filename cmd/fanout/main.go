@@ -16,6 +16,8 @@
 //	-max-token-lifetime  longest a token may still be valid, per scope (admin=168h,events=720h,ingest=720h,signals=720h)
 //	-sse-query-token     accept SSE's access_token query parameter (off: a token in a URL lands in access logs)
 //	-max-connection-token-ttl  longest lifetime of a minted connection token (1h)
+//	-allowed-origins     browser origins allowed to open a WebSocket (host patterns)
+//	-connect-timeout     how long a WebSocket without an Authorization header has to send its connect frame (10s)
 //	-max-subscriptions   subscriptions per WebSocket
 //	-max-frame           largest incoming frame, bytes
 //	-write-timeout       a connection that does not read for this long is closed
@@ -63,6 +65,9 @@ type options struct {
 	auth         config.Auth
 	queryToken   bool
 	maxConnTTL   time.Duration
+	connectWait  time.Duration
+	originsFlag  string
+	origins      []string
 	maxSubs      int
 	maxFrame     int
 	writeTimeout time.Duration
@@ -89,6 +94,8 @@ func parse(args []string) (options, keys, error) {
 	o.auth.RegisterFlags(fs, &errs)
 	config.Bool(fs, &errs, &o.queryToken, "sse-query-token", false, "accept SSE's access_token query parameter (a token in a URL lands in access logs)")
 	config.Duration(fs, &errs, &o.maxConnTTL, "max-connection-token-ttl", fanout.DefaultMaxConnectionTokenTTL, "longest lifetime of a connection token minted by POST /v1/tenants/{tenant}/connection-tokens")
+	config.Origins(fs, &o.originsFlag)
+	config.Duration(fs, &errs, &o.connectWait, "connect-timeout", fanout.DefaultConnectTimeout, "how long a WebSocket opened without an Authorization header has to send its connect frame")
 	config.Int(fs, &errs, &o.maxSubs, "max-subscriptions", fanout.DefaultMaxSubscriptions, "subscriptions per WebSocket connection")
 	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
 	config.Duration(fs, &errs, &o.writeTimeout, "write-timeout", fanout.DefaultWriteTimeout, "close a connection whose frame write takes longer")
@@ -111,11 +118,12 @@ func parse(args []string) (options, keys, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"-max-connection-token-ttl", o.maxConnTTL}, {"-write-timeout", o.writeTimeout}, {"-ping-interval", o.pingInterval}, {"-drain-timeout", o.drain}} {
+	}{{"-connect-timeout", o.connectWait}, {"-max-connection-token-ttl", o.maxConnTTL}, {"-write-timeout", o.writeTimeout}, {"-ping-interval", o.pingInterval}, {"-drain-timeout", o.drain}} {
 		if d.v <= 0 {
 			errs.Addf("%s: %v; it must be positive", d.name, d.v)
 		}
 	}
+	o.origins = config.ParseOrigins(&errs, o.originsFlag)
 	var k keys
 	k.verifier, k.secret = o.auth.Verifier(&errs)
 	return o, k, errs.Err()
@@ -144,6 +152,8 @@ func run(args []string, log *slog.Logger) error {
 		TokenSecret:           k.secret,
 		MaxConnectionTokenTTL: o.maxConnTTL,
 		AllowQueryToken:       o.queryToken,
+		ConnectTimeout:        o.connectWait,
+		OriginPatterns:        o.origins,
 		Registry:              reg,
 		Logger:                log,
 		MaxSubscriptions:      o.maxSubs,

@@ -63,6 +63,9 @@ type Options struct {
 	// MasterKey seals private key material at rest (32 bytes). In
 	// development mode it is generated into DataDir when empty.
 	MasterKey []byte
+	// OriginPatterns are the browser origins allowed to open a WebSocket
+	// besides the fabric's own host (fanout.Config.OriginPatterns).
+	OriginPatterns []string
 	// SSEQueryToken accepts SSE's access_token query parameter in
 	// production too; in development it is always accepted.
 	SSEQueryToken bool
@@ -221,7 +224,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 		return nil, err
 	}
 	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], Verifier: verifier, TokenSecret: o.JWTSecret,
-		AllowQueryToken: o.SSEQueryToken || !o.Production, DMKeys: &fanout.KVDMKeys{NATS: conns[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
+		AllowQueryToken: o.SSEQueryToken || !o.Production, OriginPatterns: o.OriginPatterns, DMKeys: &fanout.KVDMKeys{NATS: conns[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
 		return nil, err
 	}
 

@@ -3,6 +3,7 @@ package allinone
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -92,8 +93,8 @@ type surfaceAnswer struct {
 
 // want401OnEverySurface presents tok, with every scope, on every surface
 // that verifies tokens, for tenant's routes: each role's HTTP API, SSE
-// (header and query token) and the WebSocket handshake. Each must answer
-// 401 unauthenticated with a reason containing reason.
+// (header and query token), the WebSocket handshake and its connect frame.
+// Each must answer 401 unauthenticated with a reason containing reason.
 func want401OnEverySurface(t *testing.T, f *Fabric, what, tenant, tok, reason string) {
 	t.Helper()
 	for surface, a := range everySurface(t, f, tenant, tok) {
@@ -144,7 +145,37 @@ func everySurface(t *testing.T, f *Fabric, tenant, tok string) map[string]surfac
 	default:
 		t.Fatalf("WebSocket dial: %v", err)
 	}
+	out["WebSocket connect frame"] = connectFrameAnswer(t, f, tok)
 	return out
+}
+
+// connectFrameAnswer opens a WebSocket without an Authorization header,
+// sends tok in its connect frame and returns the gateway's answer: 101 for
+// connected, else the HTTP status the close code stands for (4401 is 401)
+// and the close reason.
+func connectFrameAnswer(t *testing.T, f *Fabric, tok string) surfaceAnswer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", &websocket.DialOptions{Subprotocols: []string{"fabric.v1.json"}})
+	if err != nil {
+		t.Fatalf("WebSocket dial without a header: %v", err)
+	}
+	defer ws.CloseNow()
+	connect, _ := json.Marshal(map[string]string{"op": "connect", "token": tok})
+	if err := ws.Write(ctx, websocket.MessageText, connect); err != nil {
+		t.Fatalf("connect frame: %v", err)
+	}
+	_, b, err := ws.Read(ctx)
+	var ce websocket.CloseError
+	switch {
+	case err == nil && strings.Contains(string(b), `"connected"`):
+		return surfaceAnswer{status: http.StatusSwitchingProtocols}
+	case errors.As(err, &ce):
+		return surfaceAnswer{status: int(ce.Code) - 4000, message: ce.Reason}
+	}
+	t.Fatalf("connect frame answered %q, %v", b, err)
+	return surfaceAnswer{}
 }
 
 // send sends req and reads its status and error body.

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"maps"
 	"os"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -79,4 +81,27 @@ func (a Auth) Verifier(errs *Errs) (*auth.Verifier, []byte) {
 		return nil, nil
 	}
 	return v, secret
+}
+
+// Origins registers -allowed-origins: the browser origins, as host
+// patterns (path.Match: localhost:*, *.example.com), that may open a
+// WebSocket besides the gateway's own host.
+func Origins(fs *flag.FlagSet, p *string) {
+	String(fs, p, "allowed-origins", "", "browser origins allowed to open a WebSocket besides the gateway's own host, as comma-separated host patterns (localhost:*,app.example.com)")
+}
+
+// ParseOrigins splits the -allowed-origins value and checks each pattern.
+func ParseOrigins(errs *Errs, s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if _, err := path.Match(p, ""); err != nil || strings.Contains(p, "/") {
+			errs.Addf("-allowed-origins: %q is not a host pattern like app.example.com or localhost:*", p)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -51,3 +51,14 @@ func TestAuthTenantKeysValidatedAtStart(t *testing.T) {
 		t.Fatalf("keys and a secret: %t %d %v", ok, len(secret), err)
 	}
 }
+
+func TestParseOrigins(t *testing.T) {
+	var errs Errs
+	if got := ParseOrigins(&errs, " localhost:*, app.example.com ,"); len(got) != 2 || got[0] != "localhost:*" || got[1] != "app.example.com" || errs.Err() != nil {
+		t.Fatalf("%q %v", got, errs.Err())
+	}
+	ParseOrigins(&errs, "https://app.example.com,[a")
+	if err := errs.Err(); err == nil || strings.Count(err.Error(), "-allowed-origins") != 2 {
+		t.Fatalf("bad patterns: %v", err)
+	}
+}

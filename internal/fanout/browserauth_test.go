@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -9,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // mintToken mints a token with scopes for tenant naming clients.
@@ -137,5 +141,152 @@ func TestSSEQueryTokenOffByDefault(t *testing.T) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body.Error.Message, "access_token in the URL is off") {
 		t.Fatalf("%d %+v, want 401 saying the query token is off", resp.StatusCode, body.Error)
+	}
+}
+
+// dialBare opens a WebSocket without an Authorization header, as a browser
+// does.
+func (e *env) dialBare(proto string) *rawConn {
+	e.t.Helper()
+	ws, _, err := websocket.Dial(e.ctx, e.wsURL(), &websocket.DialOptions{Subprotocols: []string{proto}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ws.SetReadLimit(1 << 20)
+	e.t.Cleanup(func() { _ = ws.CloseNow() })
+	return &rawConn{t: e.t, ws: ws}
+}
+
+// closed reads until the gateway closes the connection and returns its
+// close code and reason.
+func (r *rawConn) closed() (int, string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, b, err := r.ws.Read(ctx)
+		var ce websocket.CloseError
+		if errors.As(err, &ce) {
+			return int(ce.Code), ce.Reason
+		}
+		if err != nil {
+			r.t.Fatalf("read: %v, want a close frame", err)
+		}
+		r.t.Logf("frame before the close: %s", b)
+	}
+}
+
+// A browser's WebSocket carries no Authorization header: its first frame,
+// connect {token}, authenticates it (issue 20), in JSON and in msgpack
+// through the SDK, with a backend's token or a minted connection token.
+func TestConnectFrameAuthenticatesABrowserConnection(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.TokenSecret = secret })
+	r := e.dialBare(wire.SubprotocolJSON)
+	r.send(wire.Frame{Op: wire.OpConnect, Token: token(t, tenantA, client1)})
+	if got := r.read(); got.Op != wire.OpConnected {
+		t.Fatalf("want connected, got %+v", got)
+	}
+	sub := r.subscribe(1, client1, schema.EventFilter{Kinds: schema.AllKinds()})
+	e.publish(tenantA, client1, published{ev: hmacUpdated()})
+	if got := r.read(); got.Op != wire.OpEvent || got.Sub != sub {
+		t.Fatalf("want the event, got %+v", got)
+	}
+	r.send(wire.Frame{Op: wire.OpConnect, Token: token(t, tenantA, client1)})
+	if got := r.read(); got.Op != wire.OpError || got.Code != wire.CodeMalformedFrame {
+		t.Fatalf("a second connect: %+v, want malformed_frame", got)
+	}
+
+	admin := mintToken(t, tenantA, []auth.Scope{auth.ScopeAdmin}, auth.AllClients)
+	status, minted, _ := postConnectionToken(t, e, tenantA, admin, `{"clients":["`+client2+`"],"ttl_seconds":120}`)
+	if status != http.StatusCreated {
+		t.Fatalf("mint: %d", status)
+	}
+	c, err := client.Connect(e.ctx, e.wsURL(), minted.Token, client.WithConnectFrame(), client.WithErrorHandler(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Subscribe(e.ctx, client2, schema.EventFilter{Kinds: schema.AllKinds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(tenantA, client2, published{ev: hmacUpdated()})
+	if ev := next(t, s); ev.Kind != schema.KindHmacKeysUpdated {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+// A connection without an Authorization header that does not authenticate
+// with its first frame is closed with a code and a reason that say why: no
+// frame in time, another frame first, an invalid, expired or not yet valid
+// token, a token without the events scope, the tenant's connection bound.
+func TestConnectFrameRefusals(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ConnectTimeout = 300 * time.Millisecond; c.MaxConnsPerTenant = 1 })
+	mintAt := func(exp, nbf time.Time, scopes ...auth.Scope) string {
+		tok, err := auth.Mint(secret, auth.Claims{Tenant: tenantA, Scopes: scopes, Clients: []string{client1}, ExpiresAt: exp, NotBefore: nbf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	now := time.Now()
+	for name, tc := range map[string]struct {
+		first  *wire.Frame
+		code   int
+		reason string
+	}{
+		"no frame":        {nil, wire.CloseConnectTimeout, "no connect frame within 300ms"},
+		"subscribe first": {&wire.Frame{Op: wire.OpSubscribe, ID: 1, ClientID: client1, Filter: &schema.EventFilter{}}, wire.CloseBadConnect, "connect"},
+		"no token":        {&wire.Frame{Op: wire.OpConnect}, wire.CloseBadConnect, "connect"},
+		"garbage token":   {&wire.Frame{Op: wire.OpConnect, Token: "a.b.c"}, wire.CloseUnauthenticated, "invalid token"},
+		"expired":         {&wire.Frame{Op: wire.OpConnect, Token: mintAt(now.Add(-time.Second), time.Time{}, auth.ScopeEvents)}, wire.CloseUnauthenticated, "expired"},
+		"not yet valid":   {&wire.Frame{Op: wire.OpConnect, Token: mintAt(now.Add(time.Hour), now.Add(time.Minute), auth.ScopeEvents)}, wire.CloseUnauthenticated, "not valid yet"},
+		"no events scope": {&wire.Frame{Op: wire.OpConnect, Token: mintAt(now.Add(time.Hour), time.Time{}, auth.ScopeAdmin)}, wire.CloseForbidden, "events"},
+	} {
+		r := e.dialBare(wire.SubprotocolJSON)
+		if tc.first != nil {
+			r.send(*tc.first)
+		}
+		if code, reason := r.closed(); code != tc.code || !strings.Contains(reason, tc.reason) {
+			t.Errorf("%s: closed %d %q, want %d saying %q", name, code, reason, tc.code, tc.reason)
+		}
+	}
+	// The tenant's bound counts connections that authenticated.
+	first := e.dialBare(wire.SubprotocolJSON)
+	first.send(wire.Frame{Op: wire.OpConnect, Token: token(t, tenantA, client1)})
+	if got := first.read(); got.Op != wire.OpConnected {
+		t.Fatalf("first connection: %+v", got)
+	}
+	second := e.dialBare(wire.SubprotocolJSON)
+	second.send(wire.Frame{Op: wire.OpConnect, Token: token(t, tenantA, client1)})
+	if code, _ := second.closed(); code != wire.CloseTooManyConnections {
+		t.Errorf("second connection of the tenant: closed %d, want %d", code, wire.CloseTooManyConnections)
+	}
+	// The SDK returns the refusal as the gateway's code and reason.
+	_, err := client.Connect(e.ctx, e.wsURL(), "a.b.c", client.WithConnectFrame(), client.WithoutReconnect())
+	var ge *client.GatewayError
+	if !errors.As(err, &ge) || ge.Code != wire.CodeUnauthenticated || ge.Message != "invalid token" {
+		t.Fatalf("SDK with a bad token: %v, want unauthenticated: invalid token", err)
+	}
+}
+
+// A page on another origin opens a WebSocket only when the gateway allows
+// its origin (-allowed-origins).
+func TestBrowserOriginAllowedByPattern(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.OriginPatterns = []string{"localhost:*"} })
+	dial := func(origin string) int {
+		ws, resp, err := websocket.Dial(e.ctx, e.wsURL(), &websocket.DialOptions{
+			HTTPHeader: http.Header{"Origin": {origin}}, Subprotocols: []string{wire.SubprotocolJSON}})
+		if err != nil {
+			return resp.StatusCode
+		}
+		_ = ws.CloseNow()
+		return http.StatusSwitchingProtocols
+	}
+	if got := dial("http://localhost:3000"); got != http.StatusSwitchingProtocols {
+		t.Errorf("allowed origin: %d", got)
+	}
+	if got := dial("https://evil.example"); got != http.StatusForbidden {
+		t.Errorf("other origin: %d, want 403", got)
 	}
 }

@@ -51,7 +51,11 @@
 // unknown_client (no hosted client has the id),
 // too_many_subscriptions, unknown_subscription, bad_credit, unavailable,
 // unauthenticated, replay_budget_exceeded (docs/wire-formats.md has the
-// whole protocol). A connection ends its subscriptions with an ended frame
+// whole protocol). A WebSocket opened without an Authorization header (a
+// browser's) authenticates with its first frame, connect {token}, within
+// ConnectTimeout, or is closed with a wire Close code (4400, 4401, 4403,
+// 4408, 4429) and the reason; POST connection-tokens mints the short-lived
+// token a backend hands to its page. A connection ends its subscriptions with an ended frame
 // whose reason is unsubscribed, shutdown (drain) or token_expired (a
 // connection lives no longer than its token).
 //
@@ -62,6 +66,7 @@
 // _discarded_events_total, _lagged_events_total,
 // _handoff_latency_seconds (stream timestamp to frame written), _gaps_total,
 // _gap_repairs_total, _replayed_events_total, _gap_unrepaired_total,
-// _undecodable_events_total, _protocol_errors_total{code}. No label carries a
+// _undecodable_events_total, _protocol_errors_total{code},
+// _connect_refusals_total{code}, _connection_tokens_total. No label carries a
 // tenant, client or group.
 package fanout

@@ -27,6 +27,7 @@ const (
 	DefaultWriteTimeout       = 10 * time.Second
 	DefaultPingInterval       = 30 * time.Second
 	DefaultRequestTimeout     = 5 * time.Second
+	DefaultConnectTimeout     = 10 * time.Second
 	DefaultMaxRepair          = 10000
 	DefaultHealInterval       = time.Second
 	hardFrameLimit            = 1 << 20
@@ -83,6 +84,9 @@ type Config struct {
 	WriteTimeout time.Duration
 	// PingInterval is the WebSocket keepalive period.
 	PingInterval time.Duration
+	// ConnectTimeout is how long a WebSocket opened without an
+	// Authorization header has to send its connect frame.
+	ConnectTimeout time.Duration
 	// RequestTimeout bounds one NATS request (direct get, KV read).
 	RequestTimeout time.Duration
 	// MaxRepair bounds the events handed off to repair one gap; beyond it
@@ -126,6 +130,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PingInterval <= 0 {
 		c.PingInterval = DefaultPingInterval
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout

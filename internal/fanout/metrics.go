@@ -27,6 +27,8 @@ type metrics struct {
 	refusals      *prometheus.CounterVec
 	// connectionTokens counts minted connection tokens.
 	connectionTokens prometheus.Counter
+	// connectRefusals counts WebSockets refused at their connect frame.
+	connectRefusals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -102,7 +104,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Connection tokens minted for backends to hand to their pages.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.connectionTokens, m.connections, m.subscriptions, m.taps, m.queueDepth, m.received,
+	m.connectRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fabric_fanout_connect_refusals_total",
+		Help: "WebSockets opened without an Authorization header and closed at their connect frame, by code.",
+	}, []string{"code"})
+	for _, c := range []prometheus.Collector{m.connectionTokens, m.connectRefusals, m.connections, m.subscriptions, m.taps, m.queueDepth, m.received,
 		m.handedOff, m.discarded, m.lagged, m.latency, m.gaps, m.repaired, m.replayed, m.unrepaired, m.undecodable, m.protocolErrs, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -115,6 +121,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range wire.Codes {
 		m.protocolErrs.WithLabelValues(c)
+	}
+	for _, c := range wire.CloseCodes {
+		m.connectRefusals.WithLabelValues(c)
 	}
 	for _, c := range []string{CodeTooManyConnections, CodeReplayBudget} {
 		m.refusals.WithLabelValues(c)

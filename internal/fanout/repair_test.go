@@ -147,8 +147,10 @@ func TestProtocolErrors(t *testing.T) {
 	}
 }
 
-// The handshake refuses a missing token (401), a token without the events
-// scope (403) and a request offering no known subprotocol (400).
+// The handshake refuses an Authorization header without a bearer token
+// (401) and a request offering no known subprotocol (400); a request
+// without the header is upgraded to send its connect frame
+// (TestConnectFrameRefusals).
 func TestHandshakeRefusals(t *testing.T) {
 	e := newEnv(t)
 	dial := func(tok string, protos ...string) int {
@@ -163,8 +165,16 @@ func TestHandshakeRefusals(t *testing.T) {
 		}
 		return resp.StatusCode
 	}
-	if got := dial("", wire.SubprotocolJSON); got != 401 {
-		t.Errorf("no token: %d", got)
+	if got := dial("", wire.SubprotocolJSON); got != 101 {
+		t.Errorf("no header: %d, want the upgrade that awaits the connect frame", got)
+	}
+	ws, resp, err := websocket.Dial(e.ctx, e.wsURL(), &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Basic YTpi"}}, Subprotocols: []string{wire.SubprotocolJSON}})
+	if err == nil {
+		_ = ws.CloseNow()
+		t.Errorf("Basic credentials upgraded")
+	} else if resp.StatusCode != 401 {
+		t.Errorf("Basic credentials: %d, want 401", resp.StatusCode)
 	}
 	if got := dial(token(t, tenantA, client1), "chat"); got != 400 {
 		t.Errorf("unknown subprotocol: %d", got)

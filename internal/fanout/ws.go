@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -75,12 +76,20 @@ func chooseSubprotocol(r *http.Request) (string, wire.Encoding, bool) {
 	return "", 0, false
 }
 
-// serveWS serves GET /v1/events.
+// serveWS serves GET /v1/events. A request with an Authorization header is
+// authenticated before the upgrade; one without (a browser's) is upgraded
+// and must send connect {token} as its first frame (connectFrame).
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
-	claims, err := g.authorize(r)
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
+	var (
+		claims auth.Claims
+		err    error
+	)
+	byHeader := r.Header.Get("Authorization") != ""
+	if byHeader {
+		if claims, err = g.authorize(r); err != nil {
+			httpapi.WriteError(w, r, err)
+			return
+		}
 	}
 	proto, enc, ok := chooseSubprotocol(r)
 	if !ok {
@@ -92,11 +101,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
 		return
 	}
-	if err := g.admitConn(claims.Tenant); err != nil {
-		httpapi.WriteError(w, r, err)
-		return
+	if byHeader {
+		if err := g.admitConn(claims.Tenant); err != nil {
+			httpapi.WriteError(w, r, err)
+			return
+		}
+		defer g.releaseConn(claims.Tenant)
 	}
-	defer g.releaseConn(claims.Tenant)
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
 	if err != nil {
 		return // Accept has answered the request
@@ -105,6 +116,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	typ := websocket.MessageText
 	if enc == wire.Msgpack {
 		typ = websocket.MessageBinary
+	}
+	if !byHeader {
+		var ok bool
+		if claims, ok = g.connectFrame(ws, enc, typ); !ok {
+			return
+		}
+		defer g.releaseConn(claims.Tenant)
 	}
 	c := newConn(g, enc, false, claims, &wsSink{ws: ws, typ: typ})
 	if !g.addConn(c) {
@@ -138,6 +156,78 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// a write in progress. A drain has already closed it with its handshake.
 	_ = ws.CloseNow()
 	wg.Wait()
+}
+
+// connectFrame authenticates a connection opened without an Authorization
+// header: its first frame must be connect {token} within ConnectTimeout
+// (as Centrifugo's connect command), so a browser's token never appears in
+// a URL. It admits the connection to the tenant's quota and answers
+// connected; otherwise it closes the connection with a wire Close code and
+// the reason, and returns false.
+func (g *Gateway) connectFrame(ws *websocket.Conn, enc wire.Encoding, typ websocket.MessageType) (auth.Claims, bool) {
+	refuse := func(code int, reason string) (auth.Claims, bool) {
+		g.metrics.connectRefusals.WithLabelValues(wire.CloseCodes[code]).Inc()
+		_ = ws.Close(websocket.StatusCode(code), closeReason(reason))
+		return auth.Claims{}, false
+	}
+	// A read cancelled by its context closes the connection without a
+	// close frame, so the timeout closes it with its code instead.
+	timeout := time.AfterFunc(g.cfg.ConnectTimeout, func() {
+		refuse(wire.CloseConnectTimeout, fmt.Sprintf("no connect frame within %s", g.cfg.ConnectTimeout))
+	})
+	mt, data, err := ws.Read(context.Background())
+	if !timeout.Stop() {
+		return auth.Claims{}, false
+	}
+	if err != nil {
+		_ = ws.CloseNow()
+		return auth.Claims{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ConnectTimeout)
+	defer cancel()
+	if len(data) > g.cfg.MaxFrameBytes || mt != typ {
+		return refuse(wire.CloseBadConnect, "the first frame must be a connect frame in the subprotocol's encoding")
+	}
+	f, err := wire.Decode(enc, data)
+	if err != nil || f.Op != wire.OpConnect || f.Token == "" {
+		return refuse(wire.CloseBadConnect, `the first frame of a connection without an Authorization header must be {"op":"connect","token":...}`)
+	}
+	claims, err := g.cfg.Verifier.Verify(ctx, f.Token)
+	if err == nil {
+		err = claims.Require(auth.ScopeEvents, claims.Tenant, "")
+	}
+	var ae *auth.Error
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusForbidden:
+		return refuse(wire.CloseForbidden, ae.Reason)
+	case errors.As(err, &ae):
+		return refuse(wire.CloseUnauthenticated, ae.Reason)
+	case err != nil:
+		return refuse(wire.CloseUnauthenticated, "invalid token")
+	}
+	if err := g.admitConn(claims.Tenant); err != nil {
+		return refuse(wire.CloseTooManyConnections, "the tenant has its most open connections")
+	}
+	if err := ws.Write(ctx, typ, wire.Append(enc, nil, &wire.Frame{Op: wire.OpConnected})); err != nil {
+		g.releaseConn(claims.Tenant)
+		_ = ws.CloseNow()
+		return auth.Claims{}, false
+	}
+	return claims, true
+}
+
+// closeReason cuts reason to the 123 bytes a close frame carries, on a
+// rune boundary.
+func closeReason(reason string) string {
+	const limit = 123
+	if len(reason) <= limit {
+		return reason
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
 }
 
 // readLoop reads app frames until the connection ends.
@@ -232,6 +322,8 @@ func (c *conn) handle(ctx context.Context, f *wire.Frame) {
 			return
 		}
 		c.end(s, wire.ReasonUnsubscribed)
+	case wire.OpConnect:
+		c.queueError(f.ID, wire.CodeMalformedFrame, "connect is only the first frame of a connection opened without an Authorization header")
 	default:
 		c.queueError(f.ID, wire.CodeUnknownOp, "unknown op")
 	}

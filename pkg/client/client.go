@@ -55,7 +55,8 @@ var (
 )
 
 // GatewayError is an error frame from the gateway, such as a refused
-// subscription (code forbidden, EVENT-056) or an invalid filter.
+// subscription (code forbidden, EVENT-056) or an invalid filter, or a
+// connection it closed at the connect frame (WithConnectFrame).
 type GatewayError struct {
 	Code    string
 	Message string
@@ -101,6 +102,7 @@ type options struct {
 	onError      func(error)
 	writeTimeout time.Duration
 	tokenFunc    func(context.Context) (string, error)
+	connectFrame bool
 }
 
 // WithJSON selects the JSON subprotocol (the default is msgpack).
@@ -113,6 +115,12 @@ func WithJSON() Option { return func(o *options) { o.enc = wire.JSON } }
 func WithTokenFunc(f func(context.Context) (string, error)) Option {
 	return func(o *options) { o.tokenFunc = f }
 }
+
+// WithConnectFrame sends the token in the connection's first frame,
+// connect {token}, instead of an Authorization header, as a browser must
+// (it cannot set the header); the gateway answers connected, or closes the
+// connection with a code Connect returns as a *GatewayError.
+func WithConnectFrame() Option { return func(o *options) { o.connectFrame = true } }
 
 // WithHTTPClient sets the HTTP client the WebSocket handshake uses.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpClient = c } }
@@ -203,7 +211,9 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 		token = t
 	}
 	h := http.Header{}
-	h.Set("Authorization", "Bearer "+token)
+	if !c.o.connectFrame {
+		h.Set("Authorization", "Bearer "+token)
+	}
 	ws, resp, err := websocket.Dial(ctx, c.url, &websocket.DialOptions{
 		HTTPClient:   c.o.httpClient,
 		HTTPHeader:   h,
@@ -220,7 +230,38 @@ func (c *Client) dial(ctx context.Context) (*websocket.Conn, error) {
 		return nil, errors.New("client: gateway did not accept the subprotocol")
 	}
 	ws.SetReadLimit(4 << 20)
+	if c.o.connectFrame {
+		if err := c.connect(ctx, ws, token); err != nil {
+			_ = ws.CloseNow()
+			return nil, err
+		}
+	}
 	return ws, nil
+}
+
+// connect sends the connect frame and awaits connected. A refusal is the
+// gateway's close code as a *GatewayError with the close reason.
+func (c *Client) connect(ctx context.Context, ws *websocket.Conn, token string) error {
+	if err := ws.Write(ctx, c.frameType(), wire.Append(c.o.enc, nil, &wire.Frame{Op: wire.OpConnect, Token: token})); err != nil {
+		return fmt.Errorf("client: connect: %w", err)
+	}
+	_, b, err := ws.Read(ctx)
+	var ce websocket.CloseError
+	switch {
+	case errors.As(err, &ce):
+		code, ok := wire.CloseCodes[int(ce.Code)]
+		if !ok {
+			code = fmt.Sprintf("close_%d", ce.Code)
+		}
+		return fmt.Errorf("client: connect: %w", &GatewayError{Code: code, Message: ce.Reason})
+	case err != nil:
+		return fmt.Errorf("client: connect: %w", err)
+	}
+	f, err := wire.Decode(c.o.enc, b)
+	if err != nil || f.Op != wire.OpConnected {
+		return fmt.Errorf("client: connect: the gateway answered %q, not connected", f.Op)
+	}
+	return nil
 }
 
 func (c *Client) signal() {

@@ -6,6 +6,10 @@
 // unsubscribe {sub}. Gateway to app: subscribed {id, sub, seq}, event {sub,
 // seq, event}, ended {sub, reason}, error {id?, code, message}.
 //
+// A connection opened without an Authorization header (a browser's)
+// authenticates with its first frame, connect {token}, answered connected;
+// a refusal closes the connection with one of the Close codes.
+//
 // Beyond DESIGN §10, subscribe may carry after_seq and held to resume a
 // subscription after a reconnect, and event and subscribed carry the stream
 // sequence (seq) the SDK resumes from. The event frame of a lagged carries
@@ -36,6 +40,8 @@ const (
 
 // Ops of a frame.
 const (
+	OpConnect     = "connect"
+	OpConnected   = "connected"
 	OpSubscribe   = "subscribe"
 	OpCredit      = "credit"
 	OpUnsubscribe = "unsubscribe"
@@ -74,6 +80,26 @@ const (
 // Codes are every code an error frame can carry.
 var Codes = []string{CodeMalformedFrame, CodeFrameTooLarge, CodeUnknownOp, CodeInvalidFilter, CodeForbidden,
 	CodeTooManySubscriptions, CodeUnknownSubscription, CodeBadCredit, CodeUnavailable, CodeUnauthenticated, CodeUnknownClient}
+
+// Close codes (RFC 6455 §7.4.2, private use) of a connection refused at
+// its connect frame; the close reason says why.
+const (
+	CloseBadConnect         = 4400 // the first frame is not a connect frame with a token
+	CloseUnauthenticated    = 4401 // the token is missing, invalid or expired
+	CloseForbidden          = 4403 // the token lacks the events scope
+	CloseConnectTimeout     = 4408 // no connect frame within the gateway's connect timeout
+	CloseTooManyConnections = 4429 // the tenant has its most open connections
+)
+
+// CloseCodes are the error codes the close codes stand for, as an error
+// frame or an HTTP refusal would carry them.
+var CloseCodes = map[int]string{
+	CloseBadConnect:         CodeMalformedFrame,
+	CloseUnauthenticated:    CodeUnauthenticated,
+	CloseForbidden:          CodeForbidden,
+	CloseConnectTimeout:     "connect_timeout",
+	CloseTooManyConnections: "too_many_connections",
+}
 
 // InitialCredit is the credit a subscription starts with: the bound of
 // EVENT-030, counted end to end.
@@ -141,6 +167,9 @@ type Frame struct {
 	Reason  string
 	Code    string
 	Message string
+	// Token, in connect, is the bearer token of a connection opened
+	// without an Authorization header.
+	Token string
 }
 
 // ErrMalformed is wrapped by every Decode error.
@@ -168,6 +197,7 @@ type jsonFrame struct {
 	Reason    string          `json:"reason,omitempty"`
 	Code      string          `json:"code,omitempty"`
 	Message   string          `json:"message,omitempty"`
+	Token     string          `json:"token,omitempty"`
 }
 
 type msgpackFrame struct {
@@ -187,6 +217,7 @@ type msgpackFrame struct {
 	Reason    string             `msgpack:"reason,omitempty"`
 	Code      string             `msgpack:"code,omitempty"`
 	Message   string             `msgpack:"message,omitempty"`
+	Token     string             `msgpack:"token,omitempty"`
 }
 
 // Decode parses one frame. Members a frame does not define are refused, so a
@@ -208,7 +239,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: %s", ErrMalformed, describe(err, "msgpack map"))
 		}
 		f = Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, N: m.N,
-			Seq: m.Seq, AfterSeq: m.AfterSeq, StartTime: m.StartTime, FromStart: m.FromStart, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message}
+			Seq: m.Seq, AfterSeq: m.AfterSeq, StartTime: m.StartTime, FromStart: m.FromStart, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message, Token: m.Token}
 		filter = m.Filter
 	} else {
 		var j jsonFrame
@@ -221,7 +252,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		f = Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, N: j.N,
-			Seq: j.Seq, AfterSeq: j.AfterSeq, StartTime: j.StartTime, FromStart: j.FromStart, Held: j.Held, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message}
+			Seq: j.Seq, AfterSeq: j.AfterSeq, StartTime: j.StartTime, FromStart: j.FromStart, Held: j.Held, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message, Token: j.Token}
 		filter = j.Filter
 	}
 	if filter != nil {
@@ -282,6 +313,7 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	count(f.Reason != "")
 	count(f.Code != "")
 	count(f.Message != "")
+	count(f.Token != "")
 	w.mapStart(n)
 	w.str("op", f.Op)
 	if f.ID != 0 {
@@ -347,6 +379,9 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	if f.Message != "" {
 		w.str("message", f.Message)
 	}
+	if f.Token != "" {
+		w.str("token", f.Token)
+	}
 	if w.json {
 		w.buf = append(w.buf, '}')
 	}
@@ -383,8 +418,11 @@ func (w *appender) mapStart(n int) {
 		w.first = true
 		return
 	}
-	// Frames have at most 15 members: a fixmap.
-	w.buf = append(w.buf, 0x80|byte(n))
+	if n < 16 {
+		w.buf = append(w.buf, 0x80|byte(n))
+		return
+	}
+	w.buf = append(w.buf, 0xde, byte(n>>8), byte(n))
 }
 
 func (w *appender) key(k string) {
