@@ -24,6 +24,10 @@ type EngineMLS struct {
 	// signature once between them (engine.SignatureCache). New sets one
 	// when it is nil.
 	Signatures *engine.SignatureCache
+	// Welcomes, when set, lets the hosted members one Welcome adds join
+	// with one check of its GroupInfo and ratchet tree between them
+	// (engine.WelcomeCache). New sets one when it is nil.
+	Welcomes *engine.WelcomeCache
 }
 
 var _ MLS = EngineMLS{}
@@ -58,7 +62,7 @@ func (e EngineMLS) Join(_ context.Context, c Client, welcome []byte) (MemberStat
 	if err != nil {
 		return nil, Joined{}, fmt.Errorf("open installation: %w", err)
 	}
-	st, info, err := inst.Join(welcome, nil)
+	st, info, err := inst.Join(welcome, nil, engine.WithWelcomeCache(e.Welcomes))
 	if err != nil {
 		return nil, Joined{}, err
 	}

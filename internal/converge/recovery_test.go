@@ -379,17 +379,7 @@ func TestEveryPartitionOwned(t *testing.T) {
 func TestSharedBatchAcrossGroups(t *testing.T) {
 	e := newEnv(t)
 	alice := peer(t, "alice")
-	// Find two groups of one partition.
-	byPart := map[int]*testpeer.Group{}
-	var ga, gb *testpeer.Group
-	for ga == nil {
-		g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
-		p := must[int](t)(subject.Partition(tenant, hex.EncodeToString(g.ID())))
-		if other := byPart[p]; other != nil {
-			ga, gb = other, g
-		}
-		byPart[p] = g
-	}
+	ga, gb := groupsOfOnePartition(t, alice)
 	ha, hb := e.register(peer(t, "a").AccountID(), 1), e.register(peer(t, "b").AccountID(), 1)
 	var sent [2][][]byte
 	for _, gh := range []struct {

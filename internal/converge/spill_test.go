@@ -2,6 +2,7 @@ package converge
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -22,19 +24,19 @@ var fullSizeGroup = flag.Bool("converge-3000", false, "run TestOneInputNeverHold
 // TestOneInputNeverHoldsAPartition: an input whose events exceed one
 // atomic batch (a Welcome to more hosted members than -max-batch allows,
 // then a message to all of them) is committed in several batches, not
-// refused and retried for ever: the partition goes on to the next input.
-// A worker that fails between two of those batches (as a crash does)
-// leaves the rest to its retry, which stores it once: every member gets
-// each event exactly once, in order (EVENT-001). The failure shows as a
-// retried input.
+// refused and retried for ever: the partition goes on to the next input,
+// here of another group of the same partition. A worker that fails
+// between two of those batches (as a crash does) leaves the rest to its
+// retry, which stores it once: every member gets each event exactly once,
+// in order (EVENT-001). The failure shows as a retried input.
 //
 // The suite runs 24 hosted members at -max-batch 10 (the same cuts, three
 // batches per input); -converge-3000 runs 3,000 at the default 1000.
 func TestOneInputNeverHoldsAPartition(t *testing.T) {
 	n, maxBatch, within := 24, 10, time.Minute
 	if *fullSizeGroup {
-		// Joins cost more than linearly in the members (200 took 14 s
-		// on the 2-core development machine, 400 more than a minute).
+		// Each hosted member holds the whole group's MLS state, so the
+		// cost grows with the square of the members (docs/converge.md).
 		n, maxBatch, within = 3000, bus.DefaultMaxBatch, 3*time.Hour
 	}
 	e := newEnvWithin(t, within+time.Minute)
@@ -45,15 +47,23 @@ func TestOneInputNeverHoldsAPartition(t *testing.T) {
 		kps[i] = hs[i].kps[0]
 	}
 	alice := peer(t, "alice")
-	g := must[*testpeer.Group](t)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	g, other := groupsOfOnePartition(t, alice)
 	_, welcome, err := g.Invite(kps...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := must[testpeer.Message](t)(g.SendText("to everyone"))
+	solo := e.register(sha256.Sum256([]byte("the other group's member")), 1)
+	_, otherWelcome, err := other.Invite(solo.kps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherMsg := must[testpeer.Message](t)(other.SendText("after the large inputs"))
 
 	var failed atomic.Bool
+	var later atomic.Int64 // batches after an input's first
 	drainHook = func() error {
+		later.Add(1)
 		if failed.CompareAndSwap(false, true) {
 			return errors.New("crash between two batches of one input")
 		}
@@ -62,9 +72,17 @@ func TestOneInputNeverHoldsAPartition(t *testing.T) {
 	t.Cleanup(func() { drainHook = nil })
 	metrics := NewMetrics(nil)
 	e.worker("w1", func(c *Config) { c.MaxBatch, c.Metrics = maxBatch, metrics })
-	e.publish(welcome)
-	e.publish(m)
-	for _, h := range []hosted{hs[0], hs[n/2], hs[n-1]} {
+	for _, in := range []testpeer.Message{welcome, m, otherWelcome, otherMsg} {
+		e.publish(in)
+	}
+	// The partition went on past both large inputs to the other group.
+	if evs := e.waitEventsWithin(solo.rec.ClientID, 2, within); evs[0].Event.Kind != schema.KindConversationJoined || evs[1].Event.MessageReceived == nil || !evs[1].Event.MessageReceived.MessageID.Equal(otherMsg.ID) {
+		t.Fatalf("other group's member: events %v, want joined then its message", kinds(evs))
+	}
+	// Every member got both events, once each, in order. An input's
+	// outcome is stored with its first batch, so the rest may still be
+	// on its way: each member's events are awaited.
+	for _, h := range hs {
 		evs := e.waitEventsWithin(h.rec.ClientID, 2, within)
 		uniqueIDs(t, evs)
 		if evs[0].Event.Kind != schema.KindConversationJoined || evs[1].Event.MessageReceived == nil || !evs[1].Event.MessageReceived.MessageID.Equal(m.ID) {
@@ -77,10 +95,26 @@ func TestOneInputNeverHoldsAPartition(t *testing.T) {
 	if !failed.Load() || testutil.ToFloat64(metrics.Retries) == 0 {
 		t.Fatal("the failure between batches was not retried")
 	}
-	// Every member, not only those checked above, got both.
-	for _, h := range hs {
-		if evs := e.events(h.rec.ClientID); len(evs) != 2 {
-			t.Fatalf("a member has %d events, want 2", len(evs))
+	// Each of the two inputs holds at least n events: the first batch
+	// takes maxBatch-1 messages, and so does each later one; the failed
+	// attempt asked the hook once more.
+	perInput := (n - (maxBatch - 1) + maxBatch - 2) / (maxBatch - 1)
+	if got := later.Load(); got < int64(2*perInput+1) {
+		t.Fatalf("%d later batches, want at least %d: the inputs were not split", got, 2*perInput+1)
+	}
+}
+
+// groupsOfOnePartition returns two new groups of admin's whose inputs
+// share one partition.
+func groupsOfOnePartition(t *testing.T, admin *testpeer.Peer) (a, b *testpeer.Group) {
+	t.Helper()
+	byPart := map[int]*testpeer.Group{}
+	for {
+		g := must[*testpeer.Group](t)(admin.CreateGroup(components.Set{Admins: []components.AccountID{admin.AccountID()}}))
+		p := must[int](t)(subject.Partition(tenant, hex.EncodeToString(g.ID())))
+		if other := byPart[p]; other != nil {
+			return other, g
 		}
+		byPart[p] = g
 	}
 }

@@ -141,10 +141,13 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if e.Vault == nil {
 		return nil, errors.New("converge: EngineMLS.Vault is required")
 	}
-	if ok && e.Signatures == nil {
+	if e.Signatures == nil {
 		e.Signatures = engine.NewSignatureCache(0)
-		cfg.MLS = e
 	}
+	if e.Welcomes == nil {
+		e.Welcomes = engine.NewWelcomeCache(0)
+	}
+	cfg.MLS = e
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}

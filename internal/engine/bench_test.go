@@ -38,9 +38,8 @@ func BenchmarkClassify(b *testing.B) {
 	}
 }
 
-// benchGroup returns a hosted member's state in a group of n members made by
-// a remote admin, and the admin's group.
-func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
+// adminGroup returns a new group of a remote admin, alice.
+func adminGroup(b testing.TB) *testpeer.Group {
 	b.Helper()
 	alice, err := testpeer.New("alice")
 	if err != nil {
@@ -50,6 +49,14 @@ func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return ag
+}
+
+// benchGroup returns a hosted member's state in a group of n members made by
+// a remote admin, and the admin's group.
+func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
+	b.Helper()
+	ag := adminGroup(b)
 	hosted, err := CreateInstallation(newAccount(b), 0)
 	if err != nil {
 		b.Fatal(err)
@@ -252,5 +259,39 @@ func BenchmarkProcessCommit100(b *testing.B) {
 		if _, _, err := st.ProcessHandshake(commit.MLS); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkHostedJoins: every hosted member of a 100-member group joins
+// from the one Welcome that added them all; an op is the whole group's
+// joins. In full each join checks all 100 leaves' signatures; through a
+// WelcomeCache only the first does.
+func BenchmarkHostedJoins(b *testing.B) {
+	const n = 100
+	ag := adminGroup(b)
+	insts := make([]*Installation, n)
+	kps := make([][]byte, n)
+	for i := range insts {
+		insts[i] = must[*Installation](b)(CreateInstallation(newAccount(b), 0))
+		kps[i] = must[[][]byte](b)(insts[i].NewKeyPackages(1))[0]
+	}
+	_, welcome, err := ag.Invite(kps...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, cached := range []bool{false, true} {
+		b.Run(fmt.Sprintf("welcome-cache=%v", cached), func(b *testing.B) {
+			for b.Loop() {
+				var opts []JoinOption
+				if cached {
+					opts = append(opts, WithWelcomeCache(NewWelcomeCache(0)))
+				}
+				for _, inst := range insts {
+					if _, _, err := inst.Join(welcome.MLS, nil, opts...); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }

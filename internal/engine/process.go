@@ -83,20 +83,39 @@ func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinO
 	if err != nil {
 		return nil, nil, fail(op, schema.CategoryInvalidEncoding, err)
 	}
-	g, err := group.JoinFromWelcome(welcome, entry.kp, keys, cfg.psks)
-	if err != nil {
-		return nil, nil, classifyMLSGoError(op, err)
-	}
-	info := welcome.GroupInfo
-	if info == nil || info.GroupContext == nil {
-		return nil, nil, fail(op, schema.CategoryInvalidEncoding, errors.New("welcome without group info"))
-	}
-	if !hasExtension(info.Extensions, mlsext.ExtensionTypeRatchetTree) {
-		if len(ratchetTree) == 0 {
-			return nil, nil, fail(op, schema.CategoryInvalidEncoding, ErrNoRatchetTree)
+	// A Welcome one hosted member joined already is not checked again
+	// for the others it adds (WelcomeCache).
+	var secrets *group.Secrets
+	var remembered *joinedWelcome
+	if cfg.welcomes != nil && cfg.psks == nil {
+		if gs, ok := openSecrets(welcome, ref, keys); ok {
+			secrets = gs
+			remembered = cfg.welcomes.lookup(welcomeID(welcomeMessage), welcome.CipherSuite, gs.JoinerSecret.AsSlice())
 		}
-		if g, err = withSuppliedTree(g, info, ratchetTree, entry.kp.LeafNode.EncryptionKey); err != nil {
-			return nil, nil, err
+	}
+	var g *group.Group
+	var signer uint32
+	treeInInfo := true
+	if remembered != nil {
+		g, signer = remembered.join(secrets, entry.kp, keys)
+	}
+	if g == nil {
+		if g, err = group.JoinFromWelcome(welcome, entry.kp, keys, cfg.psks); err != nil {
+			return nil, nil, classifyMLSGoError(op, err)
+		}
+		info := welcome.GroupInfo
+		if info == nil || info.GroupContext == nil {
+			return nil, nil, fail(op, schema.CategoryInvalidEncoding, errors.New("welcome without group info"))
+		}
+		signer = uint32(info.Signer)
+		if !hasExtension(info.Extensions, mlsext.ExtensionTypeRatchetTree) {
+			treeInInfo = false
+			if len(ratchetTree) == 0 {
+				return nil, nil, fail(op, schema.CategoryInvalidEncoding, ErrNoRatchetTree)
+			}
+			if g, err = withSuppliedTree(g, info, ratchetTree, entry.kp.LeafNode.EncryptionKey); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	st = &State{g: g}
@@ -104,12 +123,15 @@ func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinO
 	if err != nil {
 		return nil, nil, err
 	}
-	adder, ok := st.Member(uint32(info.Signer))
+	adder, ok := st.Member(signer)
 	if !ok {
 		return nil, nil, fail(op, schema.CategoryInvalidSignature, errors.New("group info signer is not a member"))
 	}
 	if found && components.RoleOf(set, accountOf(adder.InboxID)) < components.RoleAdmin {
 		return nil, nil, fail(op, schema.CategoryAuthorizationFailed, ErrAdderNotAdmin)
+	}
+	if secrets != nil && remembered == nil && treeInInfo {
+		cfg.welcomes.remember(welcomeID(welcomeMessage), welcome.CipherSuite, secrets.JoinerSecret.AsSlice(), g, signer)
 	}
 	return st, &JoinInfo{
 		GroupID:       st.GroupID(),
@@ -125,7 +147,8 @@ func (inst *Installation) Join(welcomeMessage, ratchetTree []byte, opts ...JoinO
 type JoinOption func(*joinConfig)
 
 type joinConfig struct {
-	psks map[string][]byte
+	psks     map[string][]byte
+	welcomes *WelcomeCache
 }
 
 // WithExternalPSKs supplies external pre-shared keys by psk_id (RFC 9420

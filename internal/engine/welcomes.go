@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"maps"
+	"sync"
+
+	"github.com/thomas-vilte/mls-go/ciphersuite"
+	"github.com/thomas-vilte/mls-go/group"
+	"github.com/thomas-vilte/mls-go/keypackages"
+	"github.com/thomas-vilte/mls-go/treesync"
+)
+
+// DefaultWelcomeCacheSize is how many Welcomes a WelcomeCache made with
+// NewWelcomeCache(0) remembers.
+const DefaultWelcomeCacheSize = 4
+
+// WelcomeCache remembers, for the Welcomes this process joined last, the
+// state the first joiner reached, so the other hosted members one Welcome
+// adds join without checking its GroupInfo and ratchet tree again. A full
+// join verifies every leaf's signature (RFC 9420 §12.4.3.1), so n hosted
+// members of an n-member group cost n² verifications; with the cache they
+// cost n.
+//
+// Everything a join learns from a Welcome but the joiner's own leaf, leaf
+// key and path keys comes from the GroupInfo, which the Welcome encrypts
+// once under a key derived from the joiner_secret: a joiner whose
+// GroupSecrets carry the same joiner_secret (and no PSKs) decrypts the same
+// GroupInfo bytes, so every check of it passed for it too. Such a joiner
+// gets the remembered state with its own leaf index, leaf private key and
+// the path keys of its path_secret, exactly what mls-go's JoinFromWelcome
+// gives it (TestWelcomeCacheJoinsAsFullJoin); any other joiner is joined
+// in full. It is safe for concurrent use. The entries hold epoch secrets,
+// like the member states made from them.
+type WelcomeCache struct {
+	mu      sync.Mutex
+	max     int
+	entries []*joinedWelcome // oldest first
+}
+
+// NewWelcomeCache returns a cache of up to n Welcomes
+// (DefaultWelcomeCacheSize when n is 0).
+func NewWelcomeCache(n int) *WelcomeCache {
+	if n <= 0 {
+		n = DefaultWelcomeCacheSize
+	}
+	return &WelcomeCache{max: n}
+}
+
+// joinedWelcome is one remembered join. It is not changed once made.
+type joinedWelcome struct {
+	id     [32]byte // SHA-256 of the Welcome message
+	suite  ciphersuite.CipherSuite
+	joiner []byte // the joiner_secret
+	// base is the joined state with no joiner's own fields.
+	base group.StateData
+	// leaves maps a leaf's encryption key to its index (the first leaf
+	// holding it, as JoinFromWelcome searches).
+	leaves map[string]uint32
+	// path are the present nodes of the GroupInfo signer's direct path
+	// above its leaf: a path_secret's keys, from the first node above the
+	// joiner (RFC 9420 §12.4.3.1).
+	path   []treesync.NodeIndex
+	tree   *treesync.RatchetTree
+	signer uint32 // the GroupInfo signer's leaf
+	// psks are the cached PSKs, which base cannot carry: their map keys
+	// are raw bytes, which JSON does not keep (snapshotEnvelope).
+	psks map[string][]byte
+}
+
+// WithWelcomeCache makes Join remember the Welcome in c and join from it
+// without checking it again when c remembers it already.
+func WithWelcomeCache(c *WelcomeCache) JoinOption {
+	return func(cfg *joinConfig) { cfg.welcomes = c }
+}
+
+// openSecrets decrypts the GroupSecrets the Welcome addresses to ref.
+func openSecrets(w *group.Welcome, ref []byte, keys *keypackages.KeyPackagePrivateKeys) (*group.Secrets, bool) {
+	for i := range w.Secrets {
+		if !bytes.Equal(w.Secrets[i].NewMember, ref) {
+			continue
+		}
+		data, err := ciphersuite.DecryptWithLabel(keys.InitKey.Bytes(), "Welcome", w.EncryptedGroupInfo, &w.Secrets[i].EncryptedGroupSecrets, w.CipherSuite)
+		if err != nil {
+			return nil, false
+		}
+		gs, err := group.UnmarshalGroupSecrets(data)
+		clear(data)
+		if err != nil || len(gs.Psks) > 0 {
+			return nil, false
+		}
+		return gs, true
+	}
+	return nil, false
+}
+
+// lookup returns the entry of a Welcome whose joiner_secret is joiner.
+func (c *WelcomeCache) lookup(id [32]byte, suite ciphersuite.CipherSuite, joiner []byte) *joinedWelcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.id == id && e.suite == suite && bytes.Equal(e.joiner, joiner) {
+			return e
+		}
+	}
+	return nil
+}
+
+// remember keeps what a full join of a Welcome reached.
+func (c *WelcomeCache) remember(id [32]byte, suite ciphersuite.CipherSuite, joiner []byte, g *group.Group, signer uint32) {
+	if c.lookup(id, suite, joiner) != nil {
+		return
+	}
+	raw, err := g.MarshalState()
+	if err != nil {
+		return
+	}
+	defer clear(raw)
+	e := &joinedWelcome{id: id, suite: suite, joiner: bytes.Clone(joiner), leaves: make(map[string]uint32), signer: signer}
+	if err := json.Unmarshal(raw, &e.base); err != nil {
+		return
+	}
+	e.base.OwnLeafIndex, e.base.MyLeafEncryptionKey, e.base.PathNodePrivKeys, e.base.PendingUpdatePrivKey = 0, nil, nil, nil
+	e.base.CachedPsks, e.psks = nil, maps.Clone(g.CachedPsks())
+	if e.tree, err = treesync.UnmarshalTree(e.base.RatchetTree, suite); err != nil {
+		return
+	}
+	for i := range e.tree.NumLeaves {
+		leaf := e.tree.GetLeaf(treesync.LeafIndex(i))
+		if leaf == nil || leaf.LeafData == nil {
+			continue
+		}
+		if _, dup := e.leaves[string(leaf.LeafData.EncryptionKey)]; !dup {
+			e.leaves[string(leaf.LeafData.EncryptionKey)] = i
+		}
+	}
+	if dp := e.tree.DirectPath(treesync.LeafIndex(signer)); len(dp) > 0 {
+		for _, n := range dp[1:] {
+			if int(n) >= len(e.tree.Nodes) {
+				break
+			}
+			if e.tree.Nodes[n].State == treesync.NodeStatePresent {
+				e.path = append(e.path, n)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = append(c.entries, e)
+	if len(c.entries) > c.max {
+		c.entries[0] = nil
+		c.entries = c.entries[1:]
+	}
+}
+
+// join makes the state JoinFromWelcome would make for the joiner of kp
+// from a remembered join, and returns the GroupInfo signer's leaf; nil
+// when it cannot.
+func (e *joinedWelcome) join(gs *group.Secrets, kp *keypackages.KeyPackage, keys *keypackages.KeyPackagePrivateKeys) (*group.Group, uint32) {
+	encKey := kp.LeafNode.EncryptionKey
+	if len(encKey) == 0 {
+		encKey = kp.InitKey
+	}
+	own, ok := e.leaves[string(encKey)]
+	if !ok {
+		return nil, 0
+	}
+	sd := e.base
+	sd.OwnLeafIndex = own
+	if keys.EncryptionKey != nil {
+		sd.MyLeafEncryptionKey = keys.EncryptionKey.Bytes()
+	} else {
+		sd.MyLeafEncryptionKey = keys.InitKey.Bytes()
+	}
+	if len(gs.PathSecret) > 0 {
+		ps := ciphersuite.NewSecretForCS(e.suite, gs.PathSecret)
+		started := false
+		for _, n := range e.path {
+			if !started {
+				if !e.tree.SubtreeContainsLeaf(n, treesync.LeafIndex(own)) {
+					continue
+				}
+				started = true
+			}
+			node, err := ps.DeriveSecret(e.suite, "node")
+			if err == nil {
+				if priv, err := ciphersuite.DeriveKeyPair(e.suite, node.AsSlice()); err == nil {
+					if sd.PathNodePrivKeys == nil {
+						sd.PathNodePrivKeys = make(map[treesync.NodeIndex][]byte)
+					}
+					sd.PathNodePrivKeys[n] = priv.Bytes()
+				}
+			}
+			if ps, err = ps.DeriveSecret(e.suite, "path"); err != nil {
+				return nil, 0
+			}
+		}
+	}
+	raw, err := json.Marshal(&sd)
+	if err != nil {
+		return nil, 0
+	}
+	defer clear(raw)
+	g, err := group.UnmarshalGroupState(raw)
+	if err != nil {
+		return nil, 0
+	}
+	for k, v := range e.psks {
+		g.LoadPsk([]byte(k), bytes.Clone(v))
+	}
+	return g, e.signer
+}
+
+// welcomeID names a Welcome message in the cache.
+func welcomeID(msg []byte) [32]byte { return sha256.Sum256(msg) }
