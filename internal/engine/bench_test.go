@@ -268,17 +268,7 @@ func BenchmarkProcessCommit100(b *testing.B) {
 // WelcomeCache only the first does.
 func BenchmarkHostedJoins(b *testing.B) {
 	const n = 100
-	ag := adminGroup(b)
-	insts := make([]*Installation, n)
-	kps := make([][]byte, n)
-	for i := range insts {
-		insts[i] = must[*Installation](b)(CreateInstallation(newAccount(b), 0))
-		kps[i] = must[[][]byte](b)(insts[i].NewKeyPackages(1))[0]
-	}
-	_, welcome, err := ag.Invite(kps...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	insts, welcome := invitedInstallations(b, adminGroup(b), n)
 	for _, cached := range []bool{false, true} {
 		b.Run(fmt.Sprintf("welcome-cache=%v", cached), func(b *testing.B) {
 			for b.Loop() {

@@ -28,16 +28,7 @@ func TestWelcomeCacheJoinsAsFullJoin(t *testing.T) {
 	if _, _, err := ag.Add(remote...); err != nil {
 		t.Fatal(err)
 	}
-	insts := make([]*Installation, 13)
-	kps := make([][]byte, len(insts))
-	for i := range insts {
-		insts[i] = must[*Installation](t)(CreateInstallation(newAccount(t), 0))
-		kps[i] = must[[][]byte](t)(insts[i].NewKeyPackages(1))[0]
-	}
-	_, welcome, err := ag.Invite(kps...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	insts, welcome := invitedInstallations(t, ag, 13)
 	cache := NewWelcomeCache(0)
 	withPathKeys := 0
 	for i, inst := range insts {
@@ -78,7 +69,7 @@ func TestWelcomeCacheJoinsAsFullJoin(t *testing.T) {
 	// state made from what the first reached is its full join's.
 	w := must[*group.Welcome](t)(group.UnmarshalWelcome(welcome.MLS[4:]))
 	for i, inst := range insts[1:] {
-		ref := inst.ref(kps[i+1][4:])
+		ref := inst.KeyPackageRefs()[0]
 		entry := inst.keyPackages[string(ref)]
 		keys := must[*keypackages.KeyPackagePrivateKeys](t)(entry.privateKeys(inst.suite))
 		secrets, ok := openSecrets(w, ref, keys)
@@ -101,4 +92,21 @@ func TestWelcomeCacheJoinsAsFullJoin(t *testing.T) {
 			t.Fatalf("member %d: the remembered join differs from a full join", i+1)
 		}
 	}
+}
+
+// invitedInstallations makes n hosted installations of one KeyPackage each
+// and the Welcome of g that adds them all.
+func invitedInstallations(t testing.TB, g *testpeer.Group, n int) ([]*Installation, testpeer.Message) {
+	t.Helper()
+	insts := make([]*Installation, n)
+	kps := make([][]byte, n)
+	for i := range insts {
+		insts[i] = must[*Installation](t)(CreateInstallation(newAccount(t), 0))
+		kps[i] = must[[][]byte](t)(insts[i].NewKeyPackages(1))[0]
+	}
+	_, welcome, err := g.Invite(kps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return insts, welcome
 }
