@@ -75,6 +75,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpSubscribe, ID: 1, ClientID: "ab", Filter: &schema.EventFilter{Kinds: []schema.EventKind{}}, FromStart: true, StartTime: -1}))
 	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpSubscribe, ID: 1, ClientID: "ab", Filter: &schema.EventFilter{Kinds: []schema.EventKind{}}}))
 	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpEvent, Sub: 1, Seq: 2, Event: AppendLagged(Msgpack, nil, 3)}))
+	f.Add(byte(0), []byte(`{"op":"connect","token":"eyJhbGciOiJFZERTQSJ9.e30.sig"}`))
+	f.Add(byte(1), Append(Msgpack, nil, &Frame{Op: OpConnect, Token: "eyJ"}))
 	f.Fuzz(func(t *testing.T, e byte, b []byte) {
 		enc := Encoding(e % 2)
 		fr, err := Decode(enc, b)
@@ -90,10 +92,27 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-decode: %v", err)
 		}
 		if again.Op != fr.Op || again.ID != fr.ID || again.Sub != fr.Sub || again.N != fr.N ||
-			again.AfterSeq != fr.AfterSeq || again.StartTime != fr.StartTime || again.FromStart != fr.FromStart {
+			again.AfterSeq != fr.AfterSeq || again.StartTime != fr.StartTime || again.FromStart != fr.FromStart || again.Token != fr.Token {
 			t.Fatalf("round trip changed the frame: %+v vs %+v", again, fr)
 		}
 	})
+}
+
+// A frame with more than 15 members is a msgpack map16, not a fixmap: one
+// with every member set round-trips in both encodings.
+func TestFrameWithEveryMemberRoundTrips(t *testing.T) {
+	f := Frame{Op: OpSubscribe, ID: 1, Sub: 2, ClientID: "ab", Filter: &schema.EventFilter{Kinds: []schema.EventKind{}}, N: 3, Seq: 4,
+		AfterSeq: 5, StartTime: 6, FromStart: true, Held: 7, AtMost: true, Reason: "r", Code: "c", Message: "m", Token: "t"}
+	for _, enc := range []Encoding{JSON, Msgpack} {
+		f.Event = AppendLagged(enc, nil, 8)
+		got, err := Decode(enc, Append(enc, nil, &f))
+		if err != nil {
+			t.Fatalf("%v: %v", enc, err)
+		}
+		if got.Token != "t" || got.Message != "m" || got.Held != 7 || !got.AtMost || got.Filter == nil {
+			t.Fatalf("%v: %+v", enc, got)
+		}
+	}
 }
 
 // Error text goes to apps: it names members in the protocol's words and
