@@ -387,12 +387,18 @@ func wireOps(t *testing.T) []string {
 
 var routePattern = regexp.MustCompile(`^(GET|POST|PUT|PATCH|DELETE) (/[^ ]*)$`)
 
-// goRoutes finds every ServeMux pattern of the roles: each string constant
-// expression in the Go files (not tests) under internal/ and cmd/ that is a
-// method and a path, with the constants it names resolved.
+// goRoutes finds every ServeMux pattern the roles register: each call
+// argument or composite literal element in the Go files (not tests) under
+// internal/ and cmd/ that is a constant string expression of a method and a
+// path. Constants resolve across a package's files, inside functions, and
+// across packages (pkg.Name).
 func goRoutes(t *testing.T) []string {
 	t.Helper()
-	routes := map[string]bool{}
+	type file struct {
+		pkg string
+		f   *ast.File
+	}
+	var files []file
 	for _, root := range []string{"../internal", "../cmd"} {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -402,41 +408,80 @@ func goRoutes(t *testing.T) []string {
 			if err != nil {
 				return err
 			}
-			consts := map[string]string{}
-			ast.Inspect(f, func(n ast.Node) bool {
-				if vs, ok := n.(*ast.ValueSpec); ok {
-					for i, name := range vs.Names {
-						if i < len(vs.Values) {
-							if s, ok := constString(vs.Values[i], consts); ok {
-								consts[name.Name] = s
-							}
-						}
-					}
-				}
-				// A whole constant expression, never a part of one ("GET "+c
-				// of "GET "+c+"/{id}").
-				if e, ok := n.(ast.Expr); ok {
-					if s, ok := constString(e, consts); ok {
-						if routePattern.MatchString(s) {
-							routes[s] = true
-						}
-						return false
-					}
-				}
-				return true
-			})
+			files = append(files, file{filepath.Dir(path), f})
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Package-level constants, by directory and by package name; a few
+	// passes resolve constants defined from others.
+	byDir := map[string]map[string]string{}
+	byName := map[string]map[string]string{}
+	for range 3 {
+		for _, f := range files {
+			consts := byDir[f.pkg]
+			if consts == nil {
+				consts = map[string]string{}
+				byDir[f.pkg], byName[f.f.Name.Name] = consts, consts
+			}
+			for _, d := range f.f.Decls {
+				if gd, ok := d.(*ast.GenDecl); ok && gd.Tok == token.CONST {
+					collectConsts(gd, consts, byName)
+				}
+			}
+		}
+	}
+	routes := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			local := maps.Clone(byDir[f.pkg])
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				var candidates []ast.Expr
+				switch n := n.(type) {
+				case *ast.GenDecl:
+					if n.Tok == token.CONST {
+						collectConsts(n, local, byName)
+					}
+				case *ast.CallExpr:
+					candidates = n.Args
+				case *ast.CompositeLit:
+					candidates = n.Elts
+				}
+				for _, e := range candidates {
+					if s, ok := constString(e, local, byName); ok && routePattern.MatchString(s) {
+						routes[s] = true
+					}
+				}
+				return true
+			})
+		}
+	}
 	return slices.Sorted(maps.Keys(routes))
 }
 
-// constString evaluates a string literal, a constant of the file, or a sum
-// of them.
-func constString(e ast.Expr, consts map[string]string) (string, bool) {
+// collectConsts adds the string constants of a const declaration.
+func collectConsts(gd *ast.GenDecl, consts map[string]string, byName map[string]map[string]string) {
+	for _, spec := range gd.Specs {
+		vs := spec.(*ast.ValueSpec)
+		for i, name := range vs.Names {
+			if i < len(vs.Values) {
+				if s, ok := constString(vs.Values[i], consts, byName); ok {
+					consts[name.Name] = s
+				}
+			}
+		}
+	}
+}
+
+// constString evaluates a string literal, a constant (Name or pkg.Name), or
+// a sum of them.
+func constString(e ast.Expr, consts map[string]string, byName map[string]map[string]string) (string, bool) {
 	switch e := e.(type) {
 	case *ast.BasicLit:
 		if e.Kind != token.STRING {
@@ -447,12 +492,17 @@ func constString(e ast.Expr, consts map[string]string) (string, bool) {
 	case *ast.Ident:
 		s, ok := consts[e.Name]
 		return s, ok
+	case *ast.SelectorExpr:
+		if pkg, ok := e.X.(*ast.Ident); ok {
+			s, ok := byName[pkg.Name][e.Sel.Name]
+			return s, ok
+		}
 	case *ast.BinaryExpr:
 		if e.Op != token.ADD {
 			return "", false
 		}
-		l, lok := constString(e.X, consts)
-		r, rok := constString(e.Y, consts)
+		l, lok := constString(e.X, consts, byName)
+		r, rok := constString(e.Y, consts, byName)
 		return l + r, lok && rok
 	}
 	return "", false
