@@ -61,6 +61,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/read"
 	"github.com/fabric-mls/fabric/internal/signals"
 )
 
@@ -155,7 +156,8 @@ func parse(args []string) (options, secrets, error) {
 	return o, sec, errs.Err()
 }
 
-// mountClientAPI serves the client stores and signals beside intake.
+// mountClientAPI serves the client stores, signals and the read API
+// beside intake.
 func mountClientAPI(ctx context.Context, srv *ops.Server, js jetstream.JetStream, verifier *auth.Verifier, vault *engine.Vault, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
 	store, err := clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: log, Registerer: reg})
 	if err != nil {
@@ -166,9 +168,15 @@ func mountClientAPI(ctx context.Context, srv *ops.Server, js jetstream.JetStream
 		store.Close()
 		return nil, err
 	}
+	rd, err := read.New(ctx, read.Config{JS: js, Vault: vault, Verifier: verifier, Stores: store, Logger: log, Registerer: reg})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
 	api := http.NewServeMux()
 	store.Mount(api)
 	sig.Mount(api)
+	rd.Mount(api)
 	srv.Handle("/v1/tenants/{tenant}/clients", api)
 	srv.Handle("/v1/tenants/{tenant}/clients/", api)
 	return store.Close, nil

@@ -30,6 +30,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/read"
 	"github.com/fabric-mls/fabric/internal/signals"
 )
 
@@ -231,9 +232,14 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if f.srv, err = ops.NewWithLimits(o.Listen, reg, o.HTTPLimits); err != nil {
 		return nil, fmt.Errorf("allinone: HTTP %w", err)
 	}
+	rd, err := read.New(ctx, read.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Stores: f.store, Logger: o.Logger, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
 	api := http.NewServeMux()
 	f.store.Mount(api)
 	sig.Mount(api)
+	rd.Mount(api)
 	for _, p := range []string{"POST /v1/tenants/{tenant}/transport", "GET /v1/tenants/{tenant}/outcomes/{message_id}"} {
 		api.Handle(p, f.ing.Handler())
 	}

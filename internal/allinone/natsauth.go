@@ -148,6 +148,8 @@ func rolePermissions() map[string]*server.Permissions {
 			direct(streams.StreamEvents),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
 			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
+			// the read API pages consent and identity records by sequence
+			[]string{apiDirect + kvStream(streams.BucketStores)},
 			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
 		UserConverge: perms(in(UserConverge), all,
 			[]string{"fabric.ev.>", "fabric.ck.>", "fabric.outcome.>",

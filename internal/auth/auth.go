@@ -38,6 +38,7 @@ const (
 	ScopeIngest  Scope = "ingest"  // posting transport messages, reading outcomes
 	ScopeEvents  Scope = "events"  // subscribing to client events
 	ScopeSignals Scope = "signals" // reporting local changes
+	ScopeRead    Scope = "read"    // reading a hosted client's state; admin implies it
 )
 
 // AllClients in a token's clients claim grants every client of the tenant.
@@ -84,7 +85,7 @@ func (c Claims) Require(scope Scope, tenant, clientID string) error {
 	if c.Tenant != tenant {
 		return forbidden("token is not valid for this tenant")
 	}
-	if !slices.Contains(c.Scopes, scope) {
+	if !slices.Contains(c.Scopes, scope) && (scope != ScopeRead || !slices.Contains(c.Scopes, ScopeAdmin)) {
 		return forbidden("token lacks scope %q", scope)
 	}
 	if clientID != "" && !c.AllowsClient(clientID) {

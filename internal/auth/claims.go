@@ -28,6 +28,7 @@ var DefaultLifetimes = Lifetimes{
 	ScopeIngest:  30 * 24 * time.Hour,
 	ScopeEvents:  30 * 24 * time.Hour,
 	ScopeSignals: 30 * 24 * time.Hour,
+	ScopeRead:    30 * 24 * time.Hour,
 }
 
 // limit returns the scope that sets the lifetime limit of a token with

@@ -179,6 +179,11 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	if err != nil {
 		return checkpoint{}, nil, nil, nil, err
 	}
+	rd, err := w.readableMsgs(ctx, g, t)
+	if err != nil {
+		return checkpoint{}, nil, nil, nil, err
+	}
+	ix = append(ix, rd...)
 	written, parts, err := w.putBlobs(ctx, blobs)
 	if err != nil {
 		return checkpoint{}, nil, nil, written, err

@@ -101,6 +101,17 @@ func (s *engineState) Components() components.Set {
 	return set
 }
 
+func (s *engineState) Leaves() []Leaf {
+	if s.st == nil {
+		return nil
+	}
+	var out []Leaf
+	for _, m := range s.st.Members() {
+		out = append(out, Leaf{InboxID: m.InboxID, InstallationKey: m.InstallationKey})
+	}
+	return out
+}
+
 func (s *engineState) GroupEventKey() ([]byte, error) {
 	k, err := s.st.GroupEventKey()
 	if err != nil {

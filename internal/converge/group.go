@@ -9,6 +9,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/converge/project"
 	"github.com/fabric-mls/fabric/internal/engine"
@@ -81,6 +82,8 @@ type txn struct {
 	// expiry are the group's expiry queues as the transaction found them:
 	// the pages consumed since are purged once it is stored.
 	expiry []expiryQueue
+	// rd are the transaction's readable records (readable.go).
+	rd readWrites
 
 	mls MLS
 	dir directory
@@ -122,6 +125,7 @@ func (t *txn) emit(client string, cause []byte, evs ...project.Event) {
 		t.events = append(t.events, emission{Client: client, Cause: cause, Index: t.next[k], Event: ev})
 		t.next[k]++
 	}
+	t.rd.touch(client)
 }
 
 func (t *txn) components() components.Set { return t.g.components() }
@@ -179,7 +183,7 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 			cat = schema.CategoryWrongRecipient
 			continue
 		}
-		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID}
+		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID, FirstN: t.g.Delivered + 1}
 		t.members[clientID] = st
 		t.dirty[clientID] = true
 		comps := st.Components()
@@ -252,8 +256,12 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 		t.emit(m.ClientID, cause, evs...)
 	}
 	if deleted != nil {
+		t.retire(deleted, readmodel.StateDeleted, app.Sender.InboxID)
 		t.unindex(deleted.ID)
 	}
+	t.g.Delivered++
+	msg.N, msg.At = t.g.Delivered, at
+	t.record(msg, ct, app.Plaintext)
 	t.index(msg, secs)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/converge/project"
@@ -378,6 +379,7 @@ func (t *txn) expire(read func(secs, from uint64) ([]expiryEntry, uint64, error)
 				if s == nil || s.ExpiresAt != e.ExpiresAt {
 					continue
 				}
+				t.retire(s, readmodel.StateExpired, "")
 				t.unindex(e.ID)
 				expired = true
 				cause := append([]byte("expired:"), e.ID...)
@@ -407,7 +409,7 @@ func (t *txn) expire(read func(secs, from uint64) ([]expiryEntry, uint64, error)
 
 // size is how many messages the transaction's batch holds so far, its
 // checkpoint aside.
-func (t *txn) size() int { return len(t.events) + t.ix.size() }
+func (t *txn) size() int { return len(t.events) + t.ix.size() + t.rd.size() }
 
 // The index before version 3 was kept whole in the group state, its full
 // chunks of messageChunkLen entries in blobs of their own (checkpoint

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/converge/project"
 	"github.com/fabric-mls/fabric/internal/convergence"
@@ -256,6 +257,9 @@ func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
 		s.rollBack(sup.ID)
 	}
 	for _, id := range res.Withdrawn {
+		if s := t.message(id[:]); s != nil {
+			t.retire(s, readmodel.StateInvalidated, "")
+		}
 		t.unindex(id[:])
 		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
 		s.rollBack(id)
@@ -670,9 +674,10 @@ func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
 	switch {
 	case tip == nil && !m.Removed:
 		m.Removed, m.Retained, m.RemovedEpoch = true, true, cg.TipEpoch()
+		m.LastN = t.g.Delivered
 		t.groupChanged = true
 	case tip != nil && m.Removed:
-		m.Removed, m.Retained, m.RemovedEpoch = false, false, 0
+		m.Removed, m.Retained, m.RemovedEpoch, m.LastN = false, false, 0, 0
 		t.groupChanged = true
 	}
 	t.members[m.ClientID] = &branchState{engineState: &engineState{st: tip, vault: p.vault}, cg: cg}

@@ -53,6 +53,8 @@ type MemberState interface {
 	// GroupEventKey is MLS-Exporter("fabric", "group-event", 32) of this
 	// epoch (DESIGN section 3).
 	GroupEventKey() ([]byte, error)
+	// Leaves are the group's member leaves at this epoch.
+	Leaves() []Leaf
 	// Snapshot serialises the state.
 	Snapshot() ([]byte, error)
 	// Proposal processes a PublicMessage proposal and returns the state

@@ -71,6 +71,8 @@ type groupState struct {
 	// a payload a pass delivers later is indexed with them.
 	LastSeq  uint64 `msgpack:"last_seq,omitempty"`
 	LastTime int64  `msgpack:"last_time,omitempty"`
+	// Delivered is the newest delivery number (readable.go).
+	Delivered uint64 `msgpack:"delivered,omitempty"`
 }
 
 // hostedMember is a hosted client's membership of the group.
@@ -104,6 +106,12 @@ type hostedMember struct {
 	// the member, newest last, so a commit that branch selection
 	// supersedes names the events it withdraws (fabric.commit_superseded).
 	Applied []attributed `msgpack:"applied,omitempty"`
+	// LastN is the group's newest delivery number when the member was
+	// removed: the last message it holds.
+	LastN uint64 `msgpack:"last_n,omitempty"`
+	// FirstN is the first delivery number after the member joined: no
+	// message before it is the member's.
+	FirstN uint64 `msgpack:"first_n,omitempty"`
 }
 
 // attributed is how many events one applied commit caused for a member.
@@ -142,6 +150,11 @@ type storedMessage struct {
 	SenderInstallation []byte `msgpack:"sender_installation"`
 	Seq                uint64 `msgpack:"seq"`
 	ExpiresAt          int64  `msgpack:"expires_at,omitempty"`
+	// N is the message's delivery number, the subject of its readable
+	// record (readable.go); 0 for one indexed before records were kept.
+	N uint64 `msgpack:"n,omitempty"`
+	// At is when it was sent (stream time, unix ms).
+	At int64 `msgpack:"at,omitempty"`
 	// Deleted marks a deleted message in a version 1 or 2 index; the
 	// stored index has no entry for one.
 	Deleted bool `msgpack:"deleted,omitempty"`

@@ -98,6 +98,8 @@ type Worker struct {
 	// vault seals the group event keys the worker stores.
 	vault *engine.Vault
 	dir   kvDirectory
+	// sealers seal message content under each tenant's key (readable.go).
+	sealers sealers
 	// partBytes is the most bytes of a state blob one message carries.
 	partBytes int
 

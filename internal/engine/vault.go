@@ -3,7 +3,9 @@ package engine
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,9 @@ import (
 // the associated data, so an installation blob never opens as group state.
 type Vault struct {
 	aead cipher.AEAD
+	// prk is the HKDF-SHA256 pseudorandom key of the master key, from
+	// which Derive expands keys of other uses.
+	prk []byte
 }
 
 // Sealed blob layout: version byte 1 || nonce(12) || ciphertext||tag.
@@ -29,6 +34,7 @@ const (
 	labelInstallation = "fabric/installation/v1"
 	labelState        = "fabric/group-state/v1"
 	labelGroupKeys    = "fabric/group-event-keys/v1"
+	labelDerive       = "fabric/derive/v1"
 )
 
 // NewVault returns a Vault for a 32-byte master key.
@@ -44,7 +50,18 @@ func NewVault(masterKey []byte) (*Vault, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: master key: %w", err)
 	}
-	return &Vault{aead: aead}, nil
+	prk, err := hkdf.Extract(sha256.New, masterKey, []byte(labelDerive))
+	if err != nil {
+		return nil, fmt.Errorf("engine: master key: %w", err)
+	}
+	return &Vault{aead: aead, prk: prk}, nil
+}
+
+// Derive returns an n-byte key for label and info, HKDF-SHA256 expanded
+// from the master key: a use of its own, such as a tenant's message
+// content key (internal/readmodel), never the master key itself.
+func (v *Vault) Derive(label string, info []byte, n int) ([]byte, error) {
+	return hkdf.Expand(sha256.New, v.prk, label+"\x00"+string(info), n)
 }
 
 // String never shows the key.

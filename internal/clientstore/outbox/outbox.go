@@ -259,3 +259,10 @@ func backoff(ctx context.Context, attempt int) {
 	case <-t.C:
 	}
 }
+
+// Decode decodes the state of a stored record, as Get reads it.
+func Decode[S any](b []byte) (S, error) {
+	var rec record[S]
+	err := decodeRecord(b, &rec)
+	return rec.State, err
+}

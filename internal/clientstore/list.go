@@ -1,0 +1,105 @@
+package clientstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// HeldIdentity is one inbox's association state a client holds.
+type HeldIdentity struct {
+	InboxID string           `json:"inbox_id" msgpack:"inbox_id"`
+	Held    AssociationState `json:"held" msgpack:"held"`
+}
+
+// ListConsent returns up to limit of a client's stored consent records,
+// in the order they were last changed, from bucket sequence from on, and
+// the sequence the next page starts at (0 when there is no more). A read
+// costs what it returns, not what the client stores.
+func (s *Store) ListConsent(ctx context.Context, tenant, clientID string, from uint64, limit int) ([]ConsentRecord, uint64, error) {
+	var out []ConsentRecord
+	next, err := s.list(ctx, tenant, clientID, "consent", from, limit, func(rest string, b []byte) error {
+		kind, entity, ok := strings.Cut(rest, ".")
+		if !ok {
+			return nil
+		}
+		st, err := outbox.Decode[consentState](b)
+		if err != nil {
+			return err
+		}
+		out = append(out, ConsentRecord{EntityKind: schema.ConsentEntityKind(kind), Entity: entity, State: st.State})
+		return nil
+	})
+	return out, next, err
+}
+
+// ListIdentities returns up to limit of the association states a client
+// holds, as ListConsent.
+func (s *Store) ListIdentities(ctx context.Context, tenant, clientID string, from uint64, limit int) ([]HeldIdentity, uint64, error) {
+	var out []HeldIdentity
+	next, err := s.list(ctx, tenant, clientID, "identity", from, limit, func(inbox string, b []byte) error {
+		st, err := outbox.Decode[AssociationState](b)
+		if err != nil {
+			return err
+		}
+		out = append(out, HeldIdentity{InboxID: inbox, Held: st})
+		return nil
+	})
+	return out, next, err
+}
+
+// Identity returns the association state a client holds for an inbox.
+func (s *Store) Identity(ctx context.Context, tenant, clientID, inbox string) (AssociationState, bool, error) {
+	key, err := identityKey(tenant, clientID, inbox)
+	if err != nil {
+		return AssociationState{}, false, err
+	}
+	return outbox.Get[AssociationState](ctx, s.out, key)
+}
+
+// Consent returns a client's consent state of an entity; unknown when
+// none is stored.
+func (s *Store) Consent(ctx context.Context, tenant, clientID string, kind schema.ConsentEntityKind, entity string) (schema.ConsentState, error) {
+	key, err := consentKey(tenant, clientID, kind, entity)
+	if err != nil {
+		return "", err
+	}
+	st, found, err := outbox.Get[consentState](ctx, s.out, key)
+	if err != nil || !found {
+		return schema.ConsentUnknown, err
+	}
+	return st.State, nil
+}
+
+// list scans the keys <tenant>.<client>.<kind>.… of fabric-stores from
+// sequence from, handing each one's rest of key and value to add.
+func (s *Store) list(ctx context.Context, tenant, clientID, kind string, from uint64, limit int, add func(rest string, b []byte) error) (uint64, error) {
+	prefix, err := subject.Key(tenant, clientID, kind)
+	if err != nil {
+		return 0, err
+	}
+	got, err := readmodel.ScanKV(ctx, s.nc, streams.BucketStores, prefix, from, limit)
+	if err != nil {
+		return 0, fmt.Errorf("clientstore: list %s: %w", kind, err)
+	}
+	var next uint64
+	for _, m := range got {
+		next = m.Seq + 1
+		if len(m.Data) == 0 {
+			continue // a deleted key
+		}
+		if err := add(m.Subject, m.Data); err != nil {
+			return 0, fmt.Errorf("clientstore: list %s: %w", kind, err)
+		}
+	}
+	if len(got) < limit || got[len(got)-1].Pending == 0 {
+		next = 0
+	}
+	return next, nil
+}

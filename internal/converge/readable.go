@@ -1,0 +1,281 @@
+package converge
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/converge/project"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// The readable state of the group (internal/readmodel, docs/read-api.md)
+// is written in the transaction's own atomic batch, beside its events, so
+// a read issued once an event arrived sees the change (EVENT-010): each
+// delivered message's record (content sealed under the tenant's key) and
+// the pointer from its id; a message deleted, expired or withdrawn has
+// its record replaced by one without content; the conversation record of
+// every client the transaction emitted to; and the group's members when
+// anything but a message changed.
+
+// readWrites are the readable records of one transaction.
+type readWrites struct {
+	msgs    []readMsg
+	clients []string
+	members bool
+}
+
+// readMsg is one message record to write; plain is the content to seal,
+// pointer whether the id's pointer is written too (a new delivery).
+type readMsg struct {
+	rec     readmodel.Message
+	plain   []byte
+	pointer bool
+}
+
+// size is how many messages the records add to the batch.
+func (r *readWrites) size() int {
+	n := len(r.clients)
+	for _, m := range r.msgs {
+		n++
+		if m.pointer {
+			n++
+		}
+	}
+	if r.members {
+		n++
+	}
+	return n
+}
+
+// touch notes a client the transaction emitted to: its conversation
+// record is written again.
+func (r *readWrites) touch(client string) {
+	if !slices.Contains(r.clients, client) {
+		r.clients = append(r.clients, client)
+	}
+}
+
+// record keeps a delivered message's record.
+func (t *txn) record(s storedMessage, ct *schema.ContentTypeID, plaintext []byte) {
+	if !indexedID(s.ID) {
+		return
+	}
+	t.rd.msgs = append(t.rd.msgs, readMsg{rec: readmodel.Message{
+		N: s.N, ID: s.ID, GroupID: t.g.GroupID, SenderInboxID: s.SenderInboxID, SenderInstallation: s.SenderInstallation,
+		Seq: s.Seq, SentAt: s.At, ExpiresAt: s.ExpiresAt, State: readmodel.StateDelivered, ContentType: ct,
+	}, plain: plaintext, pointer: true})
+	// The group's activity is every member's, its sender's too, which
+	// gets no event of its own message.
+	for _, m := range t.g.active() {
+		t.rd.touch(m.ClientID)
+	}
+}
+
+// retire replaces a message's record by one without its content: deleted
+// (by), expired or invalidated by a rollback. The content is gone from
+// storage, not hidden.
+func (t *txn) retire(s *storedMessage, state readmodel.MessageState, by string) {
+	if s.N == 0 {
+		return // indexed before records were kept: it has none
+	}
+	rec := readmodel.Message{
+		N: s.N, ID: s.ID, GroupID: t.g.GroupID, SenderInboxID: s.SenderInboxID, SenderInstallation: s.SenderInstallation,
+		Seq: s.Seq, SentAt: s.At, ExpiresAt: s.ExpiresAt, State: state, DeletedBy: by,
+	}
+	for i := range t.rd.msgs {
+		if t.rd.msgs[i].rec.N == s.N {
+			t.rd.msgs[i].rec, t.rd.msgs[i].plain = rec, nil
+			return
+		}
+	}
+	t.rd.msgs = append(t.rd.msgs, readMsg{rec: rec})
+}
+
+// readableMsgs are the batch messages of a transaction's readable
+// records.
+func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*nats.Msg, error) {
+	for _, e := range t.events {
+		if !messageKind(e.Event.ClientEvent.Kind) {
+			t.rd.members = true
+			break
+		}
+	}
+	if len(t.rd.msgs) == 0 && len(t.rd.clients) == 0 {
+		return nil, nil
+	}
+	out := make([]*nats.Msg, 0, t.rd.size())
+	put := func(subj string, v any) error {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encode readable record: %w", err)
+		}
+		m := nats.NewMsg(subj)
+		m.Data = b
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+		out = append(out, m)
+		return nil
+	}
+	var sealer *readmodel.Sealer
+	for _, m := range t.rd.msgs {
+		rec := m.rec
+		if m.plain != nil {
+			if sealer == nil {
+				var err error
+				if sealer, err = w.sealers.get(ctx, w, g.tenant); err != nil {
+					return nil, err
+				}
+			}
+			if sealer != nil {
+				var err error
+				if rec.Content, err = sealer.Seal(rec.GroupID, rec.N, m.plain); err != nil {
+					return nil, err
+				}
+			}
+		}
+		subj, err := readmodel.MessageSubject(g.tenant, g.groupHex, rec.N)
+		if err != nil {
+			return nil, err
+		}
+		if err := put(subj, rec); err != nil {
+			return nil, err
+		}
+		if m.pointer {
+			ps, err := readmodel.PointerSubject(g.tenant, rec.ID)
+			if err != nil {
+				return nil, err
+			}
+			if err := put(ps, readmodel.Pointer{GroupID: rec.GroupID, N: rec.N}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	inboxes, installations, err := t.roster(g, put)
+	if err != nil {
+		return nil, err
+	}
+	comps := t.g.components()
+	dmKey := dmConversationKey(comps)
+	floor, paused := project.Paused(comps)
+	if !paused {
+		floor = ""
+	}
+	for _, c := range t.rd.clients {
+		m := t.g.Members[c]
+		if m == nil {
+			continue
+		}
+		subj, err := readmodel.ConversationSubject(g.tenant, g.groupHex, c)
+		if err != nil {
+			return nil, err
+		}
+		rec := readmodel.Conversation{
+			GroupID: t.g.GroupID, ClientID: c, InboxID: m.InboxID, Installation: m.Installation,
+			Components: t.g.Components, Epoch: t.g.Epoch, DMKey: dmKey, PausedFloor: floor, Forked: m.Forked,
+			Removed: m.Removed, FirstN: m.FirstN, LastN: m.LastN, JoinedSeq: m.JoinedSeq,
+			Inboxes: inboxes, Installations: installations, Delivered: t.g.Delivered, Activity: t.now,
+		}
+		if err := put(subj, rec); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// roster counts the canonical members and, when anything but a message
+// changed, writes the group's members record. The roster is the state of
+// the first active member at the canonical epoch.
+func (t *txn) roster(g *loadedGroup, put func(string, any) error) (int, int, error) {
+	var leaves []Leaf
+	for _, m := range t.g.active() {
+		if st := t.members[m.ClientID]; st != nil && st.Epoch() == t.g.Epoch {
+			leaves = st.Leaves()
+			break
+		}
+	}
+	byInbox := map[string][][]byte{}
+	for _, l := range leaves {
+		byInbox[l.InboxID] = append(byInbox[l.InboxID], l.InstallationKey)
+	}
+	if t.rd.members && len(leaves) > 0 {
+		rec := readmodel.Members{Epoch: t.g.Epoch}
+		for _, inbox := range slices.Sorted(maps.Keys(byInbox)) {
+			keys := byInbox[inbox]
+			slices.SortFunc(keys, func(a, b []byte) int { return slices.Compare(a, b) })
+			rec.Members = append(rec.Members, readmodel.Member{InboxID: inbox, Installations: keys})
+		}
+		subj, err := readmodel.MembersSubject(g.tenant, g.groupHex)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := put(subj, rec); err != nil {
+			return 0, 0, err
+		}
+	}
+	return len(byInbox), len(leaves), nil
+}
+
+// messageKind reports whether an event kind reports only messages: the
+// members record stays as it was.
+func messageKind(k schema.EventKind) bool {
+	switch k {
+	case schema.KindMessageReceived, schema.KindMessageDeleted, schema.KindMessageExpired, schema.KindMessageInvalidated:
+		return true
+	}
+	return false
+}
+
+// sealerCacheTTL is how long a tenant's sealer is used before its key is
+// read again: a dropped tenant key stops sealing new content within it.
+const sealerCacheTTL = 10 * time.Second
+
+// sealers caches each tenant's content sealer.
+type sealers struct {
+	mu sync.Mutex
+	m  map[string]cachedSealer
+}
+
+type cachedSealer struct {
+	s  *readmodel.Sealer
+	at time.Time
+}
+
+// get returns the tenant's sealer, making its key when it has none; nil
+// without a vault (no content is stored).
+func (c *sealers) get(ctx context.Context, w *Worker, tenant string) (*readmodel.Sealer, error) {
+	if w.vault == nil {
+		return nil, nil
+	}
+	now := time.Now()
+	c.mu.Lock()
+	e, ok := c.m[tenant]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < sealerCacheTTL {
+		return e.s, nil
+	}
+	salt, err := readmodel.TenantSalt(ctx, w.dir.kv, tenant, true)
+	if err != nil {
+		return nil, err
+	}
+	s, err := readmodel.NewSealer(w.vault, tenant, salt)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]cachedSealer{}
+	}
+	c.m[tenant] = cachedSealer{s: s, at: now}
+	c.mu.Unlock()
+	return s, nil
+}

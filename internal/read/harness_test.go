@@ -1,0 +1,160 @@
+package read_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/allinone"
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fixture is an all-in-one fabric with one hosted client, the SDK
+// connected to its events and a Reader of its state.
+type fixture struct {
+	f      *allinone.Fabric
+	api    *demo.API
+	hosted demo.Registered
+	events *client.Client
+	reader *client.Reader
+	token  string // scope read
+}
+
+func start(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := allinone.Start(ctx, allinone.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	tok := func(s auth.Scope) string {
+		v, err := f.Token(time.Hour, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fx := &fixture{f: f, token: tok(auth.ScopeRead)}
+	fx.api = &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: tok(auth.ScopeAdmin), IngestToken: tok(auth.ScopeIngest)}
+	account := make([]byte, 32)
+	_, _ = rand.Read(account)
+	if fx.hosted, err = fx.api.Register(ctx, hex.EncodeToString(account)); err != nil {
+		t.Fatal(err)
+	}
+	if fx.events, err = client.Connect(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", tok(auth.ScopeEvents)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fx.events.Close() })
+	fx.reader = client.NewReader(f.URL, allinone.DevTenant, fx.token)
+	return fx
+}
+
+// post plays transport messages and checks each is queued.
+func (fx *fixture) post(t *testing.T, msgs ...testpeer.Message) {
+	t.Helper()
+	for _, m := range msgs {
+		res, err := fx.api.Post(context.Background(), m.Transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Status != "queued" {
+			t.Fatalf("intake answered %+v", res[0])
+		}
+	}
+}
+
+// getJSON reads a route of the hosted client as JSON; it returns the
+// status and the decoded body.
+func (fx *fixture) getJSON(t *testing.T, path string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, fx.f.URL+"/v1/tenants/"+allinone.DevTenant+"/clients/"+fx.hosted.ClientID+path, nil)
+	req.Header.Set("Authorization", "Bearer "+fx.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET %s: content type %q", path, resp.Header.Get("Content-Type"))
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("GET %s: %v: %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// apiError is the API's error shape.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// collect subscribes to every kind and hands the events on a channel.
+func (fx *fixture) collect(t *testing.T) <-chan schema.ClientEvent {
+	t.Helper()
+	ch := make(chan schema.ClientEvent, 1024)
+	sub, err := fx.events.Subscribe(context.Background(), fx.hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			ev, err := sub.Next(context.Background())
+			if err != nil {
+				close(ch)
+				return
+			}
+			ch <- ev
+		}
+	}()
+	return ch
+}
+
+// await reads events until one of kind arrives.
+func await(t *testing.T, ch <-chan schema.ClientEvent, kind schema.EventKind) schema.ClientEvent {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatalf("subscription ended waiting for %s", kind)
+			}
+			if ev.Kind == kind {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s", kind)
+		}
+	}
+}

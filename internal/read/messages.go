@@ -1,0 +1,302 @@
+package read
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/fabric-mls/fabric/internal/apppayload"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+func typeOf(c apppayload.ContentType) *schema.ContentTypeID {
+	return &schema.ContentTypeID{AuthorityID: c.AuthorityID, TypeID: c.TypeID, VersionMajor: c.VersionMajor}
+}
+
+// contentOf decodes a payload; an unknown or malformed one is its raw
+// content bytes.
+func contentOf(p apppayload.Payload) *schema.MessageContent {
+	c := &schema.MessageContent{}
+	if len(p.Parameters) > 0 {
+		c.Parameters = p.Parameters
+	}
+	switch {
+	case p.ContentType.Matches(apppayload.TextType):
+		if s, err := p.Text(); err == nil {
+			c.Text = &s
+			return c
+		}
+	case p.ContentType.Matches(apppayload.ReplyType):
+		if ref, inner, err := p.Reply(); err == nil {
+			c.Reply = &schema.Reply{Reference: ref, ContentType: typeOf(inner.ContentType), Content: contentOf(inner)}
+			return c
+		}
+	case p.ContentType.Matches(apppayload.ReactionType):
+		if r, err := p.Reaction(); err == nil {
+			c.Reaction = &schema.Reaction{Reference: r.Reference, ReferenceInboxID: r.ReferenceInboxID, Action: string(r.Action), Content: r.Content, Schema: string(r.Schema)}
+			return c
+		}
+	case p.ContentType.Matches(apppayload.DeletionType):
+		if id, ok := p.DeletionTarget(); ok {
+			c.Deletion = &schema.Deletion{MessageID: id}
+			return c
+		}
+	}
+	c.Raw = p.Content
+	if c.Raw == nil {
+		c.Raw = schema.Bytes{}
+	}
+	return c
+}
+
+// messageOf is the answer for a stored record; content that does not open
+// (the tenant's key was dropped) is left out.
+func messageOf(rec *readmodel.Message, s *readmodel.Sealer) schema.Message {
+	m := schema.Message{
+		MessageID: rec.ID, GroupID: rec.GroupID, DeliveryNumber: rec.N, SenderInboxID: rec.SenderInboxID,
+		SenderInstallation: rec.SenderInstallation, SentAt: rec.SentAt, ExpiresAt: rec.ExpiresAt,
+		ContentType: rec.ContentType, State: string(rec.State), DeletedBy: rec.DeletedBy,
+	}
+	if rec.State != readmodel.StateDelivered || rec.Content == nil || s == nil {
+		return m
+	}
+	plain, err := s.Open(rec.GroupID, rec.N, rec.Content)
+	if err != nil {
+		return m
+	}
+	if p, err := apppayload.Decode(plain); err == nil {
+		m.Content = contentOf(p)
+	} else {
+		m.Content = &schema.MessageContent{Raw: plain}
+	}
+	return m
+}
+
+// sealer is the tenant's content sealer; nil when the tenant has no key
+// (dropped, or no message stored yet): no content opens.
+func (a *API) sealer(ctx context.Context, tenant string) (*readmodel.Sealer, error) {
+	salt, err := readmodel.TenantSalt(ctx, a.clients, tenant, false)
+	if err == readmodel.ErrNoTenantKey {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return readmodel.NewSealer(a.cfg.Vault, tenant, salt)
+}
+
+// messageFilter is what GET …/messages selects.
+type messageFilter struct {
+	types         []schema.ContentTypeID
+	after, before int64
+	descending    bool
+}
+
+func messageFilterOf(r *http.Request) (messageFilter, error) {
+	q := r.URL.Query()
+	var f messageFilter
+	if s := q.Get("content_types"); s != "" {
+		for _, t := range strings.Split(s, ",") {
+			ct, err := parseContentType(t)
+			if err != nil {
+				return f, httpapi.BadRequest("content_types: %v", err)
+			}
+			f.types = append(f.types, ct)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    *int64
+	}{{"sent_after", &f.after}, {"sent_before", &f.before}} {
+		if s := q.Get(p.name); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 0 {
+				return f, httpapi.BadRequest("%s: want unix milliseconds", p.name)
+			}
+			*p.v = n
+		}
+	}
+	switch q.Get("direction") {
+	case "", "ascending":
+	case "descending":
+		f.descending = true
+	default:
+		return f, httpapi.BadRequest("direction: want ascending or descending")
+	}
+	return f, nil
+}
+
+// parseContentType reads authority/type:major.
+func parseContentType(s string) (schema.ContentTypeID, error) {
+	auth, rest, ok := strings.Cut(s, "/")
+	typ, ver, ok2 := strings.Cut(rest, ":")
+	major, err := strconv.ParseUint(strings.SplitN(ver, ".", 2)[0], 10, 32)
+	if !ok || !ok2 || auth == "" || typ == "" || err != nil {
+		return schema.ContentTypeID{}, fmt.Errorf("%q: want authority/type:major", s)
+	}
+	return schema.ContentTypeID{AuthorityID: auth, TypeID: typ, VersionMajor: uint32(major)}, nil
+}
+
+func (f messageFilter) match(m *readmodel.Message) bool {
+	if f.after != 0 && m.SentAt <= f.after || f.before != 0 && m.SentAt >= f.before {
+		return false
+	}
+	if len(f.types) == 0 {
+		return true
+	}
+	for _, t := range f.types {
+		if m.ContentType != nil && m.ContentType.Matches(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// listMessages pages a conversation's messages by delivery number, the
+// canonical order: each page reads the records of the next numbers by
+// subject, so it costs its limit, not the conversation's length.
+func (a *API) listMessages(r *http.Request, c call) (any, error) {
+	p, err := pageOf(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := messageFilterOf(r)
+	if err != nil {
+		return nil, err
+	}
+	g, err := groupParam(r)
+	if err != nil {
+		return nil, err
+	}
+	conv, err := a.conversation(r.Context(), c, g)
+	if err != nil {
+		return nil, err
+	}
+	if conv == nil {
+		return nil, notFound("conversation_not_found", "the client holds no such conversation")
+	}
+	first, last := max(conv.FirstN, 1), conv.Delivered
+	if conv.Removed {
+		last = conv.LastN
+	}
+	next := first
+	if f.descending {
+		next = last
+	}
+	if p.cursor != 0 {
+		next = p.cursor
+	}
+	sealer, err := a.sealer(r.Context(), c.tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := schema.MessagePage{Messages: []schema.Message{}}
+	scanned := 0
+	for len(out.Messages) < p.limit && next >= first && next <= last && scanned < scanFactor*p.limit {
+		var subjects []string
+		for n := next; len(subjects) < p.limit-len(out.Messages) && n >= first && n <= last; {
+			s, err := readmodel.MessageSubject(c.tenant, g, n)
+			if err != nil {
+				return nil, err
+			}
+			subjects = append(subjects, s)
+			if f.descending {
+				n--
+			} else {
+				n++
+			}
+		}
+		got, err := readmodel.LastMany(r.Context(), a.cfg.JS, subjects)
+		if err != nil {
+			return nil, err
+		}
+		scanned += len(got)
+		a.metrics.records.WithLabelValues("messages").Add(float64(len(got)))
+		for _, st := range got {
+			if f.descending {
+				next--
+			} else {
+				next++
+			}
+			if st.Seq == 0 || len(st.Data) == 0 {
+				continue
+			}
+			var rec readmodel.Message
+			if err := schema.UnmarshalMsgpack(st.Data, &rec); err != nil {
+				return nil, fmt.Errorf("read: decode message: %w", err)
+			}
+			if conv.Holds(&rec) && f.match(&rec) {
+				out.Messages = append(out.Messages, messageOf(&rec, sealer))
+			}
+		}
+	}
+	if next >= first && next <= last {
+		out.NextCursor = cursorString(next)
+	}
+	return out, nil
+}
+
+func (a *API) getMessage(r *http.Request, c call) (any, error) {
+	idHex := r.PathValue("message_id")
+	if err := subject.ValidMessageID(idHex); err != nil {
+		return nil, httpapi.BadRequest("message_id: want %d lowercase hex digits", subject.MessageIDHexLen)
+	}
+	id, _ := hex.DecodeString(idHex)
+	ps, err := readmodel.PointerSubject(c.tenant, id)
+	if err != nil {
+		return nil, httpapi.BadRequest("message_id: %v", err)
+	}
+	st, err := readmodel.Last(r.Context(), a.cfg.JS, ps)
+	if err != nil {
+		return nil, err
+	}
+	missing := notFound("message_not_found", "the client holds no such message")
+	if st.Seq == 0 || len(st.Data) == 0 {
+		return nil, missing
+	}
+	var ptr readmodel.Pointer
+	if err := schema.UnmarshalMsgpack(st.Data, &ptr); err != nil {
+		return nil, fmt.Errorf("read: decode pointer: %w", err)
+	}
+	g := hex.EncodeToString(ptr.GroupID)
+	conv, err := a.conversation(r.Context(), c, g)
+	if err != nil || conv == nil {
+		return nil, errOr(err, missing)
+	}
+	ms, err := readmodel.MessageSubject(c.tenant, g, ptr.N)
+	if err != nil {
+		return nil, err
+	}
+	st, err = readmodel.Last(r.Context(), a.cfg.JS, ms)
+	if err != nil {
+		return nil, err
+	}
+	if st.Seq == 0 || len(st.Data) == 0 {
+		return nil, missing
+	}
+	var rec readmodel.Message
+	if err := schema.UnmarshalMsgpack(st.Data, &rec); err != nil {
+		return nil, fmt.Errorf("read: decode message: %w", err)
+	}
+	if !conv.Holds(&rec) || (conv.FirstN != 0 && rec.N < conv.FirstN) {
+		return nil, missing
+	}
+	sealer, err := a.sealer(r.Context(), c.tenant)
+	if err != nil {
+		return nil, err
+	}
+	return messageOf(&rec, sealer), nil
+}
+
+func errOr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}

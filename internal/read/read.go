@@ -1,0 +1,186 @@
+// Package read is the read API (docs/read-api.md): what a hosted client
+// holds — its conversations, their members and messages, its consent and
+// identity records — read over HTTP, so an app that reads again on an
+// event sees the change (EVENT-010).
+//
+// It keeps no state: every answer is read from JetStream, the records
+// converge stores in the same atomic batch as the events that report them
+// (internal/readmodel) and the client stores' records, so every instance
+// answers the same. Single records are read from the stream leader; pages
+// cost what they return, not what the client holds.
+package read
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/httpapi"
+)
+
+// Page bounds.
+const (
+	// DefaultLimit is a page's size when the request names none.
+	DefaultLimit = 50
+	// MaxLimit is the largest page.
+	MaxLimit = 500
+	// scanFactor bounds how many records a filtered page reads: scanFactor
+	// times its limit; a page that reads that many ends early, with a
+	// cursor to go on from.
+	scanFactor = 8
+)
+
+// Config configures an API.
+type Config struct {
+	JS jetstream.JetStream
+	// Vault derives the tenant keys message content is sealed under.
+	Vault readmodel.Deriver
+	// Verifier checks bearer tokens: scope read (or admin).
+	Verifier *auth.Verifier
+	// Stores holds the hosted clients, their consent and identity records.
+	Stores *clientstore.Store
+	Logger *slog.Logger
+	// Registerer registers the fabric_read_… metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// API serves the read routes.
+type API struct {
+	cfg     Config
+	clients jetstream.KeyValue
+	metrics *metrics
+}
+
+// New returns an API.
+func New(ctx context.Context, cfg Config) (*API, error) {
+	if cfg.JS == nil || cfg.Vault == nil || cfg.Verifier == nil || cfg.Stores == nil {
+		return nil, errors.New("read: JS, Vault, Verifier and Stores are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	kv, err := cfg.JS.KeyValue(ctx, streams.BucketClients)
+	if err != nil {
+		return nil, err
+	}
+	return &API{cfg: cfg, clients: kv, metrics: newMetrics(cfg.Registerer)}, nil
+}
+
+// Mount adds the routes to mux.
+func (a *API) Mount(mux *http.ServeMux) {
+	const c = "GET /v1/tenants/{tenant}/clients/{client_id}"
+	mux.Handle(c+"/conversations", a.handle("conversations", a.listConversations))
+	mux.Handle(c+"/conversations/{group_id}", a.handle("conversation", a.getConversation))
+	mux.Handle(c+"/conversations/{group_id}/members", a.handle("members", a.getMembers))
+	mux.Handle(c+"/conversations/{group_id}/messages", a.handle("messages", a.listMessages))
+	mux.Handle(c+"/messages/{message_id}", a.handle("message", a.getMessage))
+	mux.Handle(c+"/consent", a.handle("consent", a.listConsent))
+	mux.Handle(c+"/identities", a.handle("identities", a.listIdentities))
+}
+
+// Handler returns a mux with the routes.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	a.Mount(mux)
+	return mux
+}
+
+// call is one authorized request about one hosted client.
+type call struct {
+	tenant, client string
+}
+
+type endpoint func(r *http.Request, c call) (any, error)
+
+func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		body, err := a.serve(r, ep)
+		code := "ok"
+		if err != nil {
+			code = errorCode(err)
+			httpapi.WriteError(w, r, err)
+		} else {
+			httpapi.Write(w, r, http.StatusOK, body)
+		}
+		a.metrics.requests.WithLabelValues(route, code).Inc()
+		a.metrics.seconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	}
+}
+
+func (a *API) serve(r *http.Request, ep endpoint) (any, error) {
+	t, err := clientstore.Authorize(r, a.cfg.Verifier, auth.ScopeRead)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.cfg.Stores.Lookup(r.Context(), t.Tenant, t.ClientID); err != nil {
+		if errors.Is(err, clientstore.ErrNotFound) {
+			return nil, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
+		}
+		return nil, err
+	}
+	return ep(r, call{tenant: t.Tenant, client: t.ClientID})
+}
+
+// errorCode is the code of an answer's error, for the metrics.
+func errorCode(err error) string {
+	var he *httpapi.Error
+	var ae *auth.Error
+	switch {
+	case errors.As(err, &he):
+		return he.Code
+	case errors.As(err, &ae):
+		return ae.Code
+	}
+	return "internal"
+}
+
+// page is a request's limit and cursor.
+type page struct {
+	limit  int
+	cursor uint64 // 0: from the start
+}
+
+// pageOf reads limit and cursor. A cursor is the decimal position the
+// previous page's next_cursor named.
+func pageOf(r *http.Request) (page, error) {
+	q := r.URL.Query()
+	p := page{limit: DefaultLimit}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			return p, httpapi.BadRequest("limit: want 1 to %d", MaxLimit)
+		}
+		p.limit = n
+	}
+	if s := q.Get("cursor"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n == 0 {
+			return p, httpapi.BadRequest("cursor: not a cursor this API gave")
+		}
+		p.cursor = n
+	}
+	return p, nil
+}
+
+func cursorString(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// notFound is the 404 of an unknown conversation or message.
+func notFound(code, msg string) error {
+	return httpapi.Errorf(http.StatusNotFound, code, "%s", msg)
+}
