@@ -45,27 +45,13 @@ func (fx *fixture) put(t *testing.T, path string, body any) {
 func TestEVENT010ReadAfterEventFromCallback(t *testing.T) {
 	fx := start(t)
 	ctx := context.Background()
-	alice, _ := testpeer.New("alice")
-	bob, _ := testpeer.New("bob")
-	carol, _ := testpeer.New("carol")
+	alice, a, b, welcome := invited(t, fx, components.Set{Profile: &components.ProfileState{Name: "n0"}})
+	bob := b.Peer()
+	carol, err := testpeer.New("carol")
+	if err != nil {
+		t.Fatal(err)
+	}
 	admins := []components.AccountID{alice.AccountID()}
-	a, err := alice.CreateGroup(components.Set{Profile: &components.ProfileState{Name: "n0"}, Admins: admins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addBob, joined, err := a.Add(bob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := joined[0]
-	invite, welcome, err := a.Invite(fx.hosted.KeyPackages[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Process(invite.Transport); err != nil {
-		t.Fatal(err)
-	}
-	_ = addBob
 	gid := a.ID()
 	me := fx.hosted.ClientID
 

@@ -130,25 +130,24 @@ func (a *API) conversation(ctx context.Context, c call, groupHex string) (*readm
 	return &rec, nil
 }
 
-func groupParam(r *http.Request) (string, error) {
+// pathConversation reads the conversation the path's {group_id} names;
+// a 404 when the client never held it.
+func (a *API) pathConversation(r *http.Request, c call) (string, *readmodel.Conversation, error) {
 	g := r.PathValue("group_id")
 	if err := subject.ValidGroup(g); err != nil {
-		return "", httpapi.BadRequest("group_id: want the group id in lowercase hex")
+		return "", nil, httpapi.BadRequest("group_id: want the group id in lowercase hex")
 	}
-	return g, nil
+	rec, err := a.conversation(r.Context(), c, g)
+	if err == nil && rec == nil {
+		err = notFound("conversation_not_found", "the client holds no such conversation")
+	}
+	return g, rec, err
 }
 
 func (a *API) getConversation(r *http.Request, c call) (any, error) {
-	g, err := groupParam(r)
+	g, rec, err := a.pathConversation(r, c)
 	if err != nil {
 		return nil, err
-	}
-	rec, err := a.conversation(r.Context(), c, g)
-	if err != nil {
-		return nil, err
-	}
-	if rec == nil {
-		return nil, notFound("conversation_not_found", "the client holds no such conversation")
 	}
 	consent, err := a.cfg.Stores.Consent(r.Context(), c.tenant, c.client, schema.ConsentEntityConversation, g)
 	if err != nil {

@@ -11,16 +11,9 @@ import (
 )
 
 func (a *API) getMembers(r *http.Request, c call) (any, error) {
-	g, err := groupParam(r)
+	g, conv, err := a.pathConversation(r, c)
 	if err != nil {
 		return nil, err
-	}
-	conv, err := a.conversation(r.Context(), c, g)
-	if err != nil {
-		return nil, err
-	}
-	if conv == nil {
-		return nil, notFound("conversation_not_found", "the client holds no such conversation")
 	}
 	out := schema.MemberList{Epoch: conv.Epoch, Members: []schema.Member{}}
 	if conv.Removed {

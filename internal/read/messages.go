@@ -170,16 +170,9 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := groupParam(r)
+	g, conv, err := a.pathConversation(r, c)
 	if err != nil {
 		return nil, err
-	}
-	conv, err := a.conversation(r.Context(), c, g)
-	if err != nil {
-		return nil, err
-	}
-	if conv == nil {
-		return nil, notFound("conversation_not_found", "the client holds no such conversation")
 	}
 	first, last := max(conv.FirstN, 1), conv.Delivered
 	if conv.Removed {

@@ -1,6 +1,13 @@
 package read
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/clientstore"
+)
+
+// routes name the read API's routes in its metrics.
+var routes = []string{"conversations", "conversation", "members", "messages", "message", "consent", "identities"}
 
 // metrics of the read path. No label carries an id.
 type metrics struct {
@@ -22,23 +29,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fabric_read_records_scanned_total", Help: "Stored records the read API read, by route.",
 		}, []string{"route"}),
 	}
+	for _, r := range routes {
+		m.requests.WithLabelValues(r, "ok")
+		m.requests.WithLabelValues(r, "internal")
+		m.seconds.WithLabelValues(r)
+	}
+	for _, r := range []string{"conversations", "messages"} {
+		m.records.WithLabelValues(r)
+	}
 	if reg != nil {
-		m.requests = register(reg, m.requests)
-		m.seconds = register(reg, m.seconds)
-		m.records = register(reg, m.records)
+		m.requests = clientstore.Register(reg, m.requests)
+		m.seconds = clientstore.Register(reg, m.seconds)
+		m.records = clientstore.Register(reg, m.records)
 	}
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// its name (several instances in one process share them).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }

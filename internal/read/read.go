@@ -108,7 +108,7 @@ func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
 		body, err := a.serve(r, ep)
 		code := "ok"
 		if err != nil {
-			code = errorCode(err)
+			code = clientstore.ErrorCode(err)
 			httpapi.WriteError(w, r, err)
 		} else {
 			httpapi.Write(w, r, http.StatusOK, body)
@@ -130,19 +130,6 @@ func (a *API) serve(r *http.Request, ep endpoint) (any, error) {
 		return nil, err
 	}
 	return ep(r, call{tenant: t.Tenant, client: t.ClientID})
-}
-
-// errorCode is the code of an answer's error, for the metrics.
-func errorCode(err error) string {
-	var he *httpapi.Error
-	var ae *auth.Error
-	switch {
-	case errors.As(err, &he):
-		return he.Code
-	case errors.As(err, &ae):
-		return ae.Code
-	}
-	return "internal"
 }
 
 // page is a request's limit and cursor.

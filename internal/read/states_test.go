@@ -11,9 +11,9 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// joinedGroup makes alice's group with bob, invites the hosted client
-// and waits for conversation.joined; it returns alice's and bob's views.
-func joinedGroup(t *testing.T, fx *fixture, ch <-chan schema.ClientEvent, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group) {
+// invited makes alice's group with bob and invites the hosted client: it
+// returns alice, her and bob's views and the hosted client's Welcome.
+func invited(t *testing.T, fx *fixture, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group, welcome testpeer.Message) {
 	t.Helper()
 	alice, _ = testpeer.New("alice")
 	bob, _ := testpeer.New("bob")
@@ -34,6 +34,13 @@ func joinedGroup(t *testing.T, fx *fixture, ch <-chan schema.ClientEvent, set co
 	if _, err := b.Process(invite.Transport); err != nil {
 		t.Fatal(err)
 	}
+	return alice, a, b, welcome
+}
+
+// joinedGroup is invited, with the Welcome played and joined.
+func joinedGroup(t *testing.T, fx *fixture, ch <-chan schema.ClientEvent, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group) {
+	t.Helper()
+	alice, a, b, welcome := invited(t, fx, set)
 	fx.post(t, welcome)
 	await(t, ch, schema.KindConversationJoined)
 	return alice, a, b
