@@ -59,6 +59,13 @@ var bodies = []body{
 	{"GET /v1/tenants/{tenant}/outcomes/{message_id}", nil, typeOf[schema.Outcome](), "200"},
 	{"POST /v1/tenants/{tenant}/clients/{client_id}/signals", nil, typeOf[signals.Answer](), "200"},
 	{"POST /v1/tenants/{tenant}/clients/{client_id}/connection", typeOf[signals.StreamReport](), typeOf[signals.Answer](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/conversations", nil, typeOf[schema.ConversationPage](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}", nil, typeOf[schema.Conversation](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/members", nil, typeOf[schema.MemberList](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/messages", nil, typeOf[schema.MessagePage](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/messages/{message_id}", nil, typeOf[schema.Message](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/consent", nil, typeOf[schema.ConsentPage](), "200"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/identities", nil, typeOf[schema.IdentityPage](), "200"},
 }
 
 // errorBody is every refusal's body (internal/httpapi.WriteError).
@@ -155,6 +162,10 @@ func (b *builder) of(t reflect.Type) any {
 		return map[string]any{"type": "array", "items": b.of(t.Elem())}
 	case reflect.Struct:
 		return b.define(t, func() any { return b.object(t) })
+	case reflect.Map:
+		if t.Key().Kind() == reflect.String {
+			return map[string]any{"type": "object", "additionalProperties": b.of(t.Elem())}
+		}
 	}
 	panic(fmt.Sprintf("no JSON Schema for %v", t))
 }
