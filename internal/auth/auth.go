@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/fabric-mls/fabric/internal/bus/subject"
@@ -60,26 +61,23 @@ type Claims struct {
 	NotBefore time.Time
 }
 
-// Error is a refused request. Status is 401 for a missing or invalid token and
-// 403 for a valid token that does not grant what was asked.
-type Error struct {
-	Status int
-	Code   string // "unauthenticated" or "forbidden"
-	Reason string
+// The refusals of auth: a missing or invalid token, and a valid token
+// that does not grant what was asked. Their messages say why.
+var (
+	ErrUnauthenticated = refusal.New(refusal.Unauthenticated, "unauthenticated", "invalid token")
+	ErrForbidden       = refusal.New(refusal.Forbidden, "forbidden", "the token does not grant this")
+)
+
+func unauthenticated(format string, args ...any) *refusal.Error {
+	return ErrUnauthenticated.With(format, args...)
 }
 
-func (e *Error) Error() string { return "auth: " + e.Reason }
-
-func unauthenticated(format string, args ...any) *Error {
-	return &Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Reason: fmt.Sprintf(format, args...)}
-}
-
-func forbidden(format string, args ...any) *Error {
-	return &Error{Status: http.StatusForbidden, Code: "forbidden", Reason: fmt.Sprintf(format, args...)}
+func forbidden(format string, args ...any) *refusal.Error {
+	return ErrForbidden.With(format, args...)
 }
 
 // Require reports whether the claims grant scope on the given tenant and, when
-// clientID is not empty, on that client. It returns a 403 *Error saying what is
+// clientID is not empty, on that client. It returns ErrForbidden saying what is
 // missing otherwise.
 func (c Claims) Require(scope Scope, tenant, clientID string) error {
 	if c.Tenant != tenant {
@@ -97,7 +95,7 @@ func (c Claims) Require(scope Scope, tenant, clientID string) error {
 // Delegate checks that c may hand a narrower token for tenant, limited to
 // clients and scopes, to someone else (a backend minting a connection token
 // for its page): c must grant each scope, or admin, on each client, and no
-// delegated token carries admin. It returns a 403 *Error saying what is
+// delegated token carries admin. It returns ErrForbidden saying what is
 // missing otherwise.
 func (c Claims) Delegate(tenant string, clients []string, scopes []Scope) error {
 	for _, s := range scopes {
@@ -330,7 +328,7 @@ func (v *Verifier) FromRequest(r *http.Request) (Claims, error) {
 }
 
 // BearerToken returns the request's "Authorization: Bearer" token, or a
-// 401 *Error when there is none.
+// ErrUnauthenticated when there is none.
 func BearerToken(r *http.Request) (string, error) {
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {

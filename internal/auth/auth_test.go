@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/refusal"
+
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -55,8 +57,8 @@ func TestVerifyRefuses(t *testing.T) {
 		"no expiry": noExpTok, "no tenant": noTenant, "garbage": "a.b.c",
 	} {
 		_, err := v.Verify(t.Context(), tok)
-		var ae *Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+		var ae *refusal.Error
+		if !errors.As(err, &ae) || !errors.Is(err, ErrUnauthenticated) {
 			t.Errorf("%s: err = %v, want 401", name, err)
 		}
 	}
@@ -72,8 +74,8 @@ func TestRequire(t *testing.T) {
 		"other client": c.Require(ScopeEvents, "acme", "c2"),
 		"other scope":  c.Require(ScopeAdmin, "acme", "c1"),
 	} {
-		var ae *Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusForbidden || ae.Reason == "" {
+		var ae *refusal.Error
+		if !errors.As(err, &ae) || !errors.Is(err, ErrForbidden) || ae.Message == "" {
 			t.Errorf("%s: err = %v, want 403 with a reason", name, err)
 		}
 	}
@@ -108,8 +110,8 @@ func TestVerifyRefusesInvalidTenant(t *testing.T) {
 	v, _ := NewVerifier(secret)
 	for _, tenant := range []string{"*", ">", "bad.*", "*.x", "b*", "Acme", "a b", strings.Repeat("a", 65)} {
 		_, err := v.Verify(t.Context(), mint(t, Claims{Tenant: tenant, Scopes: []Scope{ScopeEvents}, ExpiresAt: time.Now().Add(time.Hour)}))
-		var ae *Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Reason, "invalid tenant") {
+		var ae *refusal.Error
+		if !errors.As(err, &ae) || !errors.Is(err, ErrUnauthenticated) || !strings.Contains(ae.Message, "invalid tenant") {
 			t.Errorf("tenant %q: err = %v, want 401 naming the invalid tenant", tenant, err)
 		}
 	}
@@ -153,8 +155,8 @@ func TestVerifyRefusesLenientClaims(t *testing.T) {
 		"case-folded tenant": `{"Tenant":"acme","scopes":["events"],"exp":` + exp + `}`,
 	} {
 		_, err := v.Verify(t.Context(), signRaw(t, payload))
-		var ae *Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+		var ae *refusal.Error
+		if !errors.As(err, &ae) || !errors.Is(err, ErrUnauthenticated) {
 			t.Errorf("%s: err = %v, want 401", name, err)
 		}
 	}
@@ -167,8 +169,8 @@ func TestVerifyRefusesTokensBeyondTheScopeLifetime(t *testing.T) {
 	century := time.Now().AddDate(100, 0, 0)
 	for _, scopes := range [][]Scope{{ScopeEvents}, {ScopeAdmin}, {ScopeEvents, ScopeAdmin}, nil, {"unknown"}} {
 		_, err := v.Verify(t.Context(), mint(t, Claims{Tenant: "acme", Scopes: scopes, ExpiresAt: century}))
-		var ae *Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Reason, "longest allowed") {
+		var ae *refusal.Error
+		if !errors.As(err, &ae) || !errors.Is(err, ErrUnauthenticated) || !strings.Contains(ae.Message, "longest allowed") {
 			t.Errorf("%v, 100 years: err = %v, want 401", scopes, err)
 		}
 	}
@@ -213,9 +215,9 @@ func FuzzVerifyClaims(f *testing.F) {
 	v, _ := NewVerifier(secret)
 	f.Fuzz(func(t *testing.T, payload string) {
 		c, err := v.Verify(t.Context(), signRaw(t, payload))
-		var ae *Error
+		var ae *refusal.Error
 		if err != nil && !errors.As(err, &ae) {
-			t.Fatalf("error %v is not an *Error", err)
+			t.Fatalf("error %v is not a refusal", err)
 		}
 		if err == nil && (c.Tenant == "" || time.Until(c.ExpiresAt) > 30*24*time.Hour) {
 			t.Fatalf("verified %+v", c)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/refusal"
+
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -85,8 +87,8 @@ func events(tenant string, exp time.Time) Claims {
 // want401 checks err is a 401 whose reason contains reason.
 func want401(t *testing.T, what string, err error, reason string) {
 	t.Helper()
-	var ae *Error
-	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(ae.Reason, reason) {
+	var ae *refusal.Error
+	if !errors.As(err, &ae) || !errors.Is(err, ErrUnauthenticated) || !strings.Contains(ae.Message, reason) {
 		t.Errorf("%s: err = %v, want 401 saying %q", what, err, reason)
 	}
 }

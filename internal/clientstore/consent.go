@@ -9,6 +9,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -45,14 +46,14 @@ func checkEntity(kind schema.ConsentEntityKind, entity string) error {
 	switch kind {
 	case schema.ConsentEntityConversation:
 		if subject.ValidGroup(entity) != nil {
-			return httpapi.BadRequest("entity: a conversation is named by its group id in lowercase hex (at most %d digits)", subject.MaxGroupHexLen)
+			return refusal.BadRequest("entity: a conversation is named by its group id in lowercase hex (at most %d digits)", subject.MaxGroupHexLen)
 		}
 	case schema.ConsentEntityInbox:
 		if !isInboxID(entity) {
-			return httpapi.BadRequest("entity: an inbox is named by its inbox id, %d lowercase hex digits", inboxIDLen)
+			return refusal.BadRequest("entity: an inbox is named by its inbox id, %d lowercase hex digits", inboxIDLen)
 		}
 	default:
-		return httpapi.BadRequest("entity_kind: want conversation or inbox")
+		return refusal.BadRequest("entity_kind: want conversation or inbox")
 	}
 	return nil
 }
@@ -74,7 +75,7 @@ func (s *Store) putConsent(r *http.Request, c call) (int, any, error) {
 		return 0, nil, err
 	}
 	if !req.State.Valid() {
-		return 0, nil, httpapi.BadRequest("state: want unknown, allowed or denied")
+		return 0, nil, refusal.BadRequest("state: want unknown, allowed or denied")
 	}
 	changed, err := s.SetConsent(r.Context(), c.tenant, c.client.ClientID, req)
 	if err != nil {

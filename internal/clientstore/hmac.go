@@ -13,6 +13,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -75,7 +76,7 @@ func (s *Store) putHMACKey(r *http.Request, c call) (int, any, error) {
 		return 0, nil, err
 	}
 	if n := len(req.RootKey); n < minHMACKey || n > maxHMACKey {
-		return 0, nil, httpapi.BadRequest("root_key: want %d to %d bytes", minHMACKey, maxHMACKey)
+		return 0, nil, refusal.BadRequest("root_key: want %d to %d bytes", minHMACKey, maxHMACKey)
 	}
 	stored, err := s.StoreHMACKey(r.Context(), c.tenant, c.client.ClientID, req.RootKey)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
 // maxBody bounds every request body of the store.
@@ -29,7 +30,7 @@ func (s *Store) handle(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		status, body, err := s.serve(r, ep)
 		if err != nil {
-			s.metrics.refusals.WithLabelValues(ErrorCode(err)).Inc()
+			s.metrics.refusals.WithLabelValues(refusal.Code(err)).Inc()
 			httpapi.WriteError(w, r, err)
 			return
 		}
@@ -66,7 +67,7 @@ type Target struct {
 
 // Authorize checks the request's bearer token for scope on the path's
 // {tenant} and, when the path has one, {client_id}, and checks both ids'
-// form. Errors are *auth.Error (401, 403) or *httpapi.Error (400).
+// form. Errors are auth's refusals or refusal.ErrBadRequest.
 func Authorize(r *http.Request, v *auth.Verifier, scope auth.Scope) (Target, error) {
 	claims, err := v.FromRequest(r)
 	if err != nil {
@@ -77,20 +78,20 @@ func Authorize(r *http.Request, v *auth.Verifier, scope auth.Scope) (Target, err
 		return Target{}, err
 	}
 	if err := subject.ValidTenant(t.Tenant); err != nil {
-		return Target{}, httpapi.BadRequest("%v", err)
+		return Target{}, refusal.BadRequest("%v", err)
 	}
 	if t.ClientID != "" {
 		if err := subject.ValidClient(t.ClientID); err != nil {
-			return Target{}, httpapi.BadRequest("%v", err)
+			return Target{}, refusal.BadRequest("%v", err)
 		}
 	}
 	return t, nil
 }
 
-// notFoundOr maps ErrNotFound to a 404 and passes other errors on.
+// notFoundOr maps ErrNotFound to ErrUnknownClient and passes other errors on.
 func notFoundOr(err error) error {
 	if errors.Is(err, ErrNotFound) {
-		return httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
+		return ErrUnknownClient
 	}
 	return err
 }
@@ -101,10 +102,9 @@ func notFoundOr(err error) error {
 func emitError(err error) error {
 	switch {
 	case errors.Is(err, outbox.ErrEmit):
-		return httpapi.Errorf(http.StatusServiceUnavailable, "emit_pending",
-			"the change is stored; its event is not emitted yet, retry the request to emit it")
+		return ErrEmitPending
 	case errors.Is(err, outbox.ErrContention):
-		return httpapi.Errorf(http.StatusConflict, "contention", "the record changed under every attempt, retry")
+		return ErrContention
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -42,23 +43,23 @@ type AssociationAnswer struct {
 
 func (a AssociationState) check() error {
 	if a.InstallationKeys == nil {
-		return httpapi.BadRequest("installation_keys: required (an empty list is [])")
+		return refusal.BadRequest("installation_keys: required (an empty list is [])")
 	}
 	if len(a.InstallationKeys) > maxInstallationKeys {
-		return httpapi.BadRequest("installation_keys: more than %d", maxInstallationKeys)
+		return refusal.BadRequest("installation_keys: more than %d", maxInstallationKeys)
 	}
 	for i, k := range a.InstallationKeys {
 		if len(k) != schema.InstallationKeySize {
-			return httpapi.BadRequest("installation_keys: entry %d is not %d bytes", i, schema.InstallationKeySize)
+			return refusal.BadRequest("installation_keys: entry %d is not %d bytes", i, schema.InstallationKeySize)
 		}
 		for _, o := range a.InstallationKeys[:i] {
 			if bytes.Equal(k, o) {
-				return httpapi.BadRequest("installation_keys: entry %d repeats an earlier key", i)
+				return refusal.BadRequest("installation_keys: entry %d repeats an earlier key", i)
 			}
 		}
 	}
 	if h := a.DisplayHandle; h != nil && (*h == "" || len(*h) > maxDisplayHandle || !utf8.ValidString(*h)) {
-		return httpapi.BadRequest("display_handle: want 1 to %d bytes of UTF-8 when present", maxDisplayHandle)
+		return refusal.BadRequest("display_handle: want 1 to %d bytes of UTF-8 when present", maxDisplayHandle)
 	}
 	return nil
 }
@@ -78,7 +79,7 @@ func identityKey(tenant, clientID, inboxID string) (string, error) {
 func (s *Store) putIdentity(r *http.Request, c call) (int, any, error) {
 	inbox := r.PathValue("inbox_id")
 	if !isInboxID(inbox) {
-		return 0, nil, httpapi.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
+		return 0, nil, refusal.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
 	}
 	var req AssociationState
 	if err := httpapi.Decode(r, maxBody, &req); err != nil {
@@ -132,8 +133,7 @@ func (s *Store) StoreAssociation(ctx context.Context, client Record, inbox strin
 		return held, stored, err
 	}
 	if conflict {
-		return held, false, httpapi.Errorf(http.StatusConflict, "sequence_conflict",
-			"a different association state is held at this sequence id")
+		return held, false, ErrSequenceConflict
 	}
 	return held, stored, nil
 }
@@ -182,7 +182,7 @@ func associationEvents(client Record, inbox string, held, next AssociationState)
 func (s *Store) getIdentity(r *http.Request, c call) (int, any, error) {
 	inbox := r.PathValue("inbox_id")
 	if !isInboxID(inbox) {
-		return 0, nil, httpapi.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
+		return 0, nil, refusal.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
 	}
 	key, err := identityKey(c.tenant, c.client.ClientID, inbox)
 	if err != nil {
@@ -193,7 +193,7 @@ func (s *Store) getIdentity(r *http.Request, c call) (int, any, error) {
 		return 0, nil, err
 	}
 	if !found {
-		return 0, nil, httpapi.Errorf(http.StatusNotFound, "no_association_state", "the client holds no association state for this inbox")
+		return 0, nil, ErrNoAssociationState
 	}
 	return http.StatusOK, st, nil
 }

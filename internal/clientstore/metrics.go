@@ -6,9 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
-	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -69,22 +67,6 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 		}
 	}
 	return c
-}
-
-// ErrorCode is the code an error answers with: the *httpapi.Error or
-// *auth.Error code, "internal" otherwise.
-func ErrorCode(err error) string {
-	var (
-		he *httpapi.Error
-		ae *auth.Error
-	)
-	switch {
-	case errors.As(err, &he):
-		return he.Code
-	case errors.As(err, &ae):
-		return ae.Code
-	}
-	return "internal"
 }
 
 // counting wraps publish to count the events it emits.

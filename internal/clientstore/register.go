@@ -14,6 +14,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -108,14 +109,14 @@ func (s *Store) register(r *http.Request, c call) (int, any, error) {
 // RegisterClient creates (or imports) a hosted client of tenant, stores it with
 // the index of its KeyPackages, and emits identity.registered with the own
 // inbox and the installation key. It returns the record and the KeyPackage
-// MLSMessages handed out. Errors a caller caused are *httpapi.Error; with
+// MLSMessages handed out. Errors a caller caused are refusals; with
 // outbox.ErrEmit the client is registered and its event follows.
 func (s *Store) RegisterClient(ctx context.Context, tenant string, req RegisterRequest) (Record, [][]byte, error) {
 	if !isInboxID(req.InboxID) {
-		return Record{}, nil, httpapi.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
+		return Record{}, nil, refusal.BadRequest("inbox_id: want %d lowercase hex digits", inboxIDLen)
 	}
 	if len(req.CredentialHandle) > maxCredentialHandle {
-		return Record{}, nil, httpapi.BadRequest("credential_handle: longer than %d bytes", maxCredentialHandle)
+		return Record{}, nil, refusal.BadRequest("credential_handle: longer than %d bytes", maxCredentialHandle)
 	}
 	n := DefaultKeyPackages
 	if req.Import != nil {
@@ -125,7 +126,7 @@ func (s *Store) RegisterClient(ctx context.Context, tenant string, req RegisterR
 		n = *req.KeyPackages
 	}
 	if n < 0 || n > MaxKeyPackages {
-		return Record{}, nil, httpapi.BadRequest("key_packages: want 0 to %d", MaxKeyPackages)
+		return Record{}, nil, refusal.BadRequest("key_packages: want 0 to %d", MaxKeyPackages)
 	}
 	account, _ := hex.DecodeString(req.InboxID)
 	inst, err := s.installation(account, req.Import)
@@ -142,7 +143,7 @@ func (s *Store) RegisterClient(ctx context.Context, tenant string, req RegisterR
 	}
 	kps = append(kps, fresh...)
 	if len(kps) == 0 {
-		return Record{}, nil, httpapi.BadRequest("key_packages: a client needs at least one KeyPackage")
+		return Record{}, nil, refusal.BadRequest("key_packages: a client needs at least one KeyPackage")
 	}
 	sealed, err := s.vault.Seal(inst)
 	if err != nil {
@@ -182,7 +183,7 @@ func (s *Store) RegisterClient(ctx context.Context, tenant string, req RegisterR
 	}
 	if _, err := s.clients.Create(ctx, key, b); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return Record{}, nil, httpapi.Errorf(http.StatusConflict, "client_exists", "an installation with this key is already registered")
+			return Record{}, nil, ErrClientExists
 		}
 		return Record{}, nil, fmt.Errorf("clientstore: store record: %w", err)
 	}
@@ -203,13 +204,13 @@ func (s *Store) installation(account []byte, imp *ImportMaterial) (*engine.Insta
 	}
 	inst, err := engine.ImportInstallation(imp.KeyPackage, imp.SignaturePrivateKey, imp.EncryptionPrivateKey, imp.InitPrivateKey)
 	if err != nil {
-		return nil, httpapi.BadRequest("import: the key material does not form an installation")
+		return nil, refusal.BadRequest("import: the key material does not form an installation")
 	}
 	if string(inst.AccountID()) != string(account) {
-		return nil, httpapi.BadRequest("import: the KeyPackage's credential is not this inbox_id")
+		return nil, refusal.BadRequest("import: the KeyPackage's credential is not this inbox_id")
 	}
 	if len(inst.InstallationKey()) != schema.InstallationKeySize {
-		return nil, httpapi.BadRequest("import: the cipher suite's installation key is not %d bytes", schema.InstallationKeySize)
+		return nil, refusal.BadRequest("import: the cipher suite's installation key is not %d bytes", schema.InstallationKeySize)
 	}
 	return inst, nil
 }
@@ -272,7 +273,7 @@ func (s *Store) keyPackages(r *http.Request, c call) (int, any, error) {
 		return 0, nil, err
 	}
 	if req.Count < 1 || req.Count > MaxKeyPackages {
-		return 0, nil, httpapi.BadRequest("count: want 1 to %d", MaxKeyPackages)
+		return 0, nil, refusal.BadRequest("count: want 1 to %d", MaxKeyPackages)
 	}
 	kps, err := s.FreshKeyPackages(r.Context(), c.tenant, c.client.ClientID, req.Count)
 	if err != nil {

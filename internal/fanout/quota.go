@@ -1,13 +1,10 @@
 package fanout
 
 import (
-	"net/http"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
-
-	"github.com/fabric-mls/fabric/internal/httpapi"
 )
 
 // Defaults of the per-tenant quotas.
@@ -29,7 +26,7 @@ const (
 // Error codes of quota refusals.
 const (
 	// CodeTooManyConnections refuses a connection past the tenant's quota
-	// (HTTP 429 before the upgrade).
+	// (ErrTooManyConnections).
 	CodeTooManyConnections = "too_many_connections"
 	// CodeReplayBudget refuses a resuming subscribe while the tenant's
 	// replay budget is spent; a subscribe without after_seq is not refused.
@@ -63,8 +60,7 @@ func (q *quotas) admitConn(tenant string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.maxConns > 0 && q.conns[tenant] >= q.maxConns {
-		return httpapi.Errorf(http.StatusTooManyRequests, CodeTooManyConnections,
-			"the tenant has %d open event connections on this gateway, its quota", q.maxConns)
+		return ErrTooManyConnections.With("the tenant has %d open event connections on this gateway, its quota", q.maxConns)
 	}
 	q.conns[tenant]++
 	return nil

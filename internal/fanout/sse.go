@@ -13,6 +13,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
@@ -52,8 +53,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	)
 	switch tok := r.URL.Query().Get("access_token"); {
 	case tok != "" && r.Header.Get("Authorization") == "" && !g.cfg.AllowQueryToken:
-		err = &auth.Error{Status: http.StatusUnauthorized, Code: "unauthenticated",
-			Reason: "access_token in the URL is off on this gateway; send Authorization: Bearer, or use the WebSocket with a connect frame"}
+		err = auth.ErrUnauthenticated.With("access_token in the URL is off on this gateway; send Authorization: Bearer, or use the WebSocket with a connect frame")
 	case tok != "" && r.Header.Get("Authorization") == "":
 		// EventSource cannot set headers; RFC 6750 §2.3 allows the query.
 		claims, err = g.cfg.Verifier.Verify(r.Context(), tok)
@@ -70,7 +70,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := subject.ValidClient(client); err != nil {
-		httpapi.WriteError(w, r, httpapi.BadRequest("%v", err))
+		httpapi.WriteError(w, r, refusal.BadRequest("%v", err))
 		return
 	}
 	f, err := sseFilter(r)
@@ -86,7 +86,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	out := &sseSink{w: w, rc: http.NewResponseController(w)}
 	c := newConn(g, wire.JSON, true, claims, out)
 	if !g.addConn(c) {
-		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
+		httpapi.WriteError(w, r, errDraining)
 		return
 	}
 	defer g.removeConn(c)
@@ -95,26 +95,13 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request) {
 	var after uint64
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		if after, err = strconv.ParseUint(v, 10, 64); err != nil {
-			httpapi.WriteError(w, r, httpapi.BadRequest("Last-Event-ID is not an event id of this stream"))
+			httpapi.WriteError(w, r, refusal.BadRequest("Last-Event-ID is not an event id of this stream"))
 			return
 		}
 	}
-	s, code, msg := c.subscribe(r.Context(), tenant, client, f, after, nil, 0)
+	s, rerr := c.subscribe(r.Context(), tenant, client, f, after, nil, 0)
 	if s == nil {
-		status := http.StatusServiceUnavailable
-		switch code {
-		case wire.CodeForbidden:
-			status = http.StatusForbidden
-		case wire.CodeInvalidFilter, wire.CodeMalformedFrame:
-			status = http.StatusBadRequest
-		case wire.CodeUnknownClient:
-			status = http.StatusNotFound
-		case wire.CodeUnauthenticated:
-			status = http.StatusUnauthorized
-		case CodeReplayBudget:
-			status = http.StatusTooManyRequests
-		}
-		httpapi.WriteError(w, r, httpapi.Errorf(status, code, "%s", msg))
+		httpapi.WriteError(w, r, rerr)
 		return
 	}
 	h := w.Header()
@@ -156,7 +143,7 @@ func sseFilter(r *http.Request) (schema.EventFilter, error) {
 				continue
 			}
 			if subject.ValidGroup(gh) != nil {
-				return schema.EventFilter{}, httpapi.Errorf(http.StatusBadRequest, wire.CodeInvalidFilter, "group_ids must be lowercase hex")
+				return schema.EventFilter{}, ErrInvalidFilter.With("group_ids must be lowercase hex")
 			}
 			b, _ := hex.DecodeString(gh)
 			f.GroupIDs = append(f.GroupIDs, b)
@@ -165,7 +152,7 @@ func sseFilter(r *http.Request) (schema.EventFilter, error) {
 	if v := q.Get("references_own_messages"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return schema.EventFilter{}, httpapi.Errorf(http.StatusBadRequest, wire.CodeInvalidFilter, "references_own_messages must be true or false")
+			return schema.EventFilter{}, ErrInvalidFilter.With("references_own_messages must be true or false")
 		}
 		f.ReferencesOwnMessages = b
 	}

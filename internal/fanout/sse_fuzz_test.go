@@ -21,8 +21,7 @@ func FuzzSSEFilter(f *testing.F) {
 		r := &http.Request{URL: &url.URL{RawQuery: q}}
 		ef, err := sseFilter(r)
 		if err != nil {
-			var he *httpapi.Error
-			if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
+			if httpapi.Status(err) != http.StatusBadRequest {
 				t.Fatalf("error %v is not a 400", err)
 			}
 			return

@@ -8,6 +8,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
 // Bounds of a connection token.
@@ -46,11 +47,11 @@ func (g *Gateway) serveConnectionToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if claims.Tenant != tenant {
-		httpapi.WriteError(w, r, &auth.Error{Status: http.StatusForbidden, Code: "forbidden", Reason: "token is not valid for this tenant"})
+		httpapi.WriteError(w, r, auth.ErrForbidden.With("token is not valid for this tenant"))
 		return
 	}
 	if g.cfg.TokenSecret == nil {
-		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusNotImplemented, "connection_tokens_off", "this gateway has no signing secret (FABRIC_JWT_SECRET) to mint connection tokens"))
+		httpapi.WriteError(w, r, ErrConnectionTokensOff)
 		return
 	}
 	var req ConnectionTokenRequest
@@ -81,11 +82,11 @@ func (g *Gateway) serveConnectionToken(w http.ResponseWriter, r *http.Request) {
 // lifetime, or a 400 naming what is wrong.
 func (g *Gateway) checkConnectionTokenRequest(req *ConnectionTokenRequest) (time.Duration, error) {
 	if len(req.Clients) == 0 || len(req.Clients) > MaxConnectionTokenClients {
-		return 0, httpapi.BadRequest("clients: name 1 to %d client ids", MaxConnectionTokenClients)
+		return 0, refusal.BadRequest("clients: name 1 to %d client ids", MaxConnectionTokenClients)
 	}
 	for _, c := range req.Clients {
 		if err := subject.ValidClient(c); err != nil {
-			return 0, httpapi.BadRequest("clients: %v", err)
+			return 0, refusal.BadRequest("clients: %v", err)
 		}
 	}
 	if len(req.Scopes) == 0 {
@@ -93,7 +94,7 @@ func (g *Gateway) checkConnectionTokenRequest(req *ConnectionTokenRequest) (time
 	}
 	for i, s := range req.Scopes {
 		if _, known := auth.DefaultLifetimes[s]; !known || slices.Contains(req.Scopes[i+1:], s) {
-			return 0, httpapi.BadRequest("scopes: %q is unknown or named twice", s)
+			return 0, refusal.BadRequest("scopes: %q is unknown or named twice", s)
 		}
 	}
 	if req.TTLSeconds == 0 {
@@ -101,7 +102,7 @@ func (g *Gateway) checkConnectionTokenRequest(req *ConnectionTokenRequest) (time
 	}
 	limit := int64(g.cfg.MaxConnectionTokenTTL / time.Second)
 	if req.TTLSeconds < 0 || req.TTLSeconds > limit {
-		return 0, httpapi.BadRequest("ttl_seconds: between 1 and %d", limit)
+		return 0, refusal.BadRequest("ttl_seconds: between 1 and %d", limit)
 	}
 	return time.Duration(req.TTLSeconds) * time.Second, nil
 }

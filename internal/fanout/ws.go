@@ -17,6 +17,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
@@ -93,12 +94,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	proto, enc, ok := chooseSubprotocol(r)
 	if !ok {
-		httpapi.WriteError(w, r, httpapi.BadRequest("offer subprotocol %s or %s", wire.SubprotocolJSON, wire.SubprotocolMsgpack))
+		httpapi.WriteError(w, r, refusal.BadRequest("offer subprotocol %s or %s", wire.SubprotocolJSON, wire.SubprotocolMsgpack))
 		return
 	}
 	if err := g.Ready(r.Context()); errors.Is(err, ErrDraining) {
 		// Refused before the upgrade, so the SDK backs off and dials another.
-		httpapi.WriteError(w, r, httpapi.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "gateway is draining"))
+		httpapi.WriteError(w, r, errDraining)
 		return
 	}
 	if byHeader {
@@ -196,12 +197,12 @@ func (g *Gateway) connectFrame(ws *websocket.Conn, enc wire.Encoding, typ websoc
 	if err == nil {
 		err = claims.Require(auth.ScopeEvents, claims.Tenant, "")
 	}
-	var ae *auth.Error
+	var re *refusal.Error
 	switch {
-	case errors.As(err, &ae) && ae.Status == http.StatusForbidden:
-		return refuse(wire.CloseForbidden, ae.Reason)
-	case errors.As(err, &ae):
-		return refuse(wire.CloseUnauthenticated, ae.Reason)
+	case errors.Is(err, auth.ErrForbidden) && errors.As(err, &re):
+		return refuse(wire.CloseForbidden, re.Message)
+	case errors.As(err, &re):
+		return refuse(wire.CloseUnauthenticated, re.Message)
 	case err != nil:
 		return refuse(wire.CloseUnauthenticated, "invalid token")
 	}
@@ -292,9 +293,9 @@ func (c *conn) handle(ctx context.Context, f *wire.Frame) {
 			c.queueError(f.ID, wire.CodeMalformedFrame, "after_seq, start_time and from_start exclude each other; start_time is unix milliseconds after the epoch")
 			return
 		}
-		s, code, msg := c.subscribe(ctx, c.claims.Tenant, f.ClientID, *f.Filter, f.AfterSeq, start, int(f.Held))
+		s, rerr := c.subscribe(ctx, c.claims.Tenant, f.ClientID, *f.Filter, f.AfterSeq, start, int(f.Held))
 		if s == nil {
-			c.queueError(f.ID, code, msg)
+			c.queueError(f.ID, rerr.Code, rerr.Message)
 			return
 		}
 		c.announce(s, wire.Append(c.enc, nil, &wire.Frame{Op: wire.OpSubscribed, ID: f.ID, Sub: s.id, Seq: s.startSeq}))
@@ -362,32 +363,32 @@ func (c *conn) issued(id uint64) bool {
 // subscribe checks, compiles and registers a subscription for client of
 // tenant, resuming after afterSeq with held events still at the SDK when
 // they are set, or starting from the events stored at or after start when
-// it is set. It returns nil and an error code and message when refused.
-func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.EventFilter, afterSeq uint64, start *time.Time, held int) (*subscription, string, string) {
+// it is set. It returns nil and the refusal when refused.
+func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.EventFilter, afterSeq uint64, start *time.Time, held int) (*subscription, *refusal.Error) {
 	g := c.g
 	if !c.claims.ExpiresAt.IsZero() && time.Now().After(c.claims.ExpiresAt) {
-		return nil, wire.CodeUnauthenticated, "token expired"
+		return nil, auth.ErrUnauthenticated.With("token expired")
 	}
 	if err := subject.ValidClient(client); err != nil {
-		return nil, wire.CodeMalformedFrame, err.Error()
+		return nil, ErrMalformed.Because(err)
 	}
 	// EVENT-056: only the clients of the token's own tenant it names.
 	if err := c.claims.Require(auth.ScopeEvents, tenant, client); err != nil {
-		var ae *auth.Error
-		if errors.As(err, &ae) {
-			return nil, wire.CodeForbidden, ae.Reason
+		var re *refusal.Error
+		if errors.As(err, &re) {
+			return nil, re
 		}
-		return nil, wire.CodeForbidden, "forbidden"
+		return nil, auth.ErrForbidden
 	}
 	if g.Ready(ctx) != nil {
-		return nil, wire.CodeUnavailable, "gateway is not taking subscriptions"
+		return nil, ErrUnavailable.With("gateway is not taking subscriptions")
 	}
 	switch ok, err := g.clientExists(ctx, tenant, client); {
 	case err != nil:
 		g.log.Warn("fanout: read client record", "err", err)
-		return nil, wire.CodeUnavailable, "client records are unavailable"
+		return nil, ErrUnavailable.With("client records are unavailable")
 	case !ok:
-		return nil, wire.CodeUnknownClient, "the tenant has no hosted client with this id"
+		return nil, ErrUnknownClient
 	}
 	var dm resolvedDMKeys
 	if len(f.GroupIDs) > 0 && len(f.GroupIDs) <= filter.MaxGroupIDs {
@@ -396,7 +397,7 @@ func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.Ev
 			key, ok, err := g.dm.DMKey(ctx, tenant, gid)
 			if err != nil {
 				g.log.Warn("fanout: resolve DM key", "err", err)
-				return nil, wire.CodeUnavailable, "group records are unavailable"
+				return nil, ErrUnavailable.With("group records are unavailable")
 			}
 			if ok {
 				dm[string(gid)] = key
@@ -405,21 +406,21 @@ func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.Ev
 	}
 	compiled, err := filter.Compile(f, dm)
 	if err != nil {
-		return nil, wire.CodeInvalidFilter, err.Error()
+		return nil, ErrInvalidFilter.Because(err)
 	}
 	replay := afterSeq > 0 || start != nil
 	if replay && !g.quotas.replayAllowed(tenant, time.Now()) {
 		g.metrics.refusals.WithLabelValues(CodeReplayBudget).Inc()
-		return nil, CodeReplayBudget, "the tenant's replay budget is spent; resume later"
+		return nil, ErrReplayBudget
 	}
 	if start != nil {
 		events, err := subject.Events(tenant, client)
 		if err != nil {
-			return nil, wire.CodeMalformedFrame, err.Error()
+			return nil, ErrMalformed.Because(err)
 		}
 		if afterSeq, err = g.afterStart(ctx, events, *start); err != nil {
 			g.log.Warn("fanout: find the start in the events stream", "err", err)
-			return nil, wire.CodeUnavailable, "event source is unavailable"
+			return nil, errEventSourceUnavailable
 		}
 	}
 	s := c.newSubscription(tenant, client, compiled, held)
@@ -428,7 +429,7 @@ func (c *conn) subscribe(ctx context.Context, tenant, client string, f schema.Ev
 		delete(c.subs, s.id)
 		c.mu.Unlock()
 		g.log.Warn("fanout: start tap", "err", err)
-		return nil, wire.CodeUnavailable, "event source is unavailable"
+		return nil, errEventSourceUnavailable
 	}
-	return s, "", ""
+	return s, nil
 }

@@ -1,7 +1,8 @@
 // Package httpapi holds the HTTP conventions every role shares (DESIGN §10):
 // bodies in JSON by default or msgpack with Content-Type application/msgpack,
-// errors as {"error": {"code", "message"}} with a fitting status, and a bound
-// on every request body.
+// errors as {"error": {"code", "message"}} with the status of their refusal
+// kind (the one place a refusal becomes an HTTP status), and a bound on
+// every request body.
 package httpapi
 
 import (
@@ -11,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
+	"strconv"
 
-	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -25,24 +28,34 @@ const ContentTypeMsgpack = "application/msgpack"
 // DefaultMaxBody bounds a request body unless a handler sets its own bound.
 const DefaultMaxBody = 1 << 20
 
-// Error is a refusal with an HTTP status, a stable code and a message for the
-// caller. Messages name the problem, never secret or private values.
-type Error struct {
-	Status  int    `json:"-" msgpack:"-"`
-	Code    string `json:"code" msgpack:"code"`
-	Message string `json:"message" msgpack:"message"`
+// ErrBodyTooLarge refuses a request body over its bound.
+var ErrBodyTooLarge = refusal.New(refusal.TooLarge, "body_too_large", "body too large")
+
+// statuses is the HTTP status of every refusal kind.
+var statuses = map[refusal.Kind]int{
+	refusal.Invalid:         http.StatusBadRequest,
+	refusal.TooLarge:        http.StatusRequestEntityTooLarge,
+	refusal.Unauthenticated: http.StatusUnauthorized,
+	refusal.Forbidden:       http.StatusForbidden,
+	refusal.NotFound:        http.StatusNotFound,
+	refusal.Conflict:        http.StatusConflict,
+	refusal.Unprocessable:   http.StatusUnprocessableEntity,
+	refusal.RateLimited:     http.StatusTooManyRequests,
+	refusal.Unavailable:     http.StatusServiceUnavailable,
+	refusal.StorageFull:     http.StatusInsufficientStorage,
+	refusal.NotOffered:      http.StatusNotImplemented,
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// Errorf returns an *Error with status, code and a formatted message.
-func Errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// BadRequest is a 400 with code "bad_request".
-func BadRequest(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, "bad_request", format, args...)
+// Status is the HTTP status err answers with: its refusal kind's, 500 for
+// an error that is no refusal.
+func Status(err error) int {
+	var re *refusal.Error
+	if errors.As(err, &re) {
+		if s, ok := statuses[re.Kind]; ok {
+			return s
+		}
+	}
+	return http.StatusInternalServerError
 }
 
 // IsMsgpack reports whether the request body is msgpack.
@@ -61,8 +74,8 @@ func wantsMsgpack(r *http.Request) bool {
 	return IsMsgpack(r)
 }
 
-// ReadBody reads at most limit bytes of the request body. A larger body is a
-// 413 *Error.
+// ReadBody reads at most limit bytes of the request body. A larger body is
+// ErrBodyTooLarge.
 func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxBody
@@ -78,43 +91,43 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
 	}
 	if err != nil {
-		return nil, BadRequest("read body: %v", err)
+		return nil, refusal.BadRequest("read body: %v", err)
 	}
 	if int64(len(b)) > limit {
-		return nil, Errorf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", limit)
+		return nil, ErrBodyTooLarge.With("body exceeds %d bytes", limit)
 	}
 	return b, nil
 }
 
 // Decode reads the request body, bounded by limit, into v: msgpack when the
 // request says so, JSON otherwise. Unknown members are refused. Errors are
-// 400 or 413 *Errors naming what is wrong.
+// refusal.ErrBadRequest or ErrBodyTooLarge naming what is wrong.
 func Decode(r *http.Request, limit int64, v any) error {
 	b, err := ReadBody(r, limit)
 	if err != nil {
 		return err
 	}
 	if len(b) == 0 {
-		return BadRequest("empty body")
+		return refusal.BadRequest("empty body")
 	}
 	if IsMsgpack(r) {
 		dec, err := schema.NewMsgpackDecoder(b)
 		if err != nil {
-			return BadRequest("malformed msgpack: %v", err)
+			return refusal.BadRequest("malformed msgpack: %v", err)
 		}
 		dec.DisallowUnknownFields(true)
 		if err := dec.Decode(v); err != nil {
-			return BadRequest("malformed msgpack: %v", err)
+			return refusal.BadRequest("malformed msgpack: %v", err)
 		}
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return BadRequest("malformed JSON: %v", describeJSONError(err))
+		return refusal.BadRequest("malformed JSON: %v", describeJSONError(err))
 	}
 	if dec.More() {
-		return BadRequest("malformed JSON: trailing data after the object")
+		return refusal.BadRequest("malformed JSON: trailing data after the object")
 	}
 	return nil
 }
@@ -150,23 +163,19 @@ func Write(w http.ResponseWriter, r *http.Request, status int, v any) {
 	_, _ = w.Write(body)
 }
 
-// WriteError sends err as {"error": {"code", "message"}}. An *Error or an
-// *auth.Error keeps its status and message; anything else is a 500 whose
-// message reveals nothing, and is logged.
+// WriteError sends err as {"error": {"code", "message"}} with its status,
+// and Retry-After when the refusal says when to retry. An error that is no
+// refusal is a 500 whose message reveals nothing, and is logged.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	var (
-		he *Error
-		ae *auth.Error
-	)
-	switch {
-	case errors.As(err, &he):
-	case errors.As(err, &ae):
-		he = &Error{Status: ae.Status, Code: ae.Code, Message: ae.Reason}
-	default:
+	var re *refusal.Error
+	if !errors.As(err, &re) {
 		slog.Error("request failed", "method", r.Method, "route", r.Pattern, "err", err)
-		he = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+		re = refusal.Internal
 	}
-	Write(w, r, he.Status, struct {
-		Error *Error `json:"error" msgpack:"error"`
-	}{he})
+	if re.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(re.RetryAfter.Seconds()))))
+	}
+	Write(w, r, Status(err), struct {
+		Error *refusal.Error `json:"error" msgpack:"error"`
+	}{re})
 }

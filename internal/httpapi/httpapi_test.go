@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -48,8 +49,8 @@ func TestDecodeRefusesBadBodies(t *testing.T) {
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(tc.body))
 		err := Decode(r, tc.limit, &req{})
-		var he *Error
-		if !errors.As(err, &he) || he.Status != tc.status || !strings.Contains(he.Message, tc.want) {
+		var he *refusal.Error
+		if !errors.As(err, &he) || Status(err) != tc.status || !strings.Contains(he.Message, tc.want) {
 			t.Errorf("%s: err = %v, want %d containing %q", name, err, tc.status, tc.want)
 		}
 	}
@@ -61,8 +62,8 @@ func TestWriteErrorShapes(t *testing.T) {
 		status int
 		code   string
 	}{
-		"api":      {BadRequest("member %q missing", "group"), 400, "bad_request"},
-		"auth":     {&auth.Error{Status: 403, Code: "forbidden", Reason: "token lacks scope"}, 403, "forbidden"},
+		"api":      {refusal.BadRequest("member %q missing", "group"), 400, "bad_request"},
+		"auth":     {auth.ErrForbidden.With("token lacks scope"), 403, "forbidden"},
 		"internal": {errors.New("secret detail"), 500, "internal"},
 	} {
 		w := httptest.NewRecorder()

@@ -1,15 +1,13 @@
 package ingest
 
 import (
-	"errors"
-	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
 // Handler serves the ingest API (DESIGN §10):
@@ -44,7 +42,7 @@ func (s *Service) authorize(r *http.Request) (string, error) {
 		return "", err
 	}
 	if err := subject.ValidTenant(tenant); err != nil {
-		return "", httpapi.BadRequest("tenant: %v", err)
+		return "", refusal.BadRequest("tenant: %v", err)
 	}
 	return tenant, nil
 }
@@ -93,19 +91,19 @@ func (s *Service) handleOutcome(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.started.Load() {
-		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "ingest is not started"))
+		s.fail(w, r, ErrUnavailable.With("ingest is not started"))
 		return
 	}
 	id := r.PathValue("message_id")
 	subj, err := subject.Outcome(tenant, id)
 	if err != nil {
-		s.fail(w, r, httpapi.BadRequest("message_id: want %d lowercase hexadecimal characters", subject.MessageIDHexLen))
+		s.fail(w, r, refusal.BadRequest("message_id: want %d lowercase hexadecimal characters", subject.MessageIDHexLen))
 		return
 	}
 	l, err := s.readOutcome(r.Context(), subj)
 	if err != nil {
 		s.log.Error("reading outcome", "err", err)
-		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "outcomes are unavailable"))
+		s.fail(w, r, errOutcomesUnavailable)
 		return
 	}
 	if l != nil {
@@ -116,35 +114,20 @@ func (s *Service) handleOutcome(w http.ResponseWriter, r *http.Request) {
 	in, err := s.storedInput(r.Context(), tenant, "", id)
 	if err != nil {
 		s.log.Error("reading input", "err", err)
-		s.fail(w, r, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "outcomes are unavailable"))
+		s.fail(w, r, errOutcomesUnavailable)
 		return
 	}
 	if in == nil {
-		s.fail(w, r, httpapi.Errorf(http.StatusNotFound, "not_found", "no outcome recorded for this message id"))
+		s.fail(w, r, ErrOutcomeNotFound)
 		return
 	}
 	httpapi.Write(w, r, http.StatusOK, queuedFrom(id, in))
 }
 
-// errorCode is the code of a refusal, a label value from a closed set.
-func errorCode(err error) string {
-	var he *httpapi.Error
-	var ae *auth.Error
-	switch {
-	case errors.As(err, &he):
-		return he.Code
-	case errors.As(err, &ae):
-		return ae.Code
-	}
-	return "internal"
-}
+var errOutcomesUnavailable = ErrUnavailable.With("outcomes are unavailable")
 
 // fail writes err, counting whole-request refusals by code.
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var rl *rateLimited
-	if errors.As(err, &rl) {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rl.retryAfter.Seconds()))))
-	}
-	s.m.refusals.WithLabelValues(errorCode(err)).Inc()
+	s.m.refusals.WithLabelValues(refusal.Code(err)).Inc()
 	httpapi.WriteError(w, r, err)
 }

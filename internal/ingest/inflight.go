@@ -8,21 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/fabric-mls/fabric/internal/httpapi"
-)
-
-// Codes of the load refusals.
-const (
-	// codeOverloaded refuses a request body while the worker holds
-	// Limits.MaxBytesInFlight of them (503, Retry-After 1).
-	codeOverloaded = "overloaded"
-	// codeByteRateLimited refuses a tenant past its byte rate (429 with
-	// Retry-After).
-	codeByteRateLimited = "byte_rate_limited"
-	// codeStorageFull refuses input while FABRIC_IN (or another stream it
-	// writes) is at its byte bound (507): retrying at once cannot help.
-	codeStorageFull = "storage_full"
 )
 
 // storeFull reports whether err is a stream refusing a write at its byte
@@ -48,8 +33,7 @@ func (b *bytesInFlight) acquire(n int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cur+n > b.max && b.cur > 0 {
-		return &rateLimited{err: httpapi.Errorf(http.StatusServiceUnavailable, codeOverloaded,
-			"the worker is reading %d bytes of requests, its bound; retry", b.max), retryAfter: time.Second}
+		return ErrOverloaded.With("the worker is reading %d bytes of requests, its bound; retry", b.max).After(time.Second)
 	}
 	b.cur += n
 	return nil

@@ -45,7 +45,7 @@ func TestBytesInFlightBound(t *testing.T) {
 	for {
 		status, b, hdr := w.post(t, testTenant, tok, "", body)
 		if status == http.StatusServiceUnavailable {
-			wantError(t, status, b, http.StatusServiceUnavailable, codeOverloaded, "")
+			wantError(t, status, b, http.StatusServiceUnavailable, ErrOverloaded.Code, "")
 			if hdr.Get("Retry-After") == "" {
 				t.Error("503 overloaded without Retry-After")
 			}
@@ -84,7 +84,7 @@ func TestTenantByteRate(t *testing.T) {
 		}
 	}
 	status, b, hdr := w.post(t, testTenant, tok, "", body)
-	wantError(t, status, b, http.StatusTooManyRequests, codeByteRateLimited, "bytes")
+	wantError(t, status, b, http.StatusTooManyRequests, ErrByteRateLimited.Code, "bytes")
 	if hdr.Get("Retry-After") == "" {
 		t.Error("429 without Retry-After")
 	}
@@ -108,7 +108,7 @@ func TestFullInputStreamIsStorageFull(t *testing.T) {
 		if status == http.StatusOK {
 			continue
 		}
-		wantError(t, status, b, http.StatusInsufficientStorage, codeStorageFull, "")
+		wantError(t, status, b, http.StatusInsufficientStorage, ErrStorageFull.Code, "")
 		if _, found := w.outcome(t, m.ID); found {
 			t.Error("a refused input has an outcome")
 		}

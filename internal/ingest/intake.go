@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/fabric-mls/fabric/internal/bus/subject"
-	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -81,33 +80,22 @@ func (r Response) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return nil
 }
 
-// Error codes of intake refusals; each is also a label value of the
-// refusals metric.
-const (
-	codeBadRequest      = "bad_request"
-	codeBodyTooLarge    = "body_too_large"
-	codeBatchTooLarge   = "batch_too_large"
-	codeMessageTooLarge = "message_too_large"
-	codeRateLimited     = "rate_limited"
-	codeUnavailable     = "unavailable"
-)
-
 // maxGroupBytes is the longest group id a subject can carry.
 const maxGroupBytes = subject.MaxGroupHexLen / 2
 
-func badField(field, format string, args ...any) *httpapi.Error {
-	return httpapi.BadRequest("%s: %s", field, fmt.Sprintf(format, args...))
+func badField(field, format string, args ...any) *refusal.Error {
+	return refusal.BadRequest("%s: %s", field, fmt.Sprintf(format, args...))
 }
 
 // decodeIntake decodes a request body: one transport message, or
-// {"messages": [...]}. Errors are *httpapi.Error values naming the member at
+// {"messages": [...]}. Errors are refusals naming the member at
 // fault; they never quote payload bytes.
 func decodeIntake(body []byte, isMsgpack bool, lim Limits) ([]schema.TransportMessage, error) {
 	if int64(len(body)) > lim.MaxBodyBytes {
-		return nil, httpapi.Errorf(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "body exceeds %d bytes", lim.MaxBodyBytes)
+		return nil, ErrBodyTooLarge.With("body exceeds %d bytes", lim.MaxBodyBytes)
 	}
 	if len(body) == 0 {
-		return nil, httpapi.BadRequest("empty body")
+		return nil, refusal.BadRequest("empty body")
 	}
 	var (
 		msgs  []schema.TransportMessage
@@ -173,19 +161,19 @@ func checkMessage(m *schema.TransportMessage, field string, lim Limits) error {
 	case len(m.Payload) == 0:
 		return badField(field+".payload", "missing or empty")
 	case len(m.Payload) > lim.MaxMessageBytes:
-		return httpapi.Errorf(http.StatusRequestEntityTooLarge, codeMessageTooLarge, "%s.payload: exceeds %d bytes", field, lim.MaxMessageBytes)
+		return ErrMessageTooLarge.With("%s.payload: exceeds %d bytes", field, lim.MaxMessageBytes)
 	}
 	return nil
 }
 
 func batchTooLarge(n, limit int) error {
-	return httpapi.Errorf(http.StatusRequestEntityTooLarge, codeBatchTooLarge, "messages: %d messages exceed the batch limit of %d", n, limit)
+	return ErrBatchTooLarge.With("messages: %d messages exceed the batch limit of %d", n, limit)
 }
 
 func decodeIntakeJSON(body []byte, lim Limits) (msgs []schema.TransportMessage, batch bool, err error) {
 	top, err := jsonObject(body)
 	if err != nil {
-		return nil, false, httpapi.BadRequest("malformed JSON: %v", err)
+		return nil, false, refusal.BadRequest("malformed JSON: %v", err)
 	}
 	raw, ok := top["messages"]
 	if !ok {
@@ -196,7 +184,7 @@ func decodeIntakeJSON(body []byte, lim Limits) (msgs []schema.TransportMessage, 
 		return []schema.TransportMessage{m}, false, nil
 	}
 	if len(top) != 1 {
-		return nil, true, httpapi.BadRequest("malformed JSON: a batch has only the member \"messages\"")
+		return nil, true, refusal.BadRequest("malformed JSON: a batch has only the member \"messages\"")
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
@@ -318,27 +306,27 @@ func quoteMember(name string) string {
 
 func decodeIntakeMsgpack(body []byte, lim Limits) (msgs []schema.TransportMessage, batch bool, err error) {
 	if err := schema.CheckMsgpack(body); err != nil {
-		return nil, false, httpapi.BadRequest("malformed msgpack: %v", err)
+		return nil, false, refusal.BadRequest("malformed msgpack: %v", err)
 	}
 	d := newBodyDecoder(body)
 	n, err := d.dec.DecodeMapLen()
 	if err != nil || n < 0 {
-		return nil, false, httpapi.BadRequest("malformed msgpack: want a map")
+		return nil, false, refusal.BadRequest("malformed msgpack: want a map")
 	}
 	single := schema.TransportMessage{}
 	present := map[string]bool{}
 	for i := 0; i < n; i++ {
 		name, err := d.dec.DecodeString()
 		if err != nil {
-			return nil, false, httpapi.BadRequest("malformed msgpack: member name: want a string")
+			return nil, false, refusal.BadRequest("malformed msgpack: member name: want a string")
 		}
 		if present[name] {
-			return nil, false, httpapi.BadRequest("malformed msgpack: duplicate member %s", quoteMember(name))
+			return nil, false, refusal.BadRequest("malformed msgpack: duplicate member %s", quoteMember(name))
 		}
 		present[name] = true
 		if name == "messages" {
 			if n != 1 {
-				return nil, false, httpapi.BadRequest("malformed msgpack: a batch has only the member \"messages\"")
+				return nil, false, refusal.BadRequest("malformed msgpack: a batch has only the member \"messages\"")
 			}
 			msgs, err = decodeBatchMsgpack(d, lim)
 			if err != nil {

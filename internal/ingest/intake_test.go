@@ -18,6 +18,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -111,9 +112,9 @@ func TestLimits(t *testing.T) {
 	status, b, _ := w.post(t, testTenant, tok, "", bytes.Repeat([]byte(" "), 65<<10))
 	wantError(t, status, b, http.StatusRequestEntityTooLarge, "body_too_large", "")
 	status, b, _ = post(map[string]any{"messages": []wire{msg([]byte{1}), msg([]byte{1}), msg([]byte{1}), msg([]byte{1})}})
-	wantError(t, status, b, http.StatusRequestEntityTooLarge, codeBatchTooLarge, "messages")
+	wantError(t, status, b, http.StatusRequestEntityTooLarge, ErrBatchTooLarge.Code, "messages")
 	status, b, _ = post(map[string]any{"messages": []wire{msg([]byte{1}), msg(make([]byte, 2049))}})
-	wantError(t, status, b, http.StatusRequestEntityTooLarge, codeMessageTooLarge, "messages[1].payload")
+	wantError(t, status, b, http.StatusRequestEntityTooLarge, ErrMessageTooLarge.Code, "messages[1].payload")
 
 	status, b, _ = w.post(t, testTenant, tok, "", []byte(`{"messages":[{"v":1,"group":"00","kind":"mls","payload":"0g"}]}`))
 	wantError(t, status, b, http.StatusBadRequest, "bad_request", "messages[0].payload")
@@ -139,7 +140,7 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	status, b, hdr := post(msg(text(t, g, "d").MLS))
-	wantError(t, status, b, http.StatusTooManyRequests, codeRateLimited, "")
+	wantError(t, status, b, http.StatusTooManyRequests, ErrRateLimited.Code, "")
 	if hdr.Get("Retry-After") == "" {
 		t.Error("429 without Retry-After")
 	}
@@ -244,6 +245,9 @@ func statusOf(t *testing.T, m *nats.Msg) int {
 	var s int
 	if _, err := fmt.Sscan(m.Header.Get(HeaderStatus), &s); err != nil {
 		t.Fatalf("reply without %s", HeaderStatus)
+	}
+	if code := m.Header.Get(HeaderError); (s != http.StatusOK) != (code != "") || !bytes.Contains(m.Data, []byte(code)) {
+		t.Fatalf("reply %d with %s %q: %s", s, HeaderError, code, m.Data)
 	}
 	return s
 }
@@ -366,7 +370,7 @@ func TestShutdownRefusesNewInput(t *testing.T) {
 	}
 	body, _ := json.Marshal(wire{V: 1, Group: g.ID(), Kind: "mls", Payload: text(t, g, "after").MLS})
 	status, b, _ := w.post(t, testTenant, token(t, testTenant, auth.ScopeIngest), "", body)
-	wantError(t, status, b, http.StatusServiceUnavailable, codeUnavailable, "")
+	wantError(t, status, b, http.StatusServiceUnavailable, ErrUnavailable.Code, "")
 	e.wantInputs(1)
 }
 
@@ -451,8 +455,8 @@ func TestIntakeRefusesMemberGivenTwice(t *testing.T) {
 		`{"messages":[{` + msg + `}],"messages":[{` + msg + `}]}`,
 	} {
 		_, err := decodeIntake([]byte(body), false, lim)
-		var he *httpapi.Error
-		if !errors.As(err, &he) || he.Status != http.StatusBadRequest || !strings.Contains(he.Message, "duplicate member") {
+		var he *refusal.Error
+		if !errors.As(err, &he) || !errors.Is(err, refusal.ErrBadRequest) || !strings.Contains(he.Message, "duplicate member") {
 			t.Errorf("%s: err = %v, want 400 naming the duplicate member", body, err)
 		}
 	}
@@ -468,8 +472,8 @@ func TestIntakeRefusesMemberGivenTwice(t *testing.T) {
 		append([]byte{0x81, 0xa8, 'm', 'e', 's', 's', 'a', 'g', 'e', 's', 0x91}, twice("group")...),
 	} {
 		_, err := decodeIntake(body, true, lim)
-		var he *httpapi.Error
-		if !errors.As(err, &he) || he.Status != http.StatusBadRequest || !strings.Contains(he.Message, "duplicate member") {
+		var he *refusal.Error
+		if !errors.As(err, &he) || !errors.Is(err, refusal.ErrBadRequest) || !strings.Contains(he.Message, "duplicate member") {
 			t.Errorf("msgpack %x: err = %v, want 400 naming the duplicate member", body, err)
 		}
 	}
@@ -485,8 +489,8 @@ func TestIntakeRefusesOctetsAsString(t *testing.T) {
 	} {
 		for _, body := range [][]byte{msgpackBody(t, m), msgpackBody(t, map[string]any{"messages": []any{m}})} {
 			_, err := decodeIntake(body, true, lim)
-			var he *httpapi.Error
-			if !errors.As(err, &he) || he.Status != http.StatusBadRequest || !strings.Contains(he.Message, "want bin") {
+			var he *refusal.Error
+			if !errors.As(err, &he) || !errors.Is(err, refusal.ErrBadRequest) || !strings.Contains(he.Message, "want bin") {
 				t.Errorf("%x: err = %v, want 400 want bin", body, err)
 			}
 		}
@@ -525,7 +529,7 @@ func TestPayloadBeyondTheServerMaxPayloadIs413(t *testing.T) {
 		return status, b
 	}
 	status, b := post(sizedText(t, g, DefaultMaxMessageBytes-40))
-	wantError(t, status, b, http.StatusRequestEntityTooLarge, codeMessageTooLarge, "message.payload")
+	wantError(t, status, b, http.StatusRequestEntityTooLarge, ErrMessageTooLarge.Code, "message.payload")
 	m := sizedText(t, g, fit)
 	if status, b = post(m); status != http.StatusOK {
 		t.Fatalf("a payload of %d bytes: status %d: %s", fit, status, b)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
 // NATS intake: a request on fabric.intake.<tenant> with the same body as
@@ -28,16 +28,18 @@ const (
 	// IntakeWildcard is what the workers subscribe to, in queue group
 	// Config.QueueGroup.
 	IntakeWildcard = IntakePrefix + "*"
-	// HeaderStatus on a reply carries the HTTP status the same request
-	// would have got: 200, or the status of the error in the body.
+	// HeaderStatus on a reply carries its status: 200, or the reply
+	// status of the refusal in the body (replyStatuses).
 	HeaderStatus = "Fabric-Status"
+	// HeaderError on a refusal's reply carries its code, as in the body.
+	HeaderError = "Fabric-Error"
 	// HeaderContentType selects msgpack request and reply bodies when it
 	// is application/msgpack, as Content-Type does on HTTP.
 	HeaderContentType = "Content-Type"
 	// HeaderAuthorization carries "Bearer <JWT>" when tokens are required.
 	HeaderAuthorization = "Authorization"
-	// HeaderRetryAfter on a 429 reply carries the seconds until the
-	// tenant's rate allows the request, as on HTTP.
+	// HeaderRetryAfter on a refusal that says when to retry carries the
+	// seconds until then, as on HTTP.
 	HeaderRetryAfter = "Retry-After"
 )
 
@@ -50,7 +52,40 @@ func IntakeSubject(tenant string) (string, error) {
 	return IntakePrefix + tenant, nil
 }
 
-var errDraining = httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "ingest is draining")
+var errDraining = ErrUnavailable.With("ingest is draining")
+
+// replyStatuses is the Fabric-Status of every refusal kind: the one place
+// a refusal becomes a NATS reply status. The numbers are those HTTP
+// answers with, so a transport gateway speaking both branches on one set
+// (docs/ingest.md).
+var replyStatuses = map[refusal.Kind]int{
+	refusal.Invalid:         400,
+	refusal.TooLarge:        413,
+	refusal.Unauthenticated: 401,
+	refusal.Forbidden:       403,
+	refusal.NotFound:        404,
+	refusal.Conflict:        409,
+	refusal.Unprocessable:   422,
+	refusal.RateLimited:     429,
+	refusal.Unavailable:     503,
+	refusal.StorageFull:     507,
+	refusal.NotOffered:      501,
+}
+
+// replyStatusInternal answers an error that is no refusal.
+const replyStatusInternal = 500
+
+// replyRefusal is err as a refusal and its reply status; an error that is
+// no refusal is an internal one whose message reveals nothing.
+func replyRefusal(err error) (*refusal.Error, int) {
+	var re *refusal.Error
+	if errors.As(err, &re) {
+		if st, ok := replyStatuses[re.Kind]; ok {
+			return re, st
+		}
+	}
+	return refusal.Internal, replyStatusInternal
+}
 
 // handleNATS runs on the subscription's goroutine: it takes a slot (so a
 // burst waits here, in the client's buffer, rather than spawning without
@@ -78,12 +113,12 @@ func (s *Service) handleNATS(m *nats.Msg) {
 func (s *Service) serveNATS(m *nats.Msg) (*Response, error) {
 	tenant, ok := strings.CutPrefix(m.Subject, IntakePrefix)
 	if !ok || subject.ValidTenant(tenant) != nil {
-		return nil, httpapi.BadRequest("intake subject names no valid tenant")
+		return nil, refusal.BadRequest("intake subject names no valid tenant")
 	}
 	if s.cfg.NATSRequireToken {
 		token, ok := strings.CutPrefix(m.Header.Get(HeaderAuthorization), "Bearer ")
 		if !ok || token == "" {
-			return nil, &auth.Error{Status: http.StatusUnauthorized, Code: "unauthenticated", Reason: "missing bearer token"}
+			return nil, auth.ErrUnauthenticated.With("missing bearer token")
 		}
 		claims, err := s.cfg.Verifier.Verify(context.Background(), token)
 		if err != nil {
@@ -110,23 +145,26 @@ func isMsgpackHeader(h nats.Header) bool {
 	return strings.TrimSpace(mt) == httpapi.ContentTypeMsgpack
 }
 
-// replyNATS answers m with resp, or with err as {"error": {code, message}}
-// and its HTTP status in Fabric-Status.
+// replyNATS answers m with resp, or with err as {"error": {code, message}},
+// its reply status in Fabric-Status and its code in Fabric-Error.
 func (s *Service) replyNATS(m *nats.Msg, resp *Response, err error) {
-	status := http.StatusOK
+	status := 200
 	var body any = resp
 	out := nats.NewMsg(m.Reply)
-	var rl *rateLimited
-	if errors.As(err, &rl) {
-		out.Header.Set(HeaderRetryAfter, strconv.Itoa(int(math.Ceil(rl.retryAfter.Seconds()))))
-	}
 	if err != nil {
-		he := toHTTPError(err)
-		status = he.Status
+		var re *refusal.Error
+		re, status = replyRefusal(err)
+		if status == replyStatusInternal {
+			s.log.Error("intake request failed", "subject", m.Subject, "err", err)
+		}
+		if re.RetryAfter > 0 {
+			out.Header.Set(HeaderRetryAfter, strconv.Itoa(int(math.Ceil(re.RetryAfter.Seconds()))))
+		}
+		out.Header.Set(HeaderError, re.Code)
 		body = struct {
-			Error *httpapi.Error `json:"error" msgpack:"error"`
-		}{he}
-		s.m.refusals.WithLabelValues(he.Code).Inc()
+			Error *refusal.Error `json:"error" msgpack:"error"`
+		}{re}
+		s.m.refusals.WithLabelValues(re.Code).Inc()
 	}
 	var encErr error
 	if isMsgpackHeader(m.Header) {
@@ -144,17 +182,4 @@ func (s *Service) replyNATS(m *nats.Msg, resp *Response, err error) {
 	if err := m.RespondMsg(out); err != nil {
 		s.log.Warn("answer intake request", "err", err)
 	}
-}
-
-// toHTTPError maps err to the *httpapi.Error HTTP would answer with.
-func toHTTPError(err error) *httpapi.Error {
-	var he *httpapi.Error
-	var ae *auth.Error
-	switch {
-	case errors.As(err, &he):
-		return he
-	case errors.As(err, &ae):
-		return &httpapi.Error{Status: ae.Status, Code: ae.Code, Message: ae.Reason}
-	}
-	return &httpapi.Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 }

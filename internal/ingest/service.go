@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -235,23 +233,24 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // Submit processes transport messages for a tenant, as both intake
 // transports do after authentication, and returns one result per message in
 // input order. transport labels the metrics ("http", "nats" or another
-// short constant). The caller's limits apply: a tenant over its rate gets a
-// 429 *httpapi.Error. Once started, processing runs to the end even if ctx
+// short constant). The caller's limits apply: a tenant over its rate gets
+// ErrRateLimited or ErrByteRateLimited; a full input stream ErrStorageFull;
+// a worker not taking input or unable to store it ErrUnavailable. Once started, processing runs to the end even if ctx
 // is cancelled, so an input is never left half-admitted; an error means
 // nothing was acknowledged and the whole request may be retried.
 func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []schema.TransportMessage) ([]Result, error) {
 	if s.draining.Load() || !s.started.Load() {
-		return nil, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "ingest is not taking input")
+		return nil, ErrUnavailable
 	}
 	if ok, wait := s.limiter.allow(tenant, len(msgs), time.Now()); !ok {
-		return nil, &rateLimited{err: httpapi.Errorf(http.StatusTooManyRequests, codeRateLimited, "tenant over its rate of %g messages per second", s.cfg.Limits.RatePerTenant), retryAfter: wait}
+		return nil, ErrRateLimited.With("tenant over its rate of %g messages per second", s.cfg.Limits.RatePerTenant).After(wait)
 	}
 	var size int
 	for i := range msgs {
 		size += len(msgs[i].Payload)
 	}
 	if ok, wait := s.bytes.allow(tenant, size, time.Now()); !ok {
-		return nil, &rateLimited{err: httpapi.Errorf(http.StatusTooManyRequests, codeByteRateLimited, "tenant over its rate of %g payload bytes per second", s.cfg.Limits.ByteRatePerTenant), retryAfter: wait}
+		return nil, ErrByteRateLimited.With("tenant over its rate of %g payload bytes per second", s.cfg.Limits.ByteRatePerTenant).After(wait)
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProcessTimeout)
 	defer cancel()
@@ -266,10 +265,10 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	if err := s.run(pctx, tenant, ins); err != nil {
 		if storeFull(err) {
 			s.log.Warn("ingest: a stream is full", "err", err)
-			return nil, httpapi.Errorf(http.StatusInsufficientStorage, codeStorageFull, "the input stream is at its byte bound; nothing was acknowledged")
+			return nil, ErrStorageFull
 		}
 		s.log.Error("ingest request failed", "transport", transport, "messages", len(msgs), "err", err)
-		return nil, httpapi.Errorf(http.StatusServiceUnavailable, codeUnavailable, "input could not be stored; nothing was acknowledged, retry the request")
+		return nil, ErrUnavailable.With("input could not be stored; nothing was acknowledged, retry the request")
 	}
 	results := make([]Result, len(ins))
 	for i, in := range ins {
@@ -295,13 +294,3 @@ func (s *Service) count(transport string, ins []*input) {
 		s.m.inputs.WithLabelValues(transport, string(l.class), string(l.status), string(l.category)).Add(float64(c))
 	}
 }
-
-// rateLimited is a 429 with the time until the tenant's bucket allows the
-// request.
-type rateLimited struct {
-	err        *httpapi.Error
-	retryAfter time.Duration
-}
-
-func (e *rateLimited) Error() string { return e.err.Error() }
-func (e *rateLimited) Unwrap() error { return e.err }

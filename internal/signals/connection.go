@@ -14,6 +14,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -37,15 +38,15 @@ type StreamReport struct {
 // characters and one of PROC section 6's states.
 func (r StreamReport) check() error {
 	if r.StreamID == "" || len(r.StreamID) > MaxStreamID {
-		return httpapi.BadRequest("stream_id: 1 to %d characters", MaxStreamID)
+		return refusal.BadRequest("stream_id: 1 to %d characters", MaxStreamID)
 	}
 	for i := 0; i < len(r.StreamID); i++ {
 		if c := r.StreamID[i]; c < 0x21 || c > 0x7e {
-			return httpapi.BadRequest("stream_id: visible ASCII only")
+			return refusal.BadRequest("stream_id: visible ASCII only")
 		}
 	}
 	if !r.State.Valid() {
-		return httpapi.BadRequest("state: want connecting, connected, reconnecting, failed or closed")
+		return refusal.BadRequest("state: want connecting, connected, reconnecting, failed or closed")
 	}
 	return nil
 }
@@ -137,8 +138,7 @@ func (s *Service) applyStream(ctx context.Context, client clientstore.Record, ke
 			delete(next.Streams, rep.StreamID)
 		} else {
 			if _, open := next.Streams[rep.StreamID]; !open && len(next.Streams) >= MaxStreams {
-				return outbox.Change[orderState]{}, httpapi.Errorf(http.StatusUnprocessableEntity, "too_many_streams",
-					"the client has %d open streams; close one first", MaxStreams)
+				return outbox.Change[orderState]{}, ErrTooManyStreams.With("the client has %d open streams; close one first", MaxStreams)
 			}
 			if next.Streams == nil {
 				next.Streams = make(map[string]schema.ConnectionState)

@@ -1,9 +1,7 @@
 package signals
 
 import (
-	"net/http"
-
-	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -53,7 +51,7 @@ var storeKinds = map[schema.EventKind]bool{
 
 // refuseKind says why ev is not a signal the runtime may report, or nil
 // when it is. ev has passed Validate.
-func refuseKind(ev schema.ClientEvent) *httpapi.Error {
+func refuseKind(ev schema.ClientEvent) *refusal.Error {
 	k := ev.Kind
 	if _, ok := signalKinds[k]; ok {
 		// EVENT-007: deletion by a commit is convergence's to report.
@@ -74,6 +72,6 @@ func refuseKind(ev schema.ClientEvent) *httpapi.Error {
 	return notSignal("%s is emitted by convergence, not reported by a runtime", k)
 }
 
-func notSignal(format string, args ...any) *httpapi.Error {
-	return httpapi.Errorf(http.StatusUnprocessableEntity, "kind_not_signal", format, args...)
+func notSignal(format string, args ...any) *refusal.Error {
+	return ErrKindNotSignal.With(format, args...)
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -146,7 +147,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // answer writes a request's answer and counts it.
 func (s *Service) answer(w http.ResponseWriter, r *http.Request, kind schema.EventKind, ans Answer, replayed bool, err error) {
 	if err != nil {
-		s.metrics.refusals.WithLabelValues(clientstore.ErrorCode(err)).Inc()
+		s.metrics.refusals.WithLabelValues(refusal.Code(err)).Inc()
 		httpapi.WriteError(w, r, err)
 		return
 	}
@@ -191,7 +192,7 @@ func (s *Service) handle(r *http.Request) (kind schema.EventKind, ans Answer, re
 func (s *Service) lookup(ctx context.Context, t clientstore.Target) (clientstore.Record, error) {
 	client, err := clientstore.Lookup(ctx, s.clients, t.Tenant, t.ClientID)
 	if errors.Is(err, clientstore.ErrNotFound) {
-		return clientstore.Record{}, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
+		return clientstore.Record{}, clientstore.ErrUnknownClient
 	}
 	return client, err
 }
@@ -200,14 +201,14 @@ func (s *Service) lookup(ctx context.Context, t clientstore.Target) (clientstore
 // ASCII characters.
 func checkIdempotencyKey(key string) error {
 	if key == "" {
-		return httpapi.BadRequest("%s header is required", IdempotencyHeader)
+		return refusal.BadRequest("%s header is required", IdempotencyHeader)
 	}
 	if len(key) > MaxIdempotencyKey {
-		return httpapi.BadRequest("%s is longer than %d characters", IdempotencyHeader, MaxIdempotencyKey)
+		return refusal.BadRequest("%s is longer than %d characters", IdempotencyHeader, MaxIdempotencyKey)
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x21 || key[i] > 0x7e {
-			return httpapi.BadRequest("%s holds a character outside visible ASCII", IdempotencyHeader)
+			return refusal.BadRequest("%s holds a character outside visible ASCII", IdempotencyHeader)
 		}
 	}
 	return nil
@@ -223,16 +224,17 @@ func decodeSignal(r *http.Request) (schema.ClientEvent, error) {
 	return parseSignal(body, httpapi.IsMsgpack(r))
 }
 
-// parseSignal decodes and checks a signal body. Errors are *httpapi.Error:
-// 400 for bytes that do not decode, 422 for an event the contract refuses
-// or a kind that is not a signal.
+// parseSignal decodes and checks a signal body. Errors are refusals:
+// refusal.ErrBadRequest for bytes that do not decode, ErrInvalidEvent for an
+// event the contract refuses, ErrKindNotSignal for a kind that is not a
+// signal.
 func parseSignal(body []byte, isMsgpack bool) (schema.ClientEvent, error) {
 	var (
 		ev  schema.ClientEvent
 		err error
 	)
 	if len(body) == 0 {
-		return ev, httpapi.BadRequest("empty body")
+		return ev, refusal.BadRequest("empty body")
 	}
 	if isMsgpack {
 		err = ev.UnmarshalMsgpack(body)
@@ -242,13 +244,13 @@ func parseSignal(body []byte, isMsgpack bool) (schema.ClientEvent, error) {
 	var ve *schema.ValidationError
 	switch {
 	case errors.As(err, &ve):
-		return ev, httpapi.Errorf(http.StatusUnprocessableEntity, "invalid_event", "%v", err)
+		return ev, ErrInvalidEvent.Because(err)
 	case err != nil:
-		return ev, httpapi.BadRequest("%v", err)
+		return ev, refusal.BadRequest("%v", err)
 	}
 	// The decoders validate; validate again so that nothing depends on it.
 	if err := ev.Validate(); err != nil {
-		return ev, httpapi.Errorf(http.StatusUnprocessableEntity, "invalid_event", "%v", err)
+		return ev, ErrInvalidEvent.Because(err)
 	}
 	if e := refuseKind(ev); e != nil {
 		return ev, e
@@ -259,10 +261,10 @@ func parseSignal(body []byte, isMsgpack bool) (schema.ClientEvent, error) {
 // Report applies a signal of client under an idempotency key and emits its
 // events. replayed is true when the key was seen before; the answer is then
 // the first one and nothing is emitted. An invalid event or a kind that is
-// not a signal is a 422 *httpapi.Error.
+// not a signal is ErrInvalidEvent or ErrKindNotSignal.
 func (s *Service) Report(ctx context.Context, client clientstore.Record, key string, ev schema.ClientEvent) (ans Answer, replayed bool, err error) {
 	if err := ev.Validate(); err != nil {
-		return Answer{}, false, httpapi.Errorf(http.StatusUnprocessableEntity, "invalid_event", "%v", err)
+		return Answer{}, false, ErrInvalidEvent.Because(err)
 	}
 	if e := refuseKind(ev); e != nil {
 		return Answer{}, false, e
@@ -329,11 +331,10 @@ func (s *Service) claimKey(ctx context.Context, ikey string, digest []byte) (ide
 		return idemRecord{}, err
 	}
 	if !found {
-		return idemRecord{}, httpapi.Errorf(http.StatusConflict, "contention", "the idempotency record changed, retry")
+		return idemRecord{}, clientstore.ErrContention.With("the idempotency record changed, retry")
 	}
 	if string(rec.Digest) != string(digest) {
-		return idemRecord{}, httpapi.Errorf(http.StatusUnprocessableEntity, "idempotency_key_reused",
-			"this %s was used for a different signal", IdempotencyHeader)
+		return idemRecord{}, ErrIdempotencyKeyReused
 	}
 	return rec, nil
 }
@@ -472,10 +473,9 @@ func digestHex(s string) string {
 func emitError(err error) error {
 	switch {
 	case errors.Is(err, outbox.ErrEmit):
-		return httpapi.Errorf(http.StatusServiceUnavailable, "emit_pending",
-			"the signal is stored; its event is not emitted yet, retry with the same %s", IdempotencyHeader)
+		return clientstore.ErrEmitPending.With("the signal is stored; its event is not emitted yet, retry with the same %s", IdempotencyHeader)
 	case errors.Is(err, outbox.ErrContention):
-		return httpapi.Errorf(http.StatusConflict, "contention", "the ordering record changed under every attempt, retry")
+		return clientstore.ErrContention.With("the ordering record changed under every attempt, retry")
 	}
 	return err
 }
