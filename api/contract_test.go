@@ -34,8 +34,8 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/fanout"
-	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/internal/signals"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
@@ -70,13 +70,13 @@ var bodies = []body{
 
 // errorBody is every refusal's body (internal/httpapi.WriteError).
 type errorBody struct {
-	Error httpapi.Error `json:"error"`
+	Error refusal.Error `json:"error"`
 }
 
 // componentNames name Go types whose own name says too little in the API.
 var componentNames = map[reflect.Type]string{
 	typeOf[errorBody]():       "Error",
-	typeOf[httpapi.Error]():   "ErrorDetail",
+	typeOf[refusal.Error]():   "ErrorDetail",
 	typeOf[ingest.Response](): "TransportResponse",
 	typeOf[ingest.Result]():   "TransportResult",
 	typeOf[signals.Answer]():  "SignalAnswer",

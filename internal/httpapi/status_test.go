@@ -13,6 +13,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/ingest"
+	"github.com/fabric-mls/fabric/internal/read"
 	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/internal/signals"
 )
@@ -57,6 +58,8 @@ func TestRefusalStatuses(t *testing.T) {
 		{fanout.ErrTooManyConnections, 429, "too_many_connections"},
 		{fanout.ErrReplayBudget, 429, "replay_budget_exceeded"},
 		{fanout.ErrConnectionTokensOff, 501, "connection_tokens_off"},
+		{read.ErrConversationNotFound, 404, "conversation_not_found"},
+		{read.ErrMessageNotFound, 404, "message_not_found"},
 	} {
 		err := fmt.Errorf("context: %w", tc.err.With("a message"))
 		if got := httpapi.Status(err); got != tc.status || refusal.Code(err) != tc.code || !errors.Is(err, tc.err) {

@@ -11,7 +11,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -117,7 +117,7 @@ func conversationOf(rec *readmodel.Conversation, consent schema.ConsentState) sc
 func (a *API) conversation(ctx context.Context, c call, groupHex string) (*readmodel.Conversation, error) {
 	subj, err := readmodel.ConversationSubject(c.tenant, groupHex, c.client)
 	if err != nil {
-		return nil, httpapi.BadRequest("group_id: %v", err)
+		return nil, refusal.BadRequest("group_id: %v", err)
 	}
 	st, err := readmodel.Last(ctx, a.cfg.JS, subj)
 	if err != nil || st.Seq == 0 || len(st.Data) == 0 {
@@ -135,11 +135,11 @@ func (a *API) conversation(ctx context.Context, c call, groupHex string) (*readm
 func (a *API) pathConversation(r *http.Request, c call) (string, *readmodel.Conversation, error) {
 	g := r.PathValue("group_id")
 	if err := subject.ValidGroup(g); err != nil {
-		return "", nil, httpapi.BadRequest("group_id: want the group id in lowercase hex")
+		return "", nil, refusal.BadRequest("group_id: want the group id in lowercase hex")
 	}
 	rec, err := a.conversation(r.Context(), c, g)
 	if err == nil && rec == nil {
-		err = notFound("conversation_not_found", "the client holds no such conversation")
+		err = ErrConversationNotFound
 	}
 	return g, rec, err
 }
@@ -171,25 +171,25 @@ func conversationFilterOf(r *http.Request) (conversationFilter, error) {
 	case "", "group", "dm":
 		f.kind = t
 	default:
-		return f, httpapi.BadRequest("type: want group or dm")
+		return f, refusal.BadRequest("type: want group or dm")
 	}
 	if s := q.Get("consent_state"); s != "" {
 		f.consent = schema.ConsentState(s)
 		if !f.consent.Valid() {
-			return f, httpapi.BadRequest("consent_state: want unknown, allowed or denied")
+			return f, refusal.BadRequest("consent_state: want unknown, allowed or denied")
 		}
 	}
 	if s := q.Get("paused"); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return f, httpapi.BadRequest("paused: want true or false")
+			return f, refusal.BadRequest("paused: want true or false")
 		}
 		f.paused = &b
 	}
 	if s := q.Get("updated_since"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return f, httpapi.BadRequest("updated_since: want unix milliseconds")
+			return f, refusal.BadRequest("updated_since: want unix milliseconds")
 		}
 		f.since = n
 	}
@@ -218,7 +218,7 @@ func (a *API) listConversations(r *http.Request, c call) (any, error) {
 	}
 	filter, err := readmodel.ConversationFilter(c.tenant, c.client)
 	if err != nil {
-		return nil, httpapi.BadRequest("%v", err)
+		return nil, refusal.BadRequest("%v", err)
 	}
 	out := schema.ConversationPage{Conversations: []schema.Conversation{}}
 	upTo := p.cursor // exclusive; 0 is the end of the stream

@@ -11,7 +11,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
-	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -105,7 +105,7 @@ func messageFilterOf(r *http.Request) (messageFilter, error) {
 		for _, t := range strings.Split(s, ",") {
 			ct, err := parseContentType(t)
 			if err != nil {
-				return f, httpapi.BadRequest("content_types: %v", err)
+				return f, refusal.BadRequest("content_types: %v", err)
 			}
 			f.types = append(f.types, ct)
 		}
@@ -117,7 +117,7 @@ func messageFilterOf(r *http.Request) (messageFilter, error) {
 		if s := q.Get(p.name); s != "" {
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || n < 0 {
-				return f, httpapi.BadRequest("%s: want unix milliseconds", p.name)
+				return f, refusal.BadRequest("%s: want unix milliseconds", p.name)
 			}
 			*p.v = n
 		}
@@ -127,7 +127,7 @@ func messageFilterOf(r *http.Request) (messageFilter, error) {
 	case "descending":
 		f.descending = true
 	default:
-		return f, httpapi.BadRequest("direction: want ascending or descending")
+		return f, refusal.BadRequest("direction: want ascending or descending")
 	}
 	return f, nil
 }
@@ -238,18 +238,18 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 func (a *API) getMessage(r *http.Request, c call) (any, error) {
 	idHex := r.PathValue("message_id")
 	if err := subject.ValidMessageID(idHex); err != nil {
-		return nil, httpapi.BadRequest("message_id: want %d lowercase hex digits", subject.MessageIDHexLen)
+		return nil, refusal.BadRequest("message_id: want %d lowercase hex digits", subject.MessageIDHexLen)
 	}
 	id, _ := hex.DecodeString(idHex)
 	ps, err := readmodel.PointerSubject(c.tenant, id)
 	if err != nil {
-		return nil, httpapi.BadRequest("message_id: %v", err)
+		return nil, refusal.BadRequest("message_id: %v", err)
 	}
 	st, err := readmodel.Last(r.Context(), a.cfg.JS, ps)
 	if err != nil {
 		return nil, err
 	}
-	missing := notFound("message_not_found", "the client holds no such message")
+	missing := ErrMessageNotFound
 	if st.Seq == 0 || len(st.Data) == 0 {
 		return nil, missing
 	}

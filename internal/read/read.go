@@ -26,6 +26,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/httpapi"
+	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
 // Page bounds.
@@ -108,7 +109,7 @@ func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
 		body, err := a.serve(r, ep)
 		code := "ok"
 		if err != nil {
-			code = clientstore.ErrorCode(err)
+			code = refusal.Code(err)
 			httpapi.WriteError(w, r, err)
 		} else {
 			httpapi.Write(w, r, http.StatusOK, body)
@@ -125,7 +126,7 @@ func (a *API) serve(r *http.Request, ep endpoint) (any, error) {
 	}
 	if _, err := a.cfg.Stores.Lookup(r.Context(), t.Tenant, t.ClientID); err != nil {
 		if errors.Is(err, clientstore.ErrNotFound) {
-			return nil, httpapi.Errorf(http.StatusNotFound, "client_not_found", "no such client in this tenant")
+			return nil, clientstore.ErrUnknownClient
 		}
 		return nil, err
 	}
@@ -146,14 +147,14 @@ func pageOf(r *http.Request) (page, error) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxLimit {
-			return p, httpapi.BadRequest("limit: want 1 to %d", MaxLimit)
+			return p, refusal.BadRequest("limit: want 1 to %d", MaxLimit)
 		}
 		p.limit = n
 	}
 	if s := q.Get("cursor"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || n == 0 {
-			return p, httpapi.BadRequest("cursor: not a cursor this API gave")
+			return p, refusal.BadRequest("cursor: not a cursor this API gave")
 		}
 		p.cursor = n
 	}
@@ -167,7 +168,9 @@ func cursorString(n uint64) string {
 	return strconv.FormatUint(n, 10)
 }
 
-// notFound is the 404 of an unknown conversation or message.
-func notFound(code, msg string) error {
-	return httpapi.Errorf(http.StatusNotFound, code, "%s", msg)
-}
+// The refusals of the read API besides an unknown client
+// (clientstore.ErrUnknownClient) and a malformed request.
+var (
+	ErrConversationNotFound = refusal.New(refusal.NotFound, "conversation_not_found", "the client holds no such conversation")
+	ErrMessageNotFound      = refusal.New(refusal.NotFound, "message_not_found", "the client holds no such message")
+)
