@@ -387,15 +387,12 @@ func (c *conn) eventFrame(buf []byte, p *popped) []byte {
 	if c.sse {
 		return appendSSEEvent(buf, p.item)
 	}
-	var body []byte
-	var seq uint64
+	f := wire.Frame{Op: wire.OpEvent, Sub: p.s.id, AtMost: p.item.AtMost}
 	if p.item.Lagged {
-		body = wire.AppendLagged(c.enc, nil, p.item.Discarded)
+		f.Event = wire.AppendLagged(c.enc, nil, p.item.Discarded)
 	} else {
-		body = p.item.Value.encoded(c.enc)
-		seq = p.item.Value.seq
+		f.Event, f.Seq, f.EventID = p.item.Value.encoded(c.enc), p.item.Value.seq, p.item.Value.id
 	}
-	f := wire.Frame{Op: wire.OpEvent, Sub: p.s.id, Seq: seq, Event: body, AtMost: p.item.AtMost}
 	return wire.Append(c.enc, buf, &f)
 }
 

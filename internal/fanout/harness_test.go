@@ -155,6 +155,7 @@ type published struct {
 	ev      schema.ClientEvent
 	convKey []byte
 	refOwn  bool
+	id      string // the event id; one made from the test's name when empty
 }
 
 // publish stores one event for tenant/clientID in FABRIC_EVENTS through the
@@ -162,8 +163,11 @@ type published struct {
 func (e *env) publish(tenant, clientID string, p published) uint64 {
 	e.t.Helper()
 	n := e.seq.Add(1)
+	if p.id == "" {
+		p.id = bus.EventID([]byte(e.t.Name()), []byte(strconv.FormatUint(n, 10)))
+	}
 	seq, err := bus.Publish(e.ctx, e.js, bus.Event{
-		Tenant: tenant, ClientID: clientID, ID: bus.EventID([]byte(e.t.Name()), []byte(strconv.FormatUint(n, 10))),
+		Tenant: tenant, ClientID: clientID, ID: p.id,
 		Event: p.ev, ConversationKey: p.convKey, ReferencesOwn: p.refOwn,
 	})
 	if err != nil {

@@ -1,13 +1,16 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -314,5 +317,40 @@ func TestSubscribeWhileReconnecting_EVENT014(t *testing.T) {
 	e.publish(tenantA, client1, published{ev: received(groupA, 7, nil)})
 	if n := msgNo(next(t, s)); n != 7 {
 		t.Fatalf("got %d", n)
+	}
+}
+
+// TestEventIDsMatchWithdrawnEventIDs: the SDK hands an app each event with
+// its id, from the WebSocket event frame's event_id, so the ids a later
+// fabric.commit_superseded withdraws name events the app holds (issue 15
+// item 2). In both encodings.
+func TestEventIDsMatchWithdrawnEventIDs(t *testing.T) {
+	e := newEnv(t)
+	for _, enc := range []string{"msgpack", "json"} {
+		var opts []client.Option
+		if enc == "json" {
+			opts = append(opts, jsonOpt())
+		}
+		c := e.connect(tenantA, []string{client1}, opts...)
+		s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: []schema.EventKind{schema.KindMembershipChanged, schema.KindCommitSuperseded}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined := bus.EventID([]byte(enc), []byte("the commit's event"))
+		e.publish(tenantA, client1, published{id: joined, ev: schema.ClientEvent{Kind: schema.KindMembershipChanged,
+			MembershipChanged: &schema.MembershipChanged{GroupID: groupA, AddedInboxIDs: []string{strings.Repeat("ab", 32)}, RemovedInboxIDs: []string{}}}})
+		e.publish(tenantA, client1, published{ev: schema.ClientEvent{Kind: schema.KindCommitSuperseded,
+			CommitSuperseded: &schema.CommitSuperseded{GroupID: groupA, CommitDigest: bytes.Repeat([]byte{0xcd}, schema.CommitDigestSize), WithdrawnEventIDs: []string{joined}}}})
+		first, second := next(t, s), next(t, s)
+		if first.ID != joined {
+			t.Fatalf("%s: event id %q, want %q", enc, first.ID, joined)
+		}
+		if second.ID == "" || second.ID == first.ID {
+			t.Fatalf("%s: the second event's id %q", enc, second.ID)
+		}
+		if w := second.CommitSuperseded; w == nil || len(w.WithdrawnEventIDs) != 1 || w.WithdrawnEventIDs[0] != first.ID {
+			t.Fatalf("%s: %+v does not withdraw the event the app holds", enc, second)
+		}
+		_ = c.Close()
 	}
 }

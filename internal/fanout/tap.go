@@ -29,6 +29,7 @@ const (
 // once per encoding.
 type event struct {
 	seq     uint64
+	id      string // the event id (Nats-Msg-Id), sent in the event frame
 	kind    schema.EventKind
 	emitted time.Time // the stream's Nats-Time-Stamp
 	msgpack []byte    // the stored body: the ClientEvent in msgpack
@@ -412,7 +413,7 @@ func (t *tap) offer(subs map[*subscription]struct{}, d *bus.Delivered, body []by
 		return
 	}
 	fe := filter.Describe(&d.Event, d.ConversationKey, d.ReferencesOwn)
-	ev := &event{seq: d.Sequence, kind: d.Event.Kind, emitted: d.Time, msgpack: body}
+	ev := &event{seq: d.Sequence, id: d.ID, kind: d.Event.Kind, emitted: d.Time, msgpack: body}
 	for s := range subs {
 		if d.Sequence <= s.startSeq || !s.filter.Match(&fe) {
 			continue // EVENT-014, EVENT-020

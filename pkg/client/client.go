@@ -586,6 +586,7 @@ func (c *Client) handle(f *wire.Frame) error {
 			c.queueCreditLocked(s)
 			return fmt.Errorf("client: event did not decode: %w", err)
 		}
+		ev.ID = f.EventID
 		return s.deliver(ev, f.Seq)
 	case wire.OpEnded:
 		s := c.byID[f.Sub]

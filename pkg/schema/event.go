@@ -56,6 +56,12 @@ type ClientEvent struct {
 	// MessageInvalidated is the payload of the extension kind
 	// fabric.message_invalidated (outside the spec's kind table).
 	MessageInvalidated *MessageRef `msgpack:"message_invalidated,omitempty" json:"message_invalidated,omitempty"`
+
+	// ID is the event's id as delivered (64 lowercase hex digits), by
+	// which a later fabric.commit_superseded's WithdrawnEventIDs names it.
+	// It is not part of the event's encoding: the SDK (pkg/client) sets it
+	// from the gateway's event frame; it is empty on a lagged.
+	ID string `msgpack:"-" json:"-"`
 }
 
 // GroupRef names a group (conversation.fork_detected).

@@ -158,6 +158,10 @@ type Frame struct {
 	// Held, in subscribe, counts events of the resumed subscription the SDK
 	// still holds; they stay counted against the bound until credited.
 	Held int64
+	// EventID, on an event frame, is the event's id (64 lowercase hex
+	// digits), by which a later fabric.commit_superseded's
+	// withdrawn_event_ids names it; none on a lagged.
+	EventID string
 	// Event is the ClientEvent already encoded in the frame's encoding.
 	Event []byte
 	// AtMost, on the event frame of a lagged, marks its discarded as an
@@ -192,6 +196,7 @@ type jsonFrame struct {
 	StartTime int64           `json:"start_time,omitempty"`
 	FromStart bool            `json:"from_start,omitempty"`
 	Held      int64           `json:"held,omitempty"`
+	EventID   string          `json:"event_id,omitempty"`
 	Event     json.RawMessage `json:"event,omitempty"`
 	AtMost    bool            `json:"at_most,omitempty"`
 	Reason    string          `json:"reason,omitempty"`
@@ -212,6 +217,7 @@ type msgpackFrame struct {
 	StartTime int64              `msgpack:"start_time,omitempty"`
 	FromStart bool               `msgpack:"from_start,omitempty"`
 	Held      int64              `msgpack:"held,omitempty"`
+	EventID   string             `msgpack:"event_id,omitempty"`
 	Event     msgpack.RawMessage `msgpack:"event,omitempty"`
 	AtMost    bool               `msgpack:"at_most,omitempty"`
 	Reason    string             `msgpack:"reason,omitempty"`
@@ -239,7 +245,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: %s", ErrMalformed, describe(err, "msgpack map"))
 		}
 		f = Frame{Op: m.Op, ID: m.ID, Sub: m.Sub, ClientID: m.ClientID, N: m.N,
-			Seq: m.Seq, AfterSeq: m.AfterSeq, StartTime: m.StartTime, FromStart: m.FromStart, Held: m.Held, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message, Token: m.Token}
+			Seq: m.Seq, AfterSeq: m.AfterSeq, StartTime: m.StartTime, FromStart: m.FromStart, Held: m.Held, EventID: m.EventID, Event: m.Event, AtMost: m.AtMost, Reason: m.Reason, Code: m.Code, Message: m.Message, Token: m.Token}
 		filter = m.Filter
 	} else {
 		var j jsonFrame
@@ -252,7 +258,7 @@ func Decode(enc Encoding, b []byte) (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 		}
 		f = Frame{Op: j.Op, ID: j.ID, Sub: j.Sub, ClientID: j.ClientID, N: j.N,
-			Seq: j.Seq, AfterSeq: j.AfterSeq, StartTime: j.StartTime, FromStart: j.FromStart, Held: j.Held, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message, Token: j.Token}
+			Seq: j.Seq, AfterSeq: j.AfterSeq, StartTime: j.StartTime, FromStart: j.FromStart, Held: j.Held, EventID: j.EventID, Event: j.Event, AtMost: j.AtMost, Reason: j.Reason, Code: j.Code, Message: j.Message, Token: j.Token}
 		filter = j.Filter
 	}
 	if filter != nil {
@@ -308,6 +314,7 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	count(f.StartTime != 0)
 	count(f.FromStart)
 	count(f.Held != 0)
+	count(f.EventID != "")
 	count(f.Event != nil)
 	count(f.AtMost)
 	count(f.Reason != "")
@@ -362,6 +369,9 @@ func Append(enc Encoding, dst []byte, f *Frame) []byte {
 	}
 	if f.Held != 0 {
 		w.int("held", f.Held)
+	}
+	if f.EventID != "" {
+		w.str("event_id", f.EventID)
 	}
 	if f.Event != nil {
 		w.key("event")

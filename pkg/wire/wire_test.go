@@ -28,6 +28,7 @@ func TestRoundTrip(t *testing.T) {
 			{Op: OpUnsubscribe, Sub: 9},
 			{Op: OpSubscribed, ID: 3, Sub: 9},
 			{Op: OpEvent, Sub: 9, Seq: 300, Event: lagged},
+			{Op: OpEvent, Sub: 9, Seq: 301, EventID: strings.Repeat("e1", 32), Event: lagged},
 			{Op: OpEvent, Sub: 9, Event: lagged, AtMost: true},
 			{Op: OpEnded, Sub: 9, Reason: ReasonShutdown},
 			{Op: OpError, ID: 4, Code: CodeForbidden, Message: "token does not name \"this\" client <&>"},
@@ -162,7 +163,7 @@ func TestWireFormatsDocumentsEveryOpAndCode(t *testing.T) {
 			t.Errorf("docs/wire-formats.md does not document %q", name)
 		}
 	}
-	for _, member := range []string{"after_seq", "start_time", "from_start", "held", "at_most"} {
+	for _, member := range []string{"after_seq", "start_time", "from_start", "held", "at_most", "event_id"} {
 		if !strings.Contains(doc, "`"+member+"`") {
 			t.Errorf("docs/wire-formats.md does not document the member %q", member)
 		}
