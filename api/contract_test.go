@@ -202,6 +202,9 @@ func (b *builder) clientEvent() any {
 	members := map[string]reflect.Type{}
 	for f := range typeOf[schema.ClientEvent]().Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue // not encoded (the id the SDK sets from the frame)
+		}
 		members[name] = f.Type
 	}
 	var branches []any
