@@ -126,11 +126,17 @@ func (b *builder) define(t reflect.Type, def func() any) map[string]any {
 	if shared(t) {
 		defs = b.events
 	}
+	ref := b.ref(t)
 	if _, done := defs[b.name(t)]; !done {
 		defs[b.name(t)] = nil // a recursive type refers to itself
+		// The definition's own references are written from the file it
+		// lands in, whoever reached it first.
+		outer := b.inEvents
+		b.inEvents = shared(t)
 		defs[b.name(t)] = def()
+		b.inEvents = outer
 	}
-	return b.ref(t)
+	return ref
 }
 
 // of returns the schema of a Go type in its JSON encoding.

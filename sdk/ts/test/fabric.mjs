@@ -32,8 +32,10 @@ export async function freePort() {
 
 /** A running all-in-one: start() again after stop() restarts it on the same port and data. */
 export class Fabric {
-  constructor() {
+  /** args are more flags of fabric run, such as -allowed-origins. */
+  constructor(args = []) {
     this.data = mkdtempSync(join(tmpdir(), "fabric-sdk-data-"));
+    this.args = args;
     this.proc = null;
   }
 
@@ -41,7 +43,7 @@ export class Fabric {
     this.port ??= await freePort();
     this.url = `http://127.0.0.1:${this.port}`;
     this.wsURL = `ws://127.0.0.1:${this.port}/v1/events`;
-    const proc = spawn(build(), ["run", "-data", this.data, "-listen", `127.0.0.1:${this.port}`, "-nats-listen", "127.0.0.1:0"], {
+    const proc = spawn(build(), ["run", "-data", this.data, "-listen", `127.0.0.1:${this.port}`, "-nats-listen", "127.0.0.1:0", ...this.args], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     this.proc = proc;
