@@ -4,7 +4,7 @@
 // resume after the server restarts.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { Client, GatewayError, EndedError, initialCredit } from "../dist/index.js";
+import { Client, GatewayError, EndedError, Reader, APIError, initialCredit } from "../dist/index.js";
 import { Fabric, inbox } from "./fabric.mjs";
 
 const fabric = new Fabric();
@@ -126,6 +126,26 @@ test("after the server restarts the subscription resumes where it stopped", asyn
     assert.equal((await sub.next()).consent_changed.entity, inbox(6));
     assert.equal((await sub.next()).consent_changed.entity, inbox(7));
     assert.equal(sub.held(), 0);
+  } finally {
+    c.close();
+  }
+});
+
+test("the read API: a consent change an event reports is readable when the event arrives (EVENT-010)", async () => {
+  const client = await fabric.newClient();
+  const token = (await fabric.api("POST", "/v1/tenants/dev/connection-tokens", { clients: [client], scopes: ["events", "read"] })).token;
+  const c = await Client.connect(fabric.wsURL, { token, ...quiet });
+  const reader = new Reader(fabric.url, "dev", { token });
+  try {
+    const sub = await c.subscribe(client, { kinds: ["consent.changed"] });
+    await fabric.consent(client, inbox(11), "allowed");
+    const ev = await sub.next();
+    const page = await reader.consent(client);
+    const rec = page.consent.find((r) => r.entity === ev.consent_changed.entity);
+    assert.equal(rec?.state, "allowed");
+    const conversations = await reader.conversations(client, { limit: 10 });
+    assert.deepEqual(conversations.conversations, []);
+    await assert.rejects(reader.consent("abab"), (err) => err instanceof APIError && err.status === 403);
   } finally {
     c.close();
   }
