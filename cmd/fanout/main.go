@@ -140,7 +140,7 @@ func run(args []string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	nc, _, err := o.nats.ConnectJetStream(ctx, "fanout")
+	nc, js, err := o.nats.ConnectJetStream(ctx, "fanout")
 	if err != nil {
 		return err
 	}
@@ -148,6 +148,7 @@ func run(args []string, log *slog.Logger) error {
 	reg := ops.NewRegistry()
 	g, err := fanout.New(fanout.Config{
 		NATS:                  nc,
+		JetStream:             js,
 		Verifier:              k.verifier,
 		TokenSecret:           k.secret,
 		MaxConnectionTokenTTL: o.maxConnTTL,

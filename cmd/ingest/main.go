@@ -205,6 +205,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	reg := ops.NewRegistry()
 	svc, err := ingest.New(ingest.Config{
 		Conn:     nc,
+		Domain:   o.nats.Domain,
 		Verifier: verifier,
 		Vault:    vault,
 		Limits: ingest.Limits{

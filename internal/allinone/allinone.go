@@ -224,8 +224,8 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if f.conv, err = converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
 		return nil, err
 	}
-	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], Verifier: verifier, TokenSecret: o.JWTSecret,
-		AllowQueryToken: o.SSEQueryToken || !o.Production, OriginPatterns: o.OriginPatterns, DMKeys: &fanout.KVDMKeys{NATS: conns[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
+	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], JetStream: jss[UserFanout], Verifier: verifier, TokenSecret: o.JWTSecret,
+		AllowQueryToken: o.SSEQueryToken || !o.Production, OriginPatterns: o.OriginPatterns, DMKeys: &fanout.KVDMKeys{JetStream: jss[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
 		return nil, err
 	}
 

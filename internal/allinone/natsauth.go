@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 )
 
@@ -73,32 +74,15 @@ func (f *Fabric) connectAs(user string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// JetStream API subjects.
-const (
-	apiInfo         = "$JS.API.INFO"
-	apiStreamInfo   = "$JS.API.STREAM.INFO."
-	apiStreamCreate = "$JS.API.STREAM.CREATE."
-	apiMsgGet       = "$JS.API.STREAM.MSG.GET."
-	apiMsgDelete    = "$JS.API.STREAM.MSG.DELETE."
-	apiPurge        = "$JS.API.STREAM.PURGE."
-	apiDirect       = "$JS.API.DIRECT.GET."
-	apiConsCreate   = "$JS.API.CONSUMER.CREATE."
-	apiConsInfo     = "$JS.API.CONSUMER.INFO."
-	apiConsDelete   = "$JS.API.CONSUMER.DELETE."
-	apiConsNext     = "$JS.API.CONSUMER.MSG.NEXT."
-)
-
-func kvStream(bucket string) string { return "KV_" + bucket }
-
 // streamInfo lets a role bind to the streams and buckets it uses (and
 // check them, as Ensure does in the standalone roles).
 func streamInfo() []string {
 	var s []string
 	for _, c := range streams.StreamConfigs(streams.Config{}) {
-		s = append(s, apiStreamInfo+c.Name)
+		s = append(s, bus.PermStreamInfo+c.Name)
 	}
 	for _, c := range streams.BucketConfigs(streams.Config{}) {
-		s = append(s, apiStreamInfo+kvStream(c.Bucket))
+		s = append(s, bus.PermStreamInfo+streams.KVStream(c.Bucket))
 	}
 	return s
 }
@@ -106,16 +90,18 @@ func streamInfo() []string {
 // kvRead reads a bucket's keys, lists and watches them (an ordered push
 // consumer with flow control).
 func kvRead(bucket string) []string {
-	s := kvStream(bucket)
-	return []string{apiDirect + s + ".>", apiMsgGet + s, apiConsCreate + s, apiConsCreate + s + ".>", apiConsDelete + s + ".*",
-		"$JS.FC." + s + ".>"}
+	s := streams.KVStream(bucket)
+	return []string{bus.PermDirectGet + s + ".>", bus.PermMsgGet + s, bus.PermConsumerCreate + s, bus.PermConsumerCreate + s + ".>", bus.PermConsumerDelete + s + ".*",
+		bus.PermFlowControl + s + ".>"}
 }
 
 // kvWrite puts, creates, updates and deletes a bucket's keys.
-func kvWrite(bucket string) []string { return []string{"$KV." + bucket + ".>"} }
+func kvWrite(bucket string) []string { return []string{streams.KVSubject(bucket, ">")} }
 
 // direct reads a stream's messages by subject or sequence.
-func direct(stream string) []string { return []string{apiDirect + stream, apiDirect + stream + ".>"} }
+func direct(stream string) []string {
+	return []string{bus.PermDirectGet + stream, bus.PermDirectGet + stream + ".>"}
+}
 
 // rolePermissions are each user's permissions: what its role's code
 // publishes, requests and subscribes to, nothing else. No role may delete
@@ -135,28 +121,28 @@ func rolePermissions() map[string]*server.Permissions {
 	all := streamInfo()
 	ingest := perms(append(in(UserIngest), "fabric.intake.>"), all,
 		[]string{"fabric.in.>", "fabric.outcome.>", "fabric.retained.>",
-			apiMsgGet + streams.StreamInput, apiMsgGet + streams.StreamOutcomes, apiMsgGet + streams.StreamRetained,
-			apiMsgDelete + streams.StreamRetained},
+			bus.PermMsgGet + streams.StreamInput, bus.PermMsgGet + streams.StreamOutcomes, bus.PermMsgGet + streams.StreamRetained,
+			bus.PermMsgDelete + streams.StreamRetained},
 		direct(streams.StreamOutcomes), direct(streams.StreamRetained),
 		kvRead(streams.BucketGroupKeys), kvRead(streams.BucketGroups))
 	// Intake requests are answered on the requester's reply subject.
 	ingest.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	return map[string]*server.Permissions{
-		UserAdmin:  perms(in(UserAdmin), all, []string{apiInfo, apiStreamCreate + "*"}),
+		UserAdmin:  perms(in(UserAdmin), all, []string{bus.PermAPIInfo, bus.PermStreamCreate + "*"}),
 		UserIngest: ingest,
-		UserAPI: perms(in(UserAPI), all, []string{"fabric.ev.>", apiMsgGet + streams.StreamEvents},
+		UserAPI: perms(in(UserAPI), all, []string{"fabric.ev.>", bus.PermMsgGet + streams.StreamEvents},
 			direct(streams.StreamEvents),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
 			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
 			// the read API pages consent and identity records by sequence
-			[]string{apiDirect + kvStream(streams.BucketStores)},
+			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores)},
 			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
 		UserConverge: perms(in(UserConverge), all,
 			[]string{"fabric.ev.>", "fabric.ck.>", "fabric.outcome.>",
-				apiConsCreate + streams.StreamInput + ".>", apiConsInfo + streams.StreamInput + ".*",
-				apiConsDelete + streams.StreamInput + ".*", apiConsNext + streams.StreamInput + ".*",
-				"$JS.ACK." + streams.StreamInput + ".>",
-				apiMsgGet + streams.StreamEvents, apiPurge + streams.StreamEvents},
+				bus.PermConsumerCreate + streams.StreamInput + ".>", bus.PermConsumerInfo + streams.StreamInput + ".*",
+				bus.PermConsumerDelete + streams.StreamInput + ".*", bus.PermConsumerNext + streams.StreamInput + ".*",
+				bus.PermAck + streams.StreamInput + ".>",
+				bus.PermMsgGet + streams.StreamEvents, bus.PermStreamPurge + streams.StreamEvents},
 			direct(streams.StreamEvents), direct(streams.StreamOutcomes),
 			kvRead(streams.BucketConverge), kvWrite(streams.BucketConverge),
 			kvRead(streams.BucketGroups), kvWrite(streams.BucketGroups),
@@ -166,6 +152,6 @@ func rolePermissions() map[string]*server.Permissions {
 			direct(streams.StreamEvents), kvRead(streams.BucketGroups),
 			// whether a client exists: its record only (<tenant>.<client>),
 			// whose private parts the gateway cannot unseal
-			[]string{apiDirect + kvStream(streams.BucketClients) + ".$KV." + streams.BucketClients + ".*.*"}),
+			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketClients) + "." + streams.KVSubject(streams.BucketClients, "*.*")}),
 	}
 }

@@ -2,12 +2,9 @@ package bus
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -184,62 +181,16 @@ func LastCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHe
 // or after sequence from. It returns sequence 0 and no data when there is
 // none.
 func ReadMsg(ctx context.Context, js jetstream.JetStream, subj string, from uint64) (seq uint64, data []byte, err error) {
-	type request struct {
-		LastBySubject string `json:"last_by_subj,omitempty"`
-		Seq           uint64 `json:"seq,omitempty"`
-		NextBySubject string `json:"next_by_subj,omitempty"`
-	}
-	r := request{LastBySubject: subj}
+	r := MsgRequest{LastBySubject: subj}
 	if from != 0 {
-		r = request{Seq: from, NextBySubject: subj}
+		r = MsgRequest{Seq: from, NextBySubject: subj}
 	}
-	req, err := json.Marshal(r)
+	m, err := GetMsg(ctx, js, streams.StreamEvents, r)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil, nil
+	}
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
-		defer cancel()
-	}
-	resp, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+streams.StreamEvents, req)
-	if err != nil {
-		return 0, nil, err
-	}
-	var out struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data string `json:"data"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(resp.Data, &out); err != nil {
-		return 0, nil, err
-	}
-	if out.Error != nil {
-		if out.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return 0, nil, nil
-		}
-		return 0, nil, out.Error
-	}
-	if out.Message == nil {
-		return 0, nil, errors.New("empty response")
-	}
-	data, err = base64.StdEncoding.DecodeString(out.Message.Data)
-	if err != nil {
-		return 0, nil, err
-	}
-	return out.Message.Seq, data, nil
-}
-
-// apiPrefix is the JetStream API prefix js sends its own requests with.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	return jetstream.DefaultAPIPrefix
+	return m.Sequence, m.Data, nil
 }

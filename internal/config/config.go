@@ -201,11 +201,10 @@ func (n NATS) ConnectJetStream(ctx context.Context, name string) (*nats.Conn, je
 	return nc, js, nil
 }
 
-// JetStream returns nc's JetStream context in n.Domain. A domain is given as
-// its API prefix, which the batched direct gets of jetstreamext also honour.
+// JetStream returns nc's JetStream context in n.Domain.
 func (n NATS) JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	if n.Domain != "" {
-		return jetstream.NewWithAPIPrefix(nc, "$JS."+n.Domain+".API")
+		return jetstream.NewWithDomain(nc, n.Domain)
 	}
 	return jetstream.New(nc)
 }

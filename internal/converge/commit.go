@@ -249,7 +249,7 @@ func (w *Worker) unnamed(ctx context.Context, tenant, groupHex string, written [
 // that stays is only space, never state.
 func (w *Worker) purge(ctx context.Context, keys []string) {
 	for _, k := range keys {
-		m := nats.NewMsg(kvSubject(streams.BucketConverge, k))
+		m := nats.NewMsg(streams.KVSubject(streams.BucketConverge, k))
 		m.Header.Set("KV-Operation", "PURGE")
 		m.Header.Set("Nats-Rollup", "sub")
 		if _, err := w.js.PublishMsgAsync(m); err != nil {
@@ -257,9 +257,6 @@ func (w *Worker) purge(ctx context.Context, keys []string) {
 		}
 	}
 }
-
-// kvSubject is the stream subject of a KV key.
-func kvSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // putBlobs writes state blobs to fabric-converge in parallel and waits for
 // every acknowledgement. A blob larger than one message may be (a member of
@@ -272,7 +269,7 @@ func (w *Worker) putBlobs(ctx context.Context, blobs map[string][]byte) (written
 	parts = map[string]int{}
 	var first error
 	put := func(k string, b []byte) bool {
-		f, err := w.js.PublishAsync(kvSubject(streams.BucketConverge, k), b)
+		f, err := w.js.PublishAsync(streams.KVSubject(streams.BucketConverge, k), b)
 		if err != nil {
 			first = fmt.Errorf("write state blob: %w", err)
 			return false

@@ -2,8 +2,8 @@ package fanout
 
 import (
 	"context"
-	"errors"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
@@ -20,13 +20,6 @@ func (g *Gateway) clientExists(ctx context.Context, tenant, client string) (bool
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.RequestTimeout)
 	defer cancel()
-	m, err := g.direct(ctx, "$JS.API.DIRECT.GET.KV_"+streams.BucketClients+".$KV."+streams.BucketClients+"."+key, nil)
-	if errors.Is(err, errNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	op := m.Header.Get("KV-Operation")
-	return op != "DEL" && op != "PURGE", nil
+	_, ok, err := bus.KVGet(ctx, g.cfg.JetStream, streams.BucketClients, key)
+	return ok, err
 }

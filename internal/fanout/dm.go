@@ -3,10 +3,9 @@ package fanout
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
@@ -23,14 +22,14 @@ type DMResolver interface {
 }
 
 // KVDMKeys reads DM conversation keys from the fabric-groups bucket, key
-// <tenant>.<group hex>. The record is the msgpack map converge writes
-// (bus.GroupRecord); its member dm_conversation_key (bin) is the key,
-// absent for a group that is not a DM's. Other members are ignored. Reads are direct gets, so the gateway
-// needs no JetStream context and creates nothing.
+// <tenant>.<group hex>: a group record's (bus.GroupRecord)
+// DMConversationKey, absent for a group that is not a DM's. Reads are
+// direct gets of one key, so the gateway needs no bucket lookup and creates
+// nothing.
 type KVDMKeys struct {
-	NATS    *nats.Conn
-	Bucket  string        // streams.BucketGroups when empty
-	Timeout time.Duration // per read
+	JetStream jetstream.JetStream
+	Bucket    string        // streams.BucketGroups when empty
+	Timeout   time.Duration // per read
 }
 
 // DMKey implements DMResolver.
@@ -48,21 +47,11 @@ func (k *KVDMKeys) DMKey(ctx context.Context, tenant string, groupID []byte) ([]
 		ctx, cancel = context.WithTimeout(ctx, k.Timeout)
 		defer cancel()
 	}
-	m, err := k.NATS.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+bucket+".$KV."+bucket+"."+key, nil)
-	if err != nil {
-		return nil, false, fmt.Errorf("read group record: %w", err)
+	v, ok, err := bus.KVGet(ctx, k.JetStream, bucket, key)
+	if err != nil || !ok {
+		return nil, false, err
 	}
-	switch st := m.Header.Get(headerStatus); st {
-	case "":
-	case "404":
-		return nil, false, nil
-	default:
-		return nil, false, fmt.Errorf("read group record: status %s", st)
-	}
-	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		return nil, false, nil
-	}
-	dmKey, err := bus.RecordConversationKey(m.Data)
+	dmKey, err := bus.RecordConversationKey(v)
 	if err != nil || dmKey == nil {
 		return nil, false, err
 	}

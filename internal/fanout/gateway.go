@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -40,6 +41,10 @@ type Config struct {
 	// NATS is the connection taps subscribe on and direct gets go through.
 	// Required. The gateway does not close it.
 	NATS *nats.Conn
+	// JetStream is NATS's JetStream context, whose domain or API prefix
+	// the gateway's reads of the events stream and of records use; nil
+	// uses NATS's local JetStream.
+	JetStream jetstream.JetStream
 	// Verifier checks bearer tokens. Required.
 	Verifier *auth.Verifier
 	// TokenSecret signs the connection tokens the gateway mints (HS256,
@@ -211,6 +216,13 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, errors.New("fanout: Config.Verifier is required")
 	}
 	cfg.setDefaults()
+	if cfg.JetStream == nil {
+		js, err := jetstream.New(cfg.NATS)
+		if err != nil {
+			return nil, fmt.Errorf("fanout: jetstream: %w", err)
+		}
+		cfg.JetStream = js
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("fanout: register metrics: %w", err)
@@ -226,7 +238,7 @@ func New(cfg Config) (*Gateway, error) {
 		done:    make(chan struct{}),
 	}
 	if g.dm == nil {
-		g.dm = &KVDMKeys{NATS: cfg.NATS, Timeout: cfg.RequestTimeout}
+		g.dm = &KVDMKeys{JetStream: cfg.JetStream, Timeout: cfg.RequestTimeout}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(RouteWebSocket, g.serveWS)

@@ -3,7 +3,6 @@ package fanout
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,18 +10,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/fanout/filter"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
-)
-
-// Headers the stream adds to a republished or directly fetched copy.
-const (
-	headerSequence = "Nats-Sequence"
-	headerStatus   = "Status"
 )
 
 // event is one event as every subscription shares it: decoded once, encoded
@@ -276,7 +270,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 	}
 	for passed := 0; last < upTo; {
 		msgs, err := g.fetchBatch(t.events, last+1, fetchBatch)
-		if errors.Is(err, errNotFound) {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
@@ -284,7 +278,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 			break
 		}
 		for _, m := range msgs {
-			seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 			if err != nil || seq <= last {
 				g.log.Warn("fanout: read the events stream", "err", "answer out of order")
 				msgs = nil
@@ -447,53 +441,13 @@ func (t *tap) learn(group, key []byte) {
 	}
 }
 
-var errNotFound = errors.New("no such message")
-
 // fetchBatch fetches up to n messages stored on subj at or after seq from
-// the events stream with one batched direct get (ADR-31 next_by_subj,
-// batch), which the server ends with a 204 EOB. errNotFound when there is
-// none.
+// the events stream with one batched direct get.
+// jetstream.ErrMsgNotFound when there is none.
 func (g *Gateway) fetchBatch(subj string, seq uint64, n int) ([]*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
 	defer cancel()
-	nc := g.cfg.NATS
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("direct get: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	req, _ := json.Marshal(struct {
-		Seq        uint64 `json:"seq"`
-		NextBySubj string `json:"next_by_subj"`
-		Batch      int    `json:"batch"`
-	}{seq, subj, n})
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+g.cfg.Stream, inbox, req); err != nil {
-		return nil, fmt.Errorf("direct get: %w", err)
-	}
-	var msgs []*nats.Msg
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("direct get: %w", err)
-		}
-		switch st := m.Header.Get(headerStatus); st {
-		case "":
-			msgs = append(msgs, m)
-			if len(msgs) > n {
-				return nil, errors.New("direct get: more messages than asked for")
-			}
-		case "204": // end of batch
-			return msgs, nil
-		case "404":
-			if len(msgs) == 0 {
-				return nil, errNotFound
-			}
-			return msgs, nil
-		default:
-			return nil, fmt.Errorf("direct get: status %s", st)
-		}
-	}
+	return bus.NextMsgs(ctx, g.cfg.JetStream, g.cfg.Stream, subj, seq, n)
 }
 
 // streamBounds returns the first sequence the events stream still holds and
@@ -501,26 +455,12 @@ func (g *Gateway) fetchBatch(subj string, seq uint64, n int) ([]*nats.Msg, error
 func (g *Gateway) streamBounds() (first, last uint64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.RequestTimeout)
 	defer cancel()
-	m, err := g.cfg.NATS.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+g.cfg.Stream, nil)
+	s, err := g.cfg.JetStream.Stream(ctx, g.cfg.Stream)
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream info: %w", err)
 	}
-	var info struct {
-		State struct {
-			FirstSeq uint64 `json:"first_seq"`
-			LastSeq  uint64 `json:"last_seq"`
-		} `json:"state"`
-		Error *struct {
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &info); err != nil {
-		return 0, 0, fmt.Errorf("stream info: %w", err)
-	}
-	if info.Error != nil {
-		return 0, 0, fmt.Errorf("stream info: %s", info.Error.Description)
-	}
-	return info.State.FirstSeq, info.State.LastSeq, nil
+	st := s.CachedInfo().State
+	return st.FirstSeq, st.LastSeq, nil
 }
 
 // afterStart returns the stream sequence after which the events stored on
@@ -533,18 +473,14 @@ func (g *Gateway) afterStart(ctx context.Context, subj string, start time.Time) 
 	if err != nil {
 		return 0, err
 	}
-	req, _ := json.Marshal(struct {
-		StartTime  time.Time `json:"start_time"`
-		NextBySubj string    `json:"next_by_subj"`
-	}{start.UTC(), subj})
-	m, err := g.direct(ctx, "$JS.API.DIRECT.GET."+g.cfg.Stream, req)
-	if errors.Is(err, errNotFound) {
+	m, err := bus.DirectGet(ctx, g.cfg.JetStream, g.cfg.Stream, bus.DirectRequest{NextBySubject: subj, StartTime: start})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return last, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	if err != nil || seq == 0 {
 		return 0, errors.New("direct get: answer without a sequence")
 	}
@@ -554,31 +490,16 @@ func (g *Gateway) afterStart(ctx context.Context, subj string, start time.Time) 
 // lastSequence returns the stream sequence of the last message stored on
 // subj, or 0 when there is none.
 func (g *Gateway) lastSequence(ctx context.Context, subj string) (uint64, error) {
-	m, err := g.direct(ctx, "$JS.API.DIRECT.GET."+g.cfg.Stream+"."+subj, nil)
-	if errors.Is(err, errNotFound) {
+	m, err := bus.DirectGet(ctx, g.cfg.JetStream, g.cfg.Stream, bus.DirectRequest{LastBySubject: subj})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(headerSequence), 10, 64)
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return 0, errors.New("direct get: answer without a sequence")
 	}
 	return seq, nil
-}
-
-func (g *Gateway) direct(ctx context.Context, api string, req []byte) (*nats.Msg, error) {
-	m, err := g.cfg.NATS.RequestWithContext(ctx, api, req)
-	if err != nil {
-		return nil, fmt.Errorf("direct get: %w", err)
-	}
-	switch st := m.Header.Get(headerStatus); st {
-	case "":
-		return m, nil
-	case "404":
-		return nil, errNotFound
-	default:
-		return nil, fmt.Errorf("direct get: status %s", st)
-	}
 }

@@ -5,10 +5,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/engine"
 )
 
 // Defaults for the zero values of Limits and Config.
@@ -87,6 +88,9 @@ type Config struct {
 	// Conn is the NATS connection the service uses. Required; the service
 	// does not close it.
 	Conn *nats.Conn
+	// Domain is the JetStream domain of the servers; empty for the local
+	// one.
+	Domain string
 	// Verifier checks bearer tokens on HTTP, and on NATS intake when
 	// NATSRequireToken is set. Required.
 	Verifier *auth.Verifier

@@ -297,7 +297,7 @@ func TestLastMsgsReadsInChunks(t *testing.T) {
 			t.Fatalf("publish %d: %v", i, r.err)
 		}
 	}
-	got, err := lastMsgs(ctx, e.nc, streams.StreamOutcomes, subjects)
+	got, err := bus.LastMsgs(ctx, e.js, streams.StreamOutcomes, subjects)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestLastMsgsReadsInChunks(t *testing.T) {
 			t.Fatalf("record %d missing or wrong", i)
 		}
 	}
-	if _, err := lastMsgs(ctx, e.nc, "NO_SUCH_STREAM", subjects[:1]); err == nil {
+	if _, err := bus.LastMsgs(ctx, e.js, "NO_SUCH_STREAM", subjects[:1]); err == nil {
 		t.Fatal("a read of a stream that does not exist succeeded")
 	}
 }

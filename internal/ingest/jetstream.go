@@ -19,14 +19,10 @@ const (
 	streamRetained = streams.StreamRetained
 	bucketKeys     = streams.BucketGroupKeys
 	bucketGroups   = streams.BucketGroups
-	// streamGroups is the stream under the fabric-groups bucket.
-	streamGroups = "KV_" + bucketGroups
 )
 
-// API error codes ingest branches on.
+// API error codes ingest branches on that jetstream does not name.
 const (
-	errCodeWrongLastSeq   jetstream.ErrorCode = 10071 // expected last subject sequence mismatch
-	errCodeProposalFlight jetstream.ErrorCode = 10164 // another write to the subject in flight (R>1)
 	errCodeStoreFailed    jetstream.ErrorCode = 10077 // store failed, e.g. a limit reached with DiscardNew
 	errCodeMsgIDInProcess jetstream.ErrorCode = 10158 // R>1: a write with the same Nats-Msg-Id is in process
 )
@@ -39,16 +35,18 @@ const stallWait = 5 * time.Second
 // already holds a message.
 func isWrongLast(err error) bool {
 	var ae *jetstream.APIError
-	return errors.As(err, &ae) && ae.ErrorCode == errCodeWrongLastSeq
+	return errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // isInProcess reports whether err says that another worker's write to the
 // same subject (or of the same Nats-Msg-Id) is being stored right now
-// (replicated streams). It may still fail, so it is waited out: once it
-// settles, the same publish is stored or reports that it exists.
+// (replicated streams; jetstream calls the subject's code
+// JSErrCodeStreamWrongLastSequenceConstant). It may still fail, so it is
+// waited out: once it settles, the same publish is stored or reports that
+// it exists.
 func isInProcess(err error) bool {
 	var ae *jetstream.APIError
-	return errors.As(err, &ae) && (ae.ErrorCode == errCodeMsgIDInProcess || ae.ErrorCode == errCodeProposalFlight)
+	return errors.As(err, &ae) && (ae.ErrorCode == errCodeMsgIDInProcess || ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // inProcessAttempts bounds the waits for another worker's write of the

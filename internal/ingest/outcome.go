@@ -29,7 +29,7 @@ type latest struct {
 // readOutcome returns the newest outcome record on subj, or nil when there
 // is none.
 func (s *Service) readOutcome(ctx context.Context, subj string) (*latest, error) {
-	m, err := getMsg(ctx, s.cfg.Conn, streamOutcomes, msgGetRequest{LastFor: subj})
+	m, err := bus.GetMsg(ctx, s.js, streamOutcomes, bus.MsgRequest{LastBySubject: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -46,7 +46,7 @@ func (s *Service) readOutcome(ctx context.Context, subj string) (*latest, error)
 // queuedFrom is the outcome an admitted input has until converge writes a
 // record: queued, revision 1 (the input is the first record), at the time
 // the input was stored.
-func queuedFrom(idHex string, in *storedMsg) schema.Outcome {
+func queuedFrom(idHex string, in *bus.StoredMsg) schema.Outcome {
 	// idHex is a checked message id.
 	id, _ := hex.DecodeString(idHex)
 	return schema.Outcome{
@@ -101,7 +101,7 @@ func (s *Service) readOutcomes(ctx context.Context, tenant string, ins []*input)
 		}
 		subjects[i] = subj
 	}
-	msgs, err := lastMsgs(ctx, s.cfg.Conn, streamOutcomes, subjects)
+	msgs, err := bus.LastMsgs(ctx, s.js, streamOutcomes, subjects)
 	if err != nil {
 		return nil, fmt.Errorf("read outcomes: %w", err)
 	}

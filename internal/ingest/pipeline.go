@@ -16,6 +16,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/binding"
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -284,7 +285,7 @@ func (s *Service) checkRetain(ctx context.Context, tenant string, in *input, hos
 // and an app may post into the group before this worker's watch has the
 // record; that input is not unknown_group.
 func (s *Service) confirmHosted(ctx context.Context, key string) (bool, error) {
-	m, err := getMsg(ctx, s.cfg.Conn, streamGroups, msgGetRequest{LastFor: s.groupsPrefix + key})
+	m, err := bus.GetMsg(ctx, s.js, streams.KVStream(bucketGroups), bus.MsgRequest{LastBySubject: streams.KVSubject(bucketGroups, key)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -447,7 +448,7 @@ func inputMsg(tenant string, in *input) (*nats.Msg, error) {
 // group known it reads the exact subject; without, the last message on
 // fabric.in.*.<tenant>.*.<message_id>, which the server answers from its
 // subject index without a scan. It returns nil when there is none.
-func (s *Service) storedInput(ctx context.Context, tenant, groupHex, idHex string) (*storedMsg, error) {
+func (s *Service) storedInput(ctx context.Context, tenant, groupHex, idHex string) (*bus.StoredMsg, error) {
 	var subj string
 	var err error
 	if groupHex != "" {
@@ -458,7 +459,7 @@ func (s *Service) storedInput(ctx context.Context, tenant, groupHex, idHex strin
 	if err != nil {
 		return nil, fmt.Errorf("input subject: %w", err)
 	}
-	m, err := getMsg(ctx, s.cfg.Conn, streamIn, msgGetRequest{LastFor: subj})
+	m, err := bus.GetMsg(ctx, s.js, streamIn, bus.MsgRequest{LastBySubject: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -140,7 +141,7 @@ func (s *Service) retryRetained(ctx context.Context, k retryKey) error {
 	}
 	s.m.retries.WithLabelValues(k.reason).Inc()
 	for seq := uint64(1); ; {
-		m, err := getMsg(ctx, s.cfg.Conn, streamRetained, msgGetRequest{Seq: seq, NextForSubj: subj})
+		m, err := bus.GetMsg(ctx, s.js, streamRetained, bus.MsgRequest{Seq: seq, NextBySubject: subj})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}

@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // Service is one ingest worker. Any number of them may run against one NATS
@@ -30,7 +31,6 @@ type Service struct {
 
 	// Set by Start.
 	retainedStream jetstream.Stream
-	groupsPrefix   string // subject prefix of fabric-groups keys
 	sub            *nats.Subscription
 
 	started   atomic.Bool
@@ -50,9 +50,16 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.Conn,
+	opts := []jetstream.JetStreamOpt{
 		jetstream.WithPublishAsyncMaxPending(16384),
-		jetstream.WithPublishAsyncTimeout(10*time.Second))
+		jetstream.WithPublishAsyncTimeout(10 * time.Second),
+	}
+	var js jetstream.JetStream
+	if cfg.Domain != "" {
+		js, err = jetstream.NewWithDomain(cfg.Conn, cfg.Domain, opts...)
+	} else {
+		js, err = jetstream.New(cfg.Conn, opts...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ingest: jetstream: %w", err)
 	}
@@ -101,7 +108,6 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.retainedStream, err = s.js.Stream(ctx, streamRetained); err != nil {
 		return fmt.Errorf("ingest: stream %s: %w", streamRetained, err)
 	}
-	s.groupsPrefix = "$KV." + bucketGroups + "."
 	keysKV, err := s.js.KeyValue(ctx, bucketKeys)
 	if err != nil {
 		return fmt.Errorf("ingest: bucket %s: %w", bucketKeys, err)

@@ -73,6 +73,14 @@ type Options struct {
 	Users []*server.User
 	// Cluster, when set, makes the node a member of a cluster.
 	Cluster *ClusterOptions
+	// Domain is the JetStream domain of the server; empty for none.
+	Domain string
+	// LeafPort, when not 0, opens a leaf node listener on Host
+	// (RandomPort for a port chosen by the system).
+	LeafPort int
+	// LeafRemotes are the leaf node listeners of hubs this server connects
+	// to as a leaf node; Start returns once it is connected to them.
+	LeafRemotes []*url.URL
 	// Logger receives the server's log; nil silences it.
 	Logger server.Logger
 }
@@ -116,6 +124,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 func (s *Server) start(ctx context.Context) error {
+	if s.opts.LeafPort == RandomPort {
+		// Fixed before the first start, so remotes find it after a restart.
+		p, err := reservePorts(1)
+		if err != nil {
+			return err
+		}
+		s.opts.LeafPort = p[0]
+	}
 	ns, err := server.NewServer(s.serverOptions())
 	if err != nil {
 		return fmt.Errorf("natsserver: configure: %w", err)
@@ -129,7 +145,7 @@ func (s *Server) start(ctx context.Context) error {
 	fatal := &fatalCatcher{Logger: next, err: make(chan error, 1)}
 	ns.SetLoggerV2(fatal, false, false, false)
 	ns.Start()
-	if err := waitReady(ctx, ns, fatal.err); err != nil {
+	if err := waitReady(ctx, ns, fatal.err, len(s.opts.LeafRemotes) > 0); err != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		return err
@@ -170,6 +186,14 @@ func (s *Server) serverOptions() *server.Options {
 	if s.opts.MaxAtomicBatch > 0 {
 		o.JetStreamLimits.MaxBatchSize = s.opts.MaxAtomicBatch
 	}
+	o.JetStreamDomain = s.opts.Domain
+	if s.opts.LeafPort != 0 {
+		o.LeafNode.Host = o.Host
+		o.LeafNode.Port = s.opts.LeafPort
+	}
+	if len(s.opts.LeafRemotes) > 0 {
+		o.LeafNode.Remotes = []*server.RemoteLeafOpts{{URLs: s.opts.LeafRemotes}}
+	}
 	if c := s.opts.Cluster; c != nil {
 		host := c.Host
 		if host == "" {
@@ -185,7 +209,7 @@ func (s *Server) serverOptions() *server.Options {
 // with the server's fatal error (a listener it cannot open). A lone
 // server's JetStream is ready when enabled; a clustered one also needs its
 // meta layer, which callers of a cluster wait for separately.
-func waitReady(ctx context.Context, ns *server.Server, fatal <-chan error) error {
+func waitReady(ctx context.Context, ns *server.Server, fatal <-chan error, leaf bool) error {
 	deadline := time.Now().Add(defaultReadyTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl
@@ -205,7 +229,23 @@ func waitReady(ctx context.Context, ns *server.Server, fatal <-chan error) error
 			return fmt.Errorf("natsserver: waiting for JetStream: %w", err)
 		}
 	}
+	for leaf && ns.NumLeafNodes() == 0 {
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("natsserver: waiting for the leaf node connection: %w", err)
+		}
+	}
 	return nil
+}
+
+// LeafURL is the URL of the leaf node listener, for Options.LeafRemotes
+// of a leaf; nil when the server has none.
+func (s *Server) LeafURL() *url.URL {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.LeafPort == 0 {
+		return nil
+	}
+	return &url.URL{Scheme: "nats-leaf", Host: net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.LeafPort))}
 }
 
 // ClientURL is the URL clients connect to, e.g. nats://127.0.0.1:4222.

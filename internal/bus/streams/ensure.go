@@ -88,7 +88,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 }
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) ([]Drift, error) {
-	name := "KV_" + want.Bucket
+	name := KVStream(want.Bucket)
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateKeyValue(ctx, want)
@@ -150,7 +150,7 @@ func bucketDrift(want jetstream.KeyValueConfig, got jetstream.StreamConfig) []Dr
 	d.check("Replicas", want.Replicas, got.Replicas)
 	d.check("LimitMarkerTTL", want.LimitMarkerTTL, got.SubjectDeleteMarkerTTL)
 	d.check("AllowMsgTTL", want.LimitMarkerTTL > 0, got.AllowMsgTTL)
-	d.check("Subjects", []string{"$KV." + want.Bucket + ".>"}, got.Subjects)
+	d.check("Subjects", []string{KVSubject(want.Bucket, ">")}, got.Subjects)
 	return d.drifts
 }
 

@@ -43,6 +43,13 @@ const (
 	BucketStores    = "fabric-stores"
 )
 
+// KVStream is the stream a KV bucket is stored in.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVSubject is the stream subject of a KV bucket's key; KVSubject(bucket,
+// ">") matches every key.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
 // CheckpointTTL is the Nats-TTL header value every checkpoint message on
 // fabric.ck.> carries, so that the stream's MaxAge never removes it.
 const CheckpointTTL = "never"
