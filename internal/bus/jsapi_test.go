@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -129,6 +130,48 @@ func TestAPIPrefix(t *testing.T) {
 		}
 		if got := APIPrefix(js); got != c.want {
 			t.Errorf("APIPrefix = %q, want %q", got, c.want)
+		}
+	}
+}
+
+// readBench stores n events of one client and returns their subject: the
+// reads ingest makes for every input (LastMsgs of outcome subjects, GetMsg
+// from the leader) measured against one in-process server.
+func readBench(b *testing.B, n int) (env, []string) {
+	e := setup(b)
+	subjects := make([]string, n)
+	for i := range n {
+		ev := event(i, received(1))
+		ev.ClientID = fmt.Sprintf("c0%04x", i)
+		if _, err := Publish(e.ctx, e.js, ev); err != nil {
+			b.Fatal(err)
+		}
+		subjects[i], _ = subject.Events(ev.Tenant, ev.ClientID)
+	}
+	return e, subjects
+}
+
+// BenchmarkGetMsg is one read from the stream leader (ingest's dedup and
+// compare-and-set reads, converge's checkpoint).
+//
+//	go test -run '^$' -bench 'GetMsg|LastMsgs' -count 5 ./internal/bus/
+func BenchmarkGetMsg(b *testing.B) {
+	e, subjects := readBench(b, 1)
+	for b.Loop() {
+		if _, err := GetMsg(e.ctx, e.js, streams.StreamEvents, MsgRequest{LastBySubject: subjects[0]}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLastMsgs is one batched direct get of the last message of 100
+// subjects (ingest's outcome reads of a batch of inputs).
+func BenchmarkLastMsgs(b *testing.B) {
+	e, subjects := readBench(b, 100)
+	for b.Loop() {
+		ms, err := LastMsgs(e.ctx, e.js, streams.StreamEvents, subjects)
+		if err != nil || len(ms) != len(subjects) {
+			b.Fatal(len(ms), err)
 		}
 	}
 }
