@@ -84,7 +84,7 @@ func (s *Store) list(ctx context.Context, tenant, clientID, kind string, from ui
 	if err != nil {
 		return 0, err
 	}
-	got, err := readmodel.ScanKV(ctx, s.nc, streams.BucketStores, prefix, from, limit)
+	got, err := readmodel.ScanKV(ctx, s.js, streams.BucketStores, prefix, from, limit)
 	if err != nil {
 		return 0, fmt.Errorf("clientstore: list %s: %w", kind, err)
 	}

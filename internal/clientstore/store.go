@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -70,7 +69,7 @@ type Store struct {
 	stores  jetstream.KeyValue
 	out     *outbox.Outbox
 	metrics *metrics
-	nc      *nats.Conn // lists read fabric-stores by sequence (list.go)
+	js      jetstream.JetStream // lists read fabric-stores by sequence (list.go)
 
 	// startEpoch is the HMAC epoch when the store opened (EVENT-026).
 	startEpoch int64
@@ -106,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.log = slog.Default()
 	}
 	var err error
-	s.nc = cfg.JS.Conn()
+	s.js = cfg.JS
 	if s.clients, err = cfg.JS.KeyValue(ctx, streams.BucketClients); err != nil {
 		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketClients, err)
 	}

@@ -17,9 +17,9 @@ import (
 // read forward from there. The cost is a logarithm of the distance in
 // the stream plus n, whatever the number of records.
 func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]readmodel.Stored, uint64, error) {
-	nc := a.cfg.JS.Conn()
+	js := a.cfg.JS
 	count := func(from uint64) (uint64, error) {
-		return readmodel.Count(ctx, nc, streams.StreamEvents, filter, from)
+		return readmodel.Count(ctx, js, streams.StreamEvents, filter, from)
 	}
 	hi := upTo
 	if hi == 0 {
@@ -77,7 +77,7 @@ func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]
 			up = mid
 		}
 	}
-	got, err := readmodel.Scan(ctx, nc, streams.StreamEvents, filter, l, int(need))
+	got, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, l, int(need))
 	if err != nil {
 		return nil, 0, err
 	}
