@@ -70,6 +70,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "  HTTP API   %s\n", f.URL)
 	fmt.Fprintf(stdout, "  WebSocket  %s/v1/events\n", "ws"+f.URL[len("http"):])
 	fmt.Fprintf(stdout, "  metrics    %s/metrics\n", f.URL)
+	fmt.Fprintf(stdout, "  console    %s/console/\n", f.URL)
 	fmt.Fprintf(stdout, "  NATS       %s\n", f.NATSURL)
 	if !o.Production {
 		fmt.Fprintf(stdout, "development tokens (valid %s):\n", tokenTTL)

@@ -17,6 +17,7 @@
 //	-sse-query-token     accept SSE's access_token query parameter (off: a token in a URL lands in access logs)
 //	-max-connection-token-ttl  longest lifetime of a minted connection token (1h)
 //	-allowed-origins     browser origins allowed to open a WebSocket (host patterns)
+//	-console             serve the operator's console at /console/
 //	-connect-timeout     how long a WebSocket without an Authorization header has to send its connect frame (10s)
 //	-max-subscriptions   subscriptions per WebSocket
 //	-max-frame           largest incoming frame, bytes
@@ -42,6 +43,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/config"
+	"github.com/fabric-mls/fabric/internal/console"
 	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/internal/ops"
 )
@@ -66,6 +68,7 @@ type options struct {
 	queryToken   bool
 	maxConnTTL   time.Duration
 	connectWait  time.Duration
+	console      bool
 	originsFlag  string
 	origins      []string
 	maxSubs      int
@@ -95,6 +98,7 @@ func parse(args []string) (options, keys, error) {
 	config.Bool(fs, &errs, &o.queryToken, "sse-query-token", false, "accept SSE's access_token query parameter (a token in a URL lands in access logs)")
 	config.Duration(fs, &errs, &o.maxConnTTL, "max-connection-token-ttl", fanout.DefaultMaxConnectionTokenTTL, "longest lifetime of a connection token minted by POST /v1/tenants/{tenant}/connection-tokens")
 	config.Origins(fs, &o.originsFlag)
+	config.Bool(fs, &errs, &o.console, "console", false, "serve the operator's console at /console/ (it reads conversations from the read API, which fanout does not serve)")
 	config.Duration(fs, &errs, &o.connectWait, "connect-timeout", fanout.DefaultConnectTimeout, "how long a WebSocket opened without an Authorization header has to send its connect frame")
 	config.Int(fs, &errs, &o.maxSubs, "max-subscriptions", fanout.DefaultMaxSubscriptions, "subscriptions per WebSocket connection")
 	config.Int(fs, &errs, &o.maxFrame, "max-frame", fanout.DefaultMaxFrameBytes, "largest incoming frame in bytes")
@@ -175,6 +179,9 @@ func run(args []string, log *slog.Logger) error {
 	srv.Handle(fanout.RouteWebSocket, g.Handler())
 	srv.Handle(fanout.RouteSSE, g.Handler())
 	srv.Handle(fanout.RouteConnectionTokens, g.Handler())
+	if o.console {
+		srv.Handle(console.Route, console.Handler())
+	}
 	srv.AddReady(g.Ready)
 	log.Info("fanout started", "listen", srv.Addr())
 

@@ -24,6 +24,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/console"
 	"github.com/fabric-mls/fabric/internal/converge"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/fanout"
@@ -247,6 +248,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 		api.Handle(p, f.gw.Handler())
 	}
 	f.srv.Handle("/v1/", api)
+	f.srv.Handle(console.Route, console.Handler())
 	f.srv.AddReady(func(context.Context) error { return f.ns.Healthy() })
 	f.srv.AddReady(func(context.Context) error { return f.ing.Ready() })
 	f.srv.AddReady(f.conv.Ready)

@@ -88,6 +88,14 @@ export class Fabric {
     return JSON.parse(text);
   }
 
+  /** Runs fabric demo against this fabric and returns its hosted client's id. */
+  demo() {
+    const out = execFileSync(build(), ["demo", "-url", this.url, "-data", this.data, "-pause", "0s", "-watch=false"], { encoding: "utf8" });
+    const m = out.match(/-client ([0-9a-f]+)/);
+    if (!m) throw new Error(`demo printed no client: ${out}`);
+    return m[1];
+  }
+
   /** Registers a hosted client and returns its id. */
   async newClient() {
     const inbox = [...crypto.getRandomValues(new Uint8Array(32))].map((b) => b.toString(16).padStart(2, "0")).join("");
