@@ -55,6 +55,7 @@ type body struct {
 
 var bodies = []body{
 	{"POST /v1/tenants/{tenant}/connection-tokens", typeOf[fanout.ConnectionTokenRequest](), typeOf[fanout.ConnectionTokenResponse](), "201"},
+	{"GET /v1/tenants/{tenant}/subscriptions", nil, typeOf[fanout.SubscriptionList](), "200"},
 	{"POST /v1/tenants/{tenant}/transport", nil, typeOf[ingest.Response](), "200"},
 	{"GET /v1/tenants/{tenant}/outcomes/{message_id}", nil, typeOf[schema.Outcome](), "200"},
 	{"POST /v1/tenants/{tenant}/clients/{client_id}/signals", nil, typeOf[signals.Answer](), "200"},

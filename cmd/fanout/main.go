@@ -179,6 +179,7 @@ func run(args []string, log *slog.Logger) error {
 	srv.Handle(fanout.RouteWebSocket, g.Handler())
 	srv.Handle(fanout.RouteSSE, g.Handler())
 	srv.Handle(fanout.RouteConnectionTokens, g.Handler())
+	srv.Handle(fanout.RouteSubscriptions, g.Handler())
 	if o.console {
 		srv.Handle(console.Route, console.Handler())
 	}

@@ -244,7 +244,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	for _, p := range []string{"POST /v1/tenants/{tenant}/transport", "GET /v1/tenants/{tenant}/outcomes/{message_id}"} {
 		api.Handle(p, f.ing.Handler())
 	}
-	for _, p := range []string{fanout.RouteWebSocket, fanout.RouteSSE, fanout.RouteConnectionTokens} {
+	for _, p := range []string{fanout.RouteWebSocket, fanout.RouteSSE, fanout.RouteConnectionTokens, fanout.RouteSubscriptions} {
 		api.Handle(p, f.gw.Handler())
 	}
 	f.srv.Handle("/v1/", api)

@@ -179,6 +179,9 @@ const (
 	// RouteConnectionTokens mints short-lived connection tokens a backend
 	// hands to its page.
 	RouteConnectionTokens = "POST /v1/tenants/{tenant}/connection-tokens"
+	// RouteSubscriptions lists a tenant's live subscriptions on this
+	// gateway, for the operator's console.
+	RouteSubscriptions = "GET /v1/tenants/{tenant}/subscriptions"
 )
 
 // ErrDraining refuses new work once Shutdown has begun.
@@ -244,6 +247,7 @@ func New(cfg Config) (*Gateway, error) {
 	mux.HandleFunc(RouteWebSocket, g.serveWS)
 	mux.HandleFunc(RouteSSE, g.serveSSE)
 	mux.HandleFunc(RouteConnectionTokens, g.serveConnectionToken)
+	mux.HandleFunc(RouteSubscriptions, g.serveSubscriptions)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.serveReady)

@@ -3,7 +3,7 @@
 // the gateway's WebSocket with that token in the connect frame, subscribes
 // with the chosen filter and returns credit as it shows each event
 // (docs/wire-formats.md); it reads the client's conversations from the read
-// API and polls /readyz and /metrics.
+// API and polls /readyz, /metrics and the tenant's subscriptions.
 const $ = (id) => document.getElementById(id);
 const wsURL = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/events`;
 let ws = null;
@@ -73,6 +73,28 @@ async function loadConversations(tenant, client, token) {
     body.replaceChildren();
     const row = body.insertRow();
     row.insertCell().textContent = `conversations unavailable: ${err.message}`;
+  }
+}
+
+// Every subscription of the tenant on this gateway: its queue against the
+// bound (EVENT-030) and its losses (EVENT-031).
+async function loadSubscriptions() {
+  const admin = $("token").value.trim();
+  const tenant = $("tenant").value.trim();
+  if (!admin || !tenant) return;
+  const body = $("subs-table").tBodies[0];
+  try {
+    const list = await api("GET", `/v1/tenants/${tenant}/subscriptions`, admin);
+    body.replaceChildren();
+    for (const s of list.subscriptions) {
+      const row = body.insertRow();
+      for (const text of [s.client_id, s.transport, s.queued, `${s.held} / ${s.capacity}`, s.lagged, s.discarded]) {
+        row.insertCell().textContent = String(text);
+      }
+    }
+  } catch (err) {
+    body.replaceChildren();
+    body.insertRow().insertCell().textContent = `subscriptions unavailable: ${err.message}`;
   }
 }
 
@@ -159,6 +181,7 @@ const shown = [
 ];
 
 async function poll() {
+  void loadSubscriptions();
   try {
     const ready = await fetch("/readyz");
     $("health").innerHTML = "";

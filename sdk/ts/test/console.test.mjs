@@ -45,6 +45,8 @@ test("the console watches a client's live events, conversations and metrics", { 
   // The gateway's metrics count the console's own connection and subscription.
   await page.waitForFunction(() => document.querySelector("#metrics tr td:nth-child(2)")?.textContent === "1");
   assert.equal(await page.textContent("#health"), "ready");
+  // Its own subscription is among the tenant's, with its queue against the bound.
+  await page.waitForFunction((c) => [...document.querySelectorAll("#subs-table tbody tr")].some((r) => r.cells[0]?.textContent === c && r.cells[3]?.textContent.endsWith("/ 1024")), client);
   await page.screenshot({ path: screenshot, fullPage: true });
   await page.close();
 });
