@@ -139,7 +139,15 @@ func demoRun(ctx context.Context, api *demo.API, c *client.Client, rng *mrand.Ra
 	if err := read(len(want)); err != nil {
 		return err
 	}
+	ids := make(map[string]bool, len(got))
 	for i := range want {
+		// The event id (the Nats-Msg-Id) is derived from fresh message ids;
+		// each event carries one, once.
+		if got[i].ID == "" || ids[got[i].ID] {
+			return fmt.Errorf("event %d %s has id %q, empty or given before", i, got[i].Kind, got[i].ID)
+		}
+		ids[got[i].ID] = true
+		got[i].ID = ""
 		if !reflect.DeepEqual(got[i], want[i]) {
 			return fmt.Errorf("event %d is %s %s, want %s %s (events %v)", i, got[i].Kind, payload(got[i]), want[i].Kind, payload(want[i]), kindList(got))
 		}
