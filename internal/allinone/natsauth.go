@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // The NATS users of the all-in-one, one per role. Each connects with its
@@ -119,8 +120,8 @@ func rolePermissions() map[string]*server.Permissions {
 	}
 	in := func(user string) []string { return []string{InboxPrefix(user) + ".>"} }
 	all := streamInfo()
-	ingest := perms(append(in(UserIngest), "fabric.intake.>"), all,
-		[]string{"fabric.in.>", "fabric.outcome.>", "fabric.retained.>",
+	ingest := perms(append(in(UserIngest), subject.IntakePattern), all,
+		[]string{subject.InputPattern, subject.OutcomePattern, subject.RetainedPattern,
 			bus.PermMsgGet + streams.StreamInput, bus.PermMsgGet + streams.StreamOutcomes, bus.PermMsgGet + streams.StreamRetained,
 			bus.PermMsgDelete + streams.StreamRetained},
 		direct(streams.StreamOutcomes), direct(streams.StreamRetained),
@@ -130,7 +131,7 @@ func rolePermissions() map[string]*server.Permissions {
 	return map[string]*server.Permissions{
 		UserAdmin:  perms(in(UserAdmin), all, []string{bus.PermAPIInfo, bus.PermStreamCreate + "*"}),
 		UserIngest: ingest,
-		UserAPI: perms(in(UserAPI), all, []string{"fabric.ev.>", bus.PermMsgGet + streams.StreamEvents},
+		UserAPI: perms(in(UserAPI), all, []string{subject.EventsPattern, bus.PermMsgGet + streams.StreamEvents},
 			direct(streams.StreamEvents),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
 			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
@@ -138,7 +139,7 @@ func rolePermissions() map[string]*server.Permissions {
 			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores)},
 			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
 		UserConverge: perms(in(UserConverge), all,
-			[]string{"fabric.ev.>", "fabric.ck.>", "fabric.outcome.>",
+			[]string{subject.EventsPattern, subject.CheckpointPattern, subject.OutcomePattern,
 				bus.PermConsumerCreate + streams.StreamInput + ".>", bus.PermConsumerInfo + streams.StreamInput + ".*",
 				bus.PermConsumerDelete + streams.StreamInput + ".*", bus.PermConsumerNext + streams.StreamInput + ".*",
 				bus.PermAck + streams.StreamInput + ".>",
@@ -148,7 +149,7 @@ func rolePermissions() map[string]*server.Permissions {
 			kvRead(streams.BucketGroups), kvWrite(streams.BucketGroups),
 			kvRead(streams.BucketGroupKeys), kvWrite(streams.BucketGroupKeys),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients)),
-		UserFanout: perms(append(in(UserFanout), "fabric.live.>"), all,
+		UserFanout: perms(append(in(UserFanout), subject.LivePattern), all,
 			direct(streams.StreamEvents), kvRead(streams.BucketGroups),
 			// whether a client exists: its record only (<tenant>.<client>),
 			// whose private parts the gateway cannot unseal

@@ -97,7 +97,7 @@ func TestDrainLosesNothingAcknowledged(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for b := range batches {
-				reply, err := e.nc.Request(IntakePrefix+testTenant, bodies[c*batches+b], 5*time.Second)
+				reply, err := e.nc.Request(intakeSubject(testTenant), bodies[c*batches+b], 5*time.Second)
 				if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
 					continue // not taken: not acknowledged
 				}

@@ -102,7 +102,7 @@ func BenchmarkIngest(b *testing.B) {
 	b.Run("nats-msgpack", func(b *testing.B) {
 		r := newBenchRig(b)
 		interleaved(b, r.group, r.plain, func(bt batch) error {
-			m := nats.NewMsg(IntakePrefix + testTenant)
+			m := nats.NewMsg(intakeSubject(testTenant))
 			m.Header.Set(HeaderContentType, httpapi.ContentTypeMsgpack)
 			m.Data = bt.body
 			reply, err := r.env.nc.RequestMsg(m, 30*time.Second)

@@ -420,7 +420,7 @@ func wantResult(t testing.TB, r Result, id []byte, status schema.OutcomeStatus, 
 // natsRequest sends one intake request over NATS.
 func (e *env) natsRequest(t testing.TB, tenant string, hdr nats.Header, body []byte) (*nats.Msg, error) {
 	t.Helper()
-	m := nats.NewMsg(IntakePrefix + tenant)
+	m := nats.NewMsg("fabric.intake." + tenant) // tenant may be invalid on purpose
 	m.Data = body
 	for k, v := range hdr {
 		m.Header[k] = v
@@ -457,4 +457,13 @@ func (e *env) unhostGroup(groupID []byte) {
 	for _, w := range e.workers {
 		eventually(e.t, "group unknown", func() bool { return !w.svc.dir.known(key) })
 	}
+}
+
+// intakeSubject is the intake subject of a valid tenant.
+func intakeSubject(tenant string) string {
+	s, err := subject.Intake(tenant)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -115,7 +116,11 @@ func (c retainedCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, reason := range []string{reasonDeferred, reasonUnknown} {
-		info, err := c.s.retainedStream.Info(ctx, jetstream.WithSubjectFilter("fabric.retained.*.*."+reason))
+		filter, err := subject.RetainedReason(reason)
+		if err != nil {
+			continue
+		}
+		info, err := c.s.retainedStream.Info(ctx, jetstream.WithSubjectFilter(filter))
 		if err != nil {
 			continue
 		}

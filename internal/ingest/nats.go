@@ -18,16 +18,13 @@ import (
 	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
-// NATS intake: a request on fabric.intake.<tenant> with the same body as
-// POST /v1/tenants/{tenant}/transport gets the same reply body. Who may
-// publish there is decided by NATS account permissions (docs/ingest.md);
-// with Config.NATSRequireToken the request must also carry a bearer token.
+// NATS intake: a request on fabric.intake.<tenant> (subject.Intake) with
+// the same body as POST /v1/tenants/{tenant}/transport gets the same reply
+// body. The workers answer subject.IntakePattern in queue group
+// Config.QueueGroup. Who may publish there is decided by NATS account
+// permissions (docs/ingest.md); with Config.NATSRequireToken the request
+// must also carry a bearer token.
 const (
-	// IntakePrefix starts every intake subject.
-	IntakePrefix = "fabric.intake."
-	// IntakeWildcard is what the workers subscribe to, in queue group
-	// Config.QueueGroup.
-	IntakeWildcard = IntakePrefix + "*"
 	// HeaderStatus on a reply carries its status: 200, or the reply
 	// status of the refusal in the body (replyStatuses).
 	HeaderStatus = "Fabric-Status"
@@ -42,15 +39,6 @@ const (
 	// seconds until then, as on HTTP.
 	HeaderRetryAfter = "Retry-After"
 )
-
-// IntakeSubject is the subject a tenant's transport messages are requested
-// on.
-func IntakeSubject(tenant string) (string, error) {
-	if err := subject.ValidTenant(tenant); err != nil {
-		return "", err
-	}
-	return IntakePrefix + tenant, nil
-}
 
 var errDraining = ErrUnavailable.With("ingest is draining")
 
@@ -111,8 +99,8 @@ func (s *Service) handleNATS(m *nats.Msg) {
 }
 
 func (s *Service) serveNATS(m *nats.Msg) (*Response, error) {
-	tenant, ok := strings.CutPrefix(m.Subject, IntakePrefix)
-	if !ok || subject.ValidTenant(tenant) != nil {
+	tenant, err := subject.ParseIntake(m.Subject)
+	if err != nil {
 		return nil, refusal.BadRequest("intake subject names no valid tenant")
 	}
 	if s.cfg.NATSRequireToken {

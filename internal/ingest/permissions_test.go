@@ -26,7 +26,7 @@ func TestNATSPermissionsConfineGatewayToItsTenant(t *testing.T) {
 		Users: []*server.User{
 			{Username: "ingest", Password: "ingest-pass"},
 			{Username: "acme-gateway", Password: "acme-pass", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{IntakePrefix + testTenant}},
+				Publish:   &server.SubjectPermission{Allow: []string{intakeSubject(testTenant)}},
 				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 			}},
 		},
@@ -70,7 +70,7 @@ func TestNATSPermissionsConfineGatewayToItsTenant(t *testing.T) {
 	g := newGroup(t)
 	body, _ := json.Marshal(wire{V: 1, Group: g.ID(), Kind: "mls", Payload: []byte{1, 2, 3}})
 
-	reply, err := gw.Request(IntakePrefix+testTenant, body, 5*time.Second)
+	reply, err := gw.Request(intakeSubject(testTenant), body, 5*time.Second)
 	if err != nil {
 		t.Fatalf("own tenant: %v", err)
 	}
@@ -79,7 +79,7 @@ func TestNATSPermissionsConfineGatewayToItsTenant(t *testing.T) {
 		t.Fatalf("own tenant reply: %s", reply.Data)
 	}
 
-	if _, err := gw.Request(IntakePrefix+"other", body, 300*time.Millisecond); err == nil {
+	if _, err := gw.Request(intakeSubject("other"), body, 300*time.Millisecond); err == nil {
 		t.Fatal("a request for another tenant was answered")
 	}
 	select {

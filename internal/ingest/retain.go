@@ -14,17 +14,9 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// retainedFilter matches every retained object of a tenant.
-func retainedFilter(tenant string) (string, error) {
-	if err := subject.ValidTenant(tenant); err != nil {
-		return "", err
-	}
-	return "fabric.retained." + tenant + ".>", nil
-}
-
 // retainedCount counts the tenant's objects on FABRIC_RETAINED.
 func (s *Service) retainedCount(ctx context.Context, tenant string) (int, error) {
-	filter, err := retainedFilter(tenant)
+	filter, err := subject.RetainedTenant(tenant)
 	if err != nil {
 		return 0, err
 	}

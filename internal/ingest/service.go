@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -154,7 +155,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("ingest: sweep retained: %w", err)
 	}
 	if s.cfg.NATSIntake {
-		sub, err := s.cfg.Conn.QueueSubscribe(IntakeWildcard, s.cfg.QueueGroup, s.handleNATS)
+		sub, err := s.cfg.Conn.QueueSubscribe(subject.IntakePattern, s.cfg.QueueGroup, s.handleNATS)
 		if err != nil {
 			s.halt()
 			return fmt.Errorf("ingest: subscribe intake: %w", err)

@@ -115,6 +115,8 @@ func FuzzParse(f *testing.F) {
 	f.Add("fabric.ck.t.00")
 	f.Add("fabric.outcome.t." + msgID)
 	f.Add("fabric.retained.t.00.deferred")
+	f.Add("fabric.intake.t")
+	f.Add("fabric.intake.t.x")
 	f.Add("fabric.in.12.t.00")
 	f.Add("t.a.b")
 	f.Add("fabric.in.t.*")
@@ -143,6 +145,11 @@ func FuzzParse(f *testing.F) {
 		if a, b, err := ParseCheckpoint(s); err == nil {
 			if re, _ := Checkpoint(a, b); re != s {
 				t.Fatalf("ParseCheckpoint(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, err := ParseIntake(s); err == nil {
+			if re, _ := Intake(a); re != s {
+				t.Fatalf("ParseIntake(%q) rebuilds as %q", s, re)
 			}
 		}
 		if a, b, err := ParseOutcome(s); err == nil {

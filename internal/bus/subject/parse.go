@@ -96,6 +96,18 @@ func ParseOutcome(s string) (tenant, msgIDHex string, err error) {
 	return toks[0], toks[1], nil
 }
 
+// ParseIntake reads the tenant from fabric.intake.<tenant>.
+func ParseIntake(s string) (tenant string, err error) {
+	toks, err := split(s, prefixIntake, 1)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidTenant(toks[0]); err != nil {
+		return "", err
+	}
+	return toks[0], nil
+}
+
 // ParseRetained reads tenant, group and reason from
 // fabric.retained.<tenant>.<group>.<reason>.
 func ParseRetained(s string) (tenant, groupHex, reason string, err error) {

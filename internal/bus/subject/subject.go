@@ -55,6 +55,9 @@ const (
 	OutcomePattern = "fabric.outcome.*.*"
 	// RetainedPattern matches every retained-object subject.
 	RetainedPattern = "fabric.retained.*.*.*"
+	// IntakePattern matches every intake subject, which ingest's workers
+	// answer in one queue group.
+	IntakePattern = "fabric.intake.*"
 )
 
 const (
@@ -64,6 +67,7 @@ const (
 	prefixCk       = "fabric.ck."
 	prefixOutcome  = "fabric.outcome."
 	prefixRetained = "fabric.retained."
+	prefixIntake   = "fabric.intake."
 )
 
 // Token roles named in InvalidTokenError.
@@ -328,6 +332,33 @@ func RetainedGroup(tenant, groupHex string) (string, error) {
 		return "", err
 	}
 	return join(prefixRetained, tenant, groupHex, "*"), nil
+}
+
+// RetainedTenant matches every retained object of a tenant:
+// fabric.retained.<tenant>.>.
+func RetainedTenant(tenant string) (string, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	return join(prefixRetained, tenant, ">"), nil
+}
+
+// RetainedReason matches every retained object held for reason:
+// fabric.retained.*.*.<reason>.
+func RetainedReason(reason string) (string, error) {
+	if err := ValidReason(reason); err != nil {
+		return "", err
+	}
+	return join(prefixRetained, "*", "*", reason), nil
+}
+
+// Intake is the subject a tenant's transport messages are requested on:
+// fabric.intake.<tenant>.
+func Intake(tenant string) (string, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	return join(prefixIntake, tenant), nil
 }
 
 func tenantClient(tenant, clientHex string) error {

@@ -29,6 +29,9 @@ func TestBuilders(t *testing.T) {
 		{"Outcome", func() (string, error) { return Outcome(tenant, msgID) }, "fabric.outcome.acme_1-x." + msgID},
 		{"Retained", func() (string, error) { return Retained(tenant, group, "unknown_group") }, "fabric.retained.acme_1-x.00ff10ab.unknown_group"},
 		{"RetainedGroup", func() (string, error) { return RetainedGroup(tenant, group) }, "fabric.retained.acme_1-x.00ff10ab.*"},
+		{"RetainedTenant", func() (string, error) { return RetainedTenant(tenant) }, "fabric.retained.acme_1-x.>"},
+		{"RetainedReason", func() (string, error) { return RetainedReason("deferred") }, "fabric.retained.*.*.deferred"},
+		{"Intake", func() (string, error) { return Intake(tenant) }, "fabric.intake.acme_1-x"},
 		{"InputPartition", func() (string, error) { return InputPartition(63) }, "fabric.in.63.>"},
 		{"ClientKey", func() (string, error) { return ClientKey(tenant, client) }, "acme_1-x.c0ffee"},
 		{"GroupKey", func() (string, error) { return GroupKey(tenant, group) }, "acme_1-x.00ff10ab"},
@@ -48,13 +51,15 @@ func TestRejectsBadTokens_EVENT056(t *testing.T) {
 	badTenants := []string{"", "a.b", "*", ">", "a b", "a\tb", "a\x00", "A", "é", "a\nb", strings.Repeat("a", MaxTenantLen+1), "a/b"}
 	for _, bad := range badTenants {
 		for name, build := range map[string]func() (string, error){
-			"Input":      func() (string, error) { return Input(bad, group, msgID) },
-			"InputByID":  func() (string, error) { return InputByID(bad, msgID) },
-			"Events":     func() (string, error) { return Events(bad, client) },
-			"Live":       func() (string, error) { return Live(bad, client) },
-			"LiveTenant": func() (string, error) { return LiveTenant(bad) },
-			"Outcome":    func() (string, error) { return Outcome(bad, msgID) },
-			"Key":        func() (string, error) { return Key(bad, "x") },
+			"Input":          func() (string, error) { return Input(bad, group, msgID) },
+			"InputByID":      func() (string, error) { return InputByID(bad, msgID) },
+			"Events":         func() (string, error) { return Events(bad, client) },
+			"Live":           func() (string, error) { return Live(bad, client) },
+			"LiveTenant":     func() (string, error) { return LiveTenant(bad) },
+			"Intake":         func() (string, error) { return Intake(bad) },
+			"RetainedTenant": func() (string, error) { return RetainedTenant(bad) },
+			"Outcome":        func() (string, error) { return Outcome(bad, msgID) },
+			"Key":            func() (string, error) { return Key(bad, "x") },
 		} {
 			s, err := build()
 			checkInvalid(t, name, bad, s, err, RoleTenant)
