@@ -72,7 +72,6 @@ func TestConvergeChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
 
 	// Prepare every input before any process runs: peers are not safe for
 	// concurrent use, and the publisher then only sends bytes.

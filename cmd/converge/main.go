@@ -185,13 +185,7 @@ func run(args []string, log *slog.Logger) error {
 		return nil
 	})
 	log.Info("converge started", "listen", srv.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ctx, 5*time.Second) }()
-	werr := w.Run(ctx)
-	stop()
-	if serr := <-errc; serr != nil && werr == nil {
-		werr = serr
-	}
+	err = ops.Run(ctx, w, srv.Serving(5*time.Second))
 	log.Info("converge drained")
-	return werr
+	return err
 }

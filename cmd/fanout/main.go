@@ -37,7 +37,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -168,6 +167,7 @@ func run(args []string, log *slog.Logger) error {
 		MaxConnsPerTenant:     o.tenantConns,
 		MaxReplay:             o.maxReplay,
 		ReplayRate:            float64(o.replayRate),
+		DrainTimeout:          o.drain,
 	})
 	if err != nil {
 		return err
@@ -187,17 +187,9 @@ func run(args []string, log *slog.Logger) error {
 	log.Info("fanout started", "listen", srv.Addr())
 
 	// WebSockets outlive the HTTP server's drain (they are hijacked) and
-	// SSE streams hold it open, so the gateway drains them itself.
-	var wg sync.WaitGroup
-	var derr error
-	wg.Go(func() {
-		<-ctx.Done()
-		dctx, cancel := context.WithTimeout(context.Background(), o.drain)
-		defer cancel()
-		derr = g.Shutdown(dctx)
-	})
-	serr := srv.Serve(ctx, o.drain)
-	wg.Wait()
+	// SSE streams hold it open, so the gateway drains them itself, while
+	// the server drains.
+	err = ops.Run(ctx, g, srv.Serving(o.drain))
 	log.Info("fanout drained")
-	return errors.Join(serr, derr)
+	return err
 }

@@ -44,25 +44,18 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/clientapi"
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/ops"
-	"github.com/fabric-mls/fabric/internal/read"
-	"github.com/fabric-mls/fabric/internal/signals"
 )
 
 func main() {
@@ -156,32 +149,6 @@ func parse(args []string) (options, secrets, error) {
 	return o, sec, errs.Err()
 }
 
-// mountClientAPI serves the client stores, signals and the read API
-// beside intake.
-func mountClientAPI(ctx context.Context, srv *ops.Server, js jetstream.JetStream, verifier *auth.Verifier, vault *engine.Vault, reg prometheus.Registerer, log *slog.Logger) (func(), error) {
-	store, err := clientstore.New(ctx, clientstore.Config{JS: js, Vault: vault, Verifier: verifier, Logger: log, Registerer: reg})
-	if err != nil {
-		return nil, err
-	}
-	sig, err := signals.New(ctx, signals.Config{JS: js, Verifier: verifier, Logger: log, Registerer: reg})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	rd, err := read.New(ctx, read.Config{JS: js, Vault: vault, Verifier: verifier, Stores: store, Logger: log, Registerer: reg})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	api := http.NewServeMux()
-	store.Mount(api)
-	sig.Mount(api)
-	rd.Mount(api)
-	srv.Handle("/v1/tenants/{tenant}/clients", api)
-	srv.Handle("/v1/tenants/{tenant}/clients/", api)
-	return store.Close, nil
-}
-
 // run serves until ctx ends (SIGTERM or SIGINT in main), then drains.
 func run(ctx context.Context, args []string, log *slog.Logger) error {
 	o, sec, err := parse(args)
@@ -220,41 +187,36 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		},
 		NATSIntake:       o.natsIntake,
 		NATSRequireToken: o.requireToken,
+		DrainTimeout:     o.drain,
 		Logger:           log,
 		Registerer:       reg,
 	})
 	if err != nil {
 		return err
 	}
-	if err := svc.Start(ctx); err != nil {
-		return err
+	parts := []ops.Component{svc}
+	var api *clientapi.API
+	if o.clientAPI {
+		if api, err = clientapi.New(ctx, clientapi.Config{JS: js, Vault: vault, Verifier: verifier, Logger: log, Registerer: reg}); err != nil {
+			return err
+		}
+		parts = append(parts, api)
 	}
 	srv, err := ops.New(o.listen, reg)
 	if err != nil {
-		_ = svc.Shutdown(context.Background())
 		return err
 	}
-	srv.Handle(ingest.RouteTransport, svc.Handler())
-	srv.Handle(ingest.RouteOutcome, svc.Handler())
-	if o.clientAPI {
-		closeStores, err := mountClientAPI(ctx, srv, js, verifier, vault, reg, log)
-		if err != nil {
-			_ = svc.Shutdown(context.Background())
-			return err
-		}
-		defer closeStores()
+	svc.Mount(srv)
+	if api != nil {
+		api.Mount(srv)
 	}
 	srv.AddReady(func(context.Context) error { return svc.Ready() })
 	log.Info("ingest started", "listen", srv.Addr(), "nats_intake", o.natsIntake)
 
-	// Serve returns once ctx ends and the HTTP requests in flight are done;
-	// then the NATS intake drains and the watches stop.
-	serr := srv.Serve(ctx, o.drain)
-	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
-	defer cancel()
-	if err := svc.Shutdown(dctx); err != nil {
-		return fmt.Errorf("drain: %w", err)
-	}
+	// When ctx ends, the HTTP server stops taking requests and lets those
+	// in flight finish while the worker drains its NATS intake and its
+	// requests in flight; Run returns when all have.
+	err = ops.Run(ctx, append(parts, srv.Serving(o.drain))...)
 	log.Info("ingest drained")
-	return serr
+	return err
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +22,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
-	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/clientapi"
 	"github.com/fabric-mls/fabric/internal/console"
 	"github.com/fabric-mls/fabric/internal/converge"
 	"github.com/fabric-mls/fabric/internal/engine"
@@ -31,8 +30,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/ops"
-	"github.com/fabric-mls/fabric/internal/read"
-	"github.com/fabric-mls/fabric/internal/signals"
 )
 
 // DevTenant is the tenant the development tokens name.
@@ -108,14 +105,9 @@ type Fabric struct {
 	nc            *nats.Conn // admin: provisions the streams
 	natsPasswords map[string]string
 	roleConns     []*nats.Conn
-	srv           *ops.Server
-	ing           *ingest.Service
-	store         *clientstore.Store
-	conv          *converge.Worker
-	gw            *fanout.Gateway
 	lock          *os.File // the data directory's lock, held while running
 	cancel        context.CancelFunc
-	stopped       chan struct{} // closed when every role has returned
+	stopped       chan struct{} // closed when every component has returned
 	err           error         // why, set before stopped closes
 }
 
@@ -212,72 +204,67 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	}
 	reg := ops.NewRegistry()
 
-	if f.ing, err = ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, Vault: vault, NATSIntake: true, NATSRequireToken: true, Logger: o.Logger, Registerer: reg}); err != nil {
-		return nil, err
-	}
-	if f.store, err = clientstore.New(ctx, clientstore.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg}); err != nil {
-		return nil, err
-	}
-	sig, err := signals.New(ctx, signals.Config{JS: jss[UserAPI], Verifier: verifier, Logger: o.Logger, Registerer: reg})
+	// The same components as cmd/ingest, cmd/converge and cmd/fanout,
+	// built and composed the same way (docs/architecture.md, Lifecycle).
+	ing, err := ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, Vault: vault, NATSIntake: true, NATSRequireToken: true, DrainTimeout: drainTimeout, Logger: o.Logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	if f.conv, err = converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger}); err != nil {
+	api, err := clientapi.New(ctx, clientapi.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg})
+	if err != nil {
 		return nil, err
 	}
-	if f.gw, err = fanout.New(fanout.Config{NATS: conns[UserFanout], JetStream: jss[UserFanout], Verifier: verifier, TokenSecret: o.JWTSecret,
-		AllowQueryToken: o.SSEQueryToken || !o.Production, OriginPatterns: o.OriginPatterns, DMKeys: &fanout.KVDMKeys{JetStream: jss[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger}); err != nil {
+	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger})
+	if err != nil {
 		return nil, err
 	}
-
-	if f.srv, err = ops.NewWithLimits(o.Listen, reg, o.HTTPLimits); err != nil {
+	gw, err := fanout.New(fanout.Config{NATS: conns[UserFanout], JetStream: jss[UserFanout], Verifier: verifier, TokenSecret: o.JWTSecret,
+		AllowQueryToken: o.SSEQueryToken || !o.Production, OriginPatterns: o.OriginPatterns, DMKeys: &fanout.KVDMKeys{JetStream: jss[UserFanout], Timeout: 2 * time.Second}, Registry: reg, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := ops.NewWithLimits(o.Listen, reg, o.HTTPLimits)
+	if err != nil {
+		_ = gw.Shutdown(ctx) // it holds no connection yet
 		return nil, fmt.Errorf("allinone: HTTP %w", err)
 	}
-	rd, err := read.New(ctx, read.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Stores: f.store, Logger: o.Logger, Registerer: reg})
-	if err != nil {
-		return nil, err
-	}
-	api := http.NewServeMux()
-	f.store.Mount(api)
-	sig.Mount(api)
-	rd.Mount(api)
-	for _, p := range []string{"POST /v1/tenants/{tenant}/transport", "GET /v1/tenants/{tenant}/outcomes/{message_id}"} {
-		api.Handle(p, f.ing.Handler())
-	}
+	ing.Mount(srv)
+	api.Mount(srv)
 	for _, p := range []string{fanout.RouteWebSocket, fanout.RouteSSE, fanout.RouteConnectionTokens, fanout.RouteSubscriptions} {
-		api.Handle(p, f.gw.Handler())
+		srv.Handle(p, gw.Handler())
 	}
-	f.srv.Handle("/v1/", api)
-	f.srv.Handle(console.Route, console.Handler())
-	f.srv.AddReady(func(context.Context) error { return f.ns.Healthy() })
-	f.srv.AddReady(func(context.Context) error { return f.ing.Ready() })
-	f.srv.AddReady(f.conv.Ready)
-	f.srv.AddReady(f.gw.Ready)
-	f.URL = "http://" + f.srv.Addr()
+	srv.Handle(console.Route, console.Handler())
+	srv.AddReady(func(context.Context) error { return f.ns.Healthy() })
+	srv.AddReady(func(context.Context) error { return ing.Ready() })
+	srv.AddReady(conv.Ready)
+	srv.AddReady(gw.Ready)
+	f.URL = "http://" + srv.Addr()
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
-	if err := f.ing.Start(runCtx); err != nil {
-		return nil, err
-	}
 	go func() {
-		errc := make(chan error, 4)
-		go func() { errc <- f.conv.Run(runCtx) }()
-		go func() { errc <- f.gw.Run(runCtx) }()
-		go func() { errc <- f.srv.Serve(runCtx, 10*time.Second) }()
-		go func() { errc <- f.watchStore(runCtx) }()
-		var first error
-		for range 4 {
-			if err := <-errc; err != nil && first == nil && !errors.Is(err, context.Canceled) {
-				first = err
-				cancel()
-			}
-		}
-		f.err = first
+		f.err = ops.Run(runCtx, ing, api, conv, gw, srv.Serving(drainTimeout), ops.RunFunc(f.watchStore))
 		close(f.stopped)
 	}()
-	return f, nil
+	// The fabric serves once ingest takes input.
+	select {
+	case <-ing.Started():
+		return f, nil
+	case <-f.stopped:
+		cancel()
+		if f.err == nil {
+			return nil, errors.New("allinone: stopped before serving")
+		}
+		return nil, f.err
+	case <-ctx.Done():
+		cancel()
+		<-f.stopped
+		return nil, ctx.Err()
+	}
 }
+
+// drainTimeout bounds each component's drain.
+const drainTimeout = 10 * time.Second
 
 // watchStore returns an error when JetStream stops taking writes, which
 // only a restart recovers, and nil when ctx ends.
@@ -315,43 +302,28 @@ func (f *Fabric) Stopped() <-chan struct{} { return f.stopped }
 // error. Read it after Stopped is closed.
 func (f *Fabric) Err() error { return f.err }
 
-// Shutdown drains every role: the gateway ends subscriptions with reason
-// shutdown, ingest finishes in-flight requests, converge stops after its
-// current input. Then NATS stops.
+// Shutdown drains every component at once: the gateway ends
+// subscriptions with reason shutdown, ingest finishes in-flight requests,
+// converge stops after its current input, the HTTP server lets requests in
+// flight finish. Then NATS stops. It returns ctx's error if ctx ends first;
+// the drains go on, each bounded.
 func (f *Fabric) Shutdown(ctx context.Context) error {
-	var errs []error
-	if f.gw != nil {
-		errs = append(errs, f.gw.Shutdown(ctx))
-	}
-	if f.ing != nil {
-		errs = append(errs, f.ing.Shutdown(ctx))
-	}
-	if f.cancel != nil {
-		f.cancel()
-		<-f.stopped
-		errs = append(errs, f.err)
+	f.cancel()
+	select {
+	case <-f.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	f.close()
-	return errors.Join(errs...)
+	return f.err
 }
 
-// abort undoes a Start that failed part way: what was started is stopped.
+// abort undoes a Start that failed before its components ran.
 func (f *Fabric) abort() {
-	if f.cancel != nil {
-		f.cancel()
-	}
-	if f.gw != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = f.gw.Shutdown(ctx) // no connection was taken yet
-	}
 	f.close()
 }
 
 func (f *Fabric) close() {
-	if f.store != nil {
-		f.store.Close()
-	}
 	for _, nc := range f.roleConns {
 		nc.Close()
 	}

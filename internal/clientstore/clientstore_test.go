@@ -324,7 +324,7 @@ func TestHMACEpochIncreaseEmitsOnce_EVENT026(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	running(t, s2)
 	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(6)})
 	start := s.epoch(e.clock.Now())
 
@@ -353,7 +353,7 @@ func TestHMACEpochNotForClosedOrStartupEpochs_EVENT026(t *testing.T) {
 	s, srv := e.store()
 	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(7)})
 	srv.Close()
-	s.Close()
+	e.stops[s]()
 
 	e.clock.Advance(3 * testPeriod) // closed across three increases
 	armed := e.clock.Armed()
@@ -540,7 +540,7 @@ func TestRestartKeepsStateAndEmitsNothingTwice(t *testing.T) {
 	putIdentity(t, srv.URL, ci.ClientID, inboxOf(17), AssociationState{SequenceID: 2, InstallationKeys: []schema.Bytes{}, DisplayHandle: handle("b")})
 	before := e.events(tenant, ci.ClientID)
 	srv.Close()
-	s.Close()
+	e.stops[s]()
 
 	e.restartServer()
 	_, srv2 := e.store()
@@ -723,7 +723,7 @@ func TestMetricsCountEventsAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	running(t, s)
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(25)})

@@ -132,6 +132,19 @@ type env struct {
 	vault *engine.Vault
 	ver   *auth.Verifier
 	clock *fakeClock
+	stops map[*Store]func()
+}
+
+// running runs s until the test ends or stop is called; stop returns once
+// Run has.
+func running(t testing.TB, s *Store) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // epochStart is an HMAC epoch boundary under testPeriod, plus a margin.
@@ -186,7 +199,11 @@ func (e *env) store() (*Store, *httptest.Server) {
 		e.t.Fatal(err)
 	}
 	srv := httptest.NewServer(s.Handler())
-	e.t.Cleanup(func() { srv.Close(); s.Close() })
+	e.t.Cleanup(srv.Close)
+	if e.stops == nil {
+		e.stops = map[*Store]func(){}
+	}
+	e.stops[s] = running(e.t, s)
 	return s, srv
 }
 

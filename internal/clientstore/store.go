@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,7 +57,7 @@ type Config struct {
 }
 
 // Store serves the client stores over HTTP and owns the HMAC epoch timer.
-// A registered client is open, in EVENT-026's sense, while a Store runs.
+// A registered client is open, in EVENT-026's sense, while Run runs.
 type Store struct {
 	vault   *engine.Vault
 	verify  *auth.Verifier
@@ -73,13 +72,9 @@ type Store struct {
 
 	// startEpoch is the HMAC epoch when the store opened (EVENT-026).
 	startEpoch int64
-
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
 }
 
-// New opens the buckets and starts the HMAC epoch timer. Close stops it.
+// New opens the buckets; Run runs the HMAC epoch timer.
 func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.JS == nil || cfg.Vault == nil || cfg.Verifier == nil {
 		return nil, errors.New("clientstore: JS, Vault and Verifier are required")
@@ -118,24 +113,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.out = outbox.New(s.stores, s.metrics.counting(outbox.EventBus(cfg.JS, groups)))
 	s.startEpoch = s.epoch(s.clock.Now())
-
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.runEpochTimer(runCtx)
-	}()
 	return s, nil
 }
 
-// Close stops the HMAC epoch timer and waits for it. The clients it hosts
-// are closed from then on.
-func (s *Store) Close() {
-	s.once.Do(func() {
-		s.cancel()
-		s.wg.Wait()
-	})
+// Run runs the HMAC epoch timer until ctx ends (ops.Component). The
+// clients the store hosts are open, in EVENT-026's sense, while it runs.
+func (s *Store) Run(ctx context.Context) error {
+	s.runEpochTimer(ctx)
+	return nil
 }
 
 // Clients is the fabric-clients bucket the store writes.

@@ -69,7 +69,6 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(store.Close)
 	return &env{t: t, ctx: ctx, srv: srv, nc: nc, js: js, vault: vault, store: store}
 }
 

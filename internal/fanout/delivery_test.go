@@ -272,7 +272,6 @@ func TestConsentThroughDMStitchedLater_EVENT020(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(store.Close)
 	c := e.connect(tenantA, []string{client1})
 	consentKinds := []schema.EventKind{schema.KindConsentChanged}
 	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: consentKinds, GroupIDs: []schema.Bytes{groupA}})

@@ -69,6 +69,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Listen is the address Run serves on; none when empty.
 	Listen string
+	// DrainTimeout bounds Run's drain once its context ends: connections
+	// still open then are closed. 5 s when zero.
+	DrainTimeout time.Duration
 	// OriginPatterns are the browser origins (host patterns, as
 	// path.Match) allowed to open a WebSocket besides the gateway's own
 	// host. Requests without an Origin header, from non-browser clients,
@@ -118,6 +121,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = defaultShutdownDrainDelay
+	}
 	if c.Stream == "" {
 		c.Stream = streams.StreamEvents
 	}
@@ -284,12 +290,12 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 
 // Run serves Handler on cfg.Listen until ctx ends, then drains: it ends every
 // subscription with reason shutdown and closes every connection, waiting at
-// most a few seconds. With cfg.Listen empty it serves nothing itself (a
+// most cfg.DrainTimeout. With cfg.Listen empty it serves nothing itself (a
 // role's own server mounts Handler) and only drains when ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
 	if g.cfg.Listen == "" {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), defaultShutdownDrainDelay)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.DrainTimeout)
 		defer cancel()
 		return g.Shutdown(sctx)
 	}
@@ -305,7 +311,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("fanout: serve: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), defaultShutdownDrainDelay)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.DrainTimeout)
 	defer cancel()
 	serr := g.Shutdown(sctx)
 	herr := srv.Shutdown(sctx)

@@ -24,6 +24,7 @@ const (
 	DefaultQueueGroup           = "ingest"
 	DefaultNATSWorkers          = 8
 	DefaultProcessTimeout       = 30 * time.Second
+	DefaultDrainTimeout         = 30 * time.Second
 )
 
 // Limits bound what one caller can make a worker do. A zero field takes its
@@ -115,6 +116,9 @@ type Config struct {
 	// runs to completion even if the caller goes away, so an input is never
 	// left half-admitted by a disconnect.
 	ProcessTimeout time.Duration
+	// DrainTimeout bounds Run's drain once its context ends;
+	// DefaultDrainTimeout when zero.
+	DrainTimeout time.Duration
 	// Logger receives diagnostics; slog.Default() when nil.
 	Logger *slog.Logger
 	// Registerer receives the metrics; none are registered when nil.
@@ -140,6 +144,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ProcessTimeout <= 0 {
 		c.ProcessTimeout = DefaultProcessTimeout
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

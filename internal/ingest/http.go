@@ -24,6 +24,13 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
+// Mount serves Handler on its routes of mux.
+func (s *Service) Mount(mux interface{ Handle(string, http.Handler) }) {
+	h := s.Handler()
+	mux.Handle(RouteTransport, h)
+	mux.Handle(RouteOutcome, h)
+}
+
 // The routes Handler serves, as net/http ServeMux patterns, so a binary
 // that hosts several roles can mount Handler on exactly these.
 const (

@@ -35,6 +35,7 @@ type Service struct {
 	sub            *nats.Subscription
 
 	started   atomic.Bool
+	ready     chan struct{} // closed when Start has returned nil
 	draining  atomic.Bool
 	watchLost atomic.Bool
 	inflight  *tracker
@@ -81,6 +82,7 @@ func New(cfg Config) (*Service, error) {
 		reading:  &bytesInFlight{max: cfg.Limits.MaxBytesInFlight},
 		slots:    make(chan struct{}, cfg.NATSWorkers),
 		inflight: newTracker(),
+		ready:    make(chan struct{}),
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(retainedCollector{s}); err != nil {
@@ -176,8 +178,28 @@ func (s *Service) Start(ctx context.Context) error {
 		s.sub = sub
 	}
 	s.started.Store(true)
+	close(s.ready)
 	return nil
 }
+
+// Run is the worker's lifecycle (ops.Component): it starts the worker,
+// takes input until ctx ends, then drains it (Shutdown, bounded by
+// Config.DrainTimeout) and returns.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := s.Shutdown(dctx); err != nil {
+		return fmt.Errorf("ingest: drain: %w", err)
+	}
+	return nil
+}
+
+// Started is closed once the worker takes input.
+func (s *Service) Started() <-chan struct{} { return s.ready }
 
 func (s *Service) halt() {
 	s.stop()

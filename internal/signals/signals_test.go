@@ -88,7 +88,7 @@ func (e *env) start() {
 	}
 	e.srv = httptest.NewServer(e.sig.Handler())
 	stores, srv := e.stores, e.srv
-	e.t.Cleanup(func() { srv.Close(); stores.Close(); cs.Close() })
+	e.t.Cleanup(func() { srv.Close(); stores.Close() })
 }
 
 // restart stops the services and the NATS server, and starts them again
