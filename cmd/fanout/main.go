@@ -176,10 +176,7 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv.Handle(fanout.RouteWebSocket, g.Handler())
-	srv.Handle(fanout.RouteSSE, g.Handler())
-	srv.Handle(fanout.RouteConnectionTokens, g.Handler())
-	srv.Handle(fanout.RouteSubscriptions, g.Handler())
+	g.Mount(srv)
 	if o.console {
 		srv.Handle(console.Route, console.Handler())
 	}

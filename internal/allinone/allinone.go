@@ -230,9 +230,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	}
 	ing.Mount(srv)
 	api.Mount(srv)
-	for _, p := range []string{fanout.RouteWebSocket, fanout.RouteSSE, fanout.RouteConnectionTokens, fanout.RouteSubscriptions} {
-		srv.Handle(p, gw.Handler())
-	}
+	gw.Mount(srv)
 	srv.Handle(console.Route, console.Handler())
 	srv.AddReady(func(context.Context) error { return f.ns.Healthy() })
 	srv.AddReady(func(context.Context) error { return ing.Ready() })

@@ -262,6 +262,14 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
+// Mount serves Handler on the gateway's API routes of mux, the one list of
+// them for cmd/fanout and the all-in-one.
+func (g *Gateway) Mount(mux interface{ Handle(string, http.Handler) }) {
+	for _, p := range []string{RouteWebSocket, RouteSSE, RouteConnectionTokens, RouteSubscriptions} {
+		mux.Handle(p, g.mux)
+	}
+}
+
 // Handler serves the event endpoints, /metrics, /healthz and /readyz.
 func (g *Gateway) Handler() http.Handler { return g.mux }
 
