@@ -2,23 +2,19 @@ package converge
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
-	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/converge/project"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-// The readable state of the group (internal/readmodel, docs/read-api.md)
+// The readable state of the group (internal/bus/readmodel, docs/read-api.md)
 // is written in the transaction's own atomic batch, beside its events, so
 // a read issued once an event arrived sees the change (EVENT-010): each
 // delivered message's record (content sealed under the tenant's key) and
@@ -42,9 +38,11 @@ type readMsg struct {
 	pointer bool
 }
 
-// size is how many messages the records add to the batch.
+// size is how many messages the records add to the batch: a client's
+// conversation record, and a DM's sibling record, each message's record and
+// pointer, the roster.
 func (r *readWrites) size() int {
-	n := len(r.clients)
+	n := 2 * len(r.clients)
 	for _, m := range r.msgs {
 		n++
 		if m.pointer {
@@ -115,16 +113,11 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 	}
 	out := make([]*nats.Msg, 0, t.rd.size())
 	put := func(subj string, v any) error {
-		b, err := msgpack.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("encode readable record: %w", err)
+		m, err := readmodel.RecordMsg(subj, v)
+		if err == nil {
+			out = append(out, m)
 		}
-		m := nats.NewMsg(subj)
-		m.Data = b
-		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-		m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
-		out = append(out, m)
-		return nil
+		return err
 	}
 	var sealer *readmodel.Sealer
 	for _, m := range t.rd.msgs {
@@ -186,6 +179,16 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 			Inboxes: inboxes, Installations: installations, Delivered: t.g.Delivered, Activity: t.now,
 		}
 		if err := put(subj, rec); err != nil {
+			return nil, err
+		}
+		if dmKey == nil {
+			continue
+		}
+		ss, err := readmodel.SiblingSubject(g.tenant, dmKey, c, g.groupHex)
+		if err != nil {
+			return nil, err
+		}
+		if err := put(ss, readmodel.Sibling{GroupID: t.g.GroupID, Removed: m.Removed}); err != nil {
 			return nil, err
 		}
 	}

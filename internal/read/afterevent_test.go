@@ -23,7 +23,7 @@ import (
 const readAfterEventRounds = 200
 
 // put sends a client store request with the admin token.
-func (fx *fixture) put(t *testing.T, path string, body any) {
+func (fx *fixture) put(t testing.TB, path string, body any) {
 	t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(http.MethodPut, fx.f.URL+"/v1/tenants/dev/clients/"+fx.hosted.ClientID+path, bytes.NewReader(b))
@@ -36,6 +36,25 @@ func (fx *fixture) put(t *testing.T, path string, body any) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("PUT %s: %d", path, resp.StatusCode)
 	}
+}
+
+// keyPackage makes one more KeyPackage of the hosted client.
+func (fx *fixture) keyPackage(t testing.TB) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fx.f.URL+"/v1/tenants/dev/clients/"+fx.hosted.ClientID+"/key-packages", strings.NewReader(`{"count":1}`))
+	req.Header.Set("Authorization", "Bearer "+fx.api.AdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		KeyPackages []schema.Bytes `json:"key_packages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.KeyPackages) != 1 {
+		t.Fatalf("key packages: %d %v", resp.StatusCode, err)
+	}
+	return out.KeyPackages[0]
 }
 
 // TestEVENT010ReadAfterEventFromCallback changes the hosted client's state

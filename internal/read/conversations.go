@@ -1,6 +1,7 @@
 package read
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/refusal"
@@ -153,7 +155,39 @@ func (a *API) getConversation(r *http.Request, c call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return conversationOf(rec, consent), nil
+	conv := conversationOf(rec, consent)
+	if rec.DMKey != nil {
+		if conv.StitchedGroupIDs, err = a.siblings(r.Context(), c, rec); err != nil {
+			return nil, err
+		}
+	}
+	return conv, nil
+}
+
+// maxSiblings bounds the stitched groups one answer lists.
+const maxSiblings = 64
+
+// siblings are the client's other groups of the DM rec is a group of.
+func (a *API) siblings(ctx context.Context, c call, rec *readmodel.Conversation) ([]schema.Bytes, error) {
+	filter, err := readmodel.SiblingFilter(c.tenant, rec.DMKey, c.client)
+	if err != nil {
+		return nil, err
+	}
+	got, err := readmodel.Scan(ctx, a.cfg.JS, streams.StreamEvents, filter, 1, maxSiblings)
+	if err != nil {
+		return nil, err
+	}
+	out := []schema.Bytes{}
+	for _, st := range got {
+		var s readmodel.Sibling
+		if err := schema.UnmarshalMsgpack(st.Data, &s); err != nil {
+			return nil, fmt.Errorf("read: decode sibling: %w", err)
+		}
+		if !s.Removed && !bytes.Equal(s.GroupID, rec.GroupID) {
+			out = append(out, s.GroupID)
+		}
+	}
+	return out, nil
 }
 
 // conversationFilter is what GET …/conversations selects.
@@ -224,7 +258,7 @@ func (a *API) listConversations(r *http.Request, c call) (any, error) {
 	upTo := p.cursor // exclusive; 0 is the end of the stream
 	scanned := 0
 	for len(out.Conversations) < p.limit {
-		recs, from, err := a.newest(r.Context(), filter, upTo, p.limit-len(out.Conversations))
+		recs, more, err := a.newest(r.Context(), filter, upTo, p.limit-len(out.Conversations))
 		if err != nil {
 			return nil, err
 		}
@@ -253,7 +287,7 @@ func (a *API) listConversations(r *http.Request, c call) (any, error) {
 			}
 		}
 		scanned += len(recs)
-		if stop || from <= 1 {
+		if stop || !more {
 			upTo = 0
 			break
 		}

@@ -35,13 +35,19 @@ type fixture struct {
 	events *client.Client
 	reader *client.Reader
 	token  string // scope read
+	data   string // the fabric's data directory
 }
 
-func start(t *testing.T) *fixture {
+func start(t testing.TB) *fixture { return startWith(t, allinone.Options{}) }
+
+// startWith starts an all-in-one with o (its data directory, addresses
+// and logger set here).
+func startWith(t testing.TB, o allinone.Options) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f, err := allinone.Start(ctx, allinone.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NATSListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	o.DataDir, o.Listen, o.NATSListen, o.Logger = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	f, err := allinone.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +65,7 @@ func start(t *testing.T) *fixture {
 		}
 		return v
 	}
-	fx := &fixture{f: f, token: tok(auth.ScopeRead)}
+	fx := &fixture{f: f, data: o.DataDir, token: tok(auth.ScopeRead)}
 	fx.api = &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: tok(auth.ScopeAdmin), IngestToken: tok(auth.ScopeIngest)}
 	account := make([]byte, 32)
 	_, _ = rand.Read(account)
@@ -75,7 +81,7 @@ func start(t *testing.T) *fixture {
 }
 
 // post plays transport messages and checks each is queued.
-func (fx *fixture) post(t *testing.T, msgs ...testpeer.Message) {
+func (fx *fixture) post(t testing.TB, msgs ...testpeer.Message) {
 	t.Helper()
 	for _, m := range msgs {
 		res, err := fx.api.Post(context.Background(), m.Transport)
@@ -111,6 +117,26 @@ func (fx *fixture) getJSON(t *testing.T, path string, out any) int {
 	return resp.StatusCode
 }
 
+// getMsgpack reads a route of the hosted client as msgpack.
+func (fx *fixture) getMsgpack(t testing.TB, path string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, fx.f.URL+"/v1/tenants/"+allinone.DevTenant+"/clients/"+fx.hosted.ClientID+path, nil)
+	req.Header.Set("Authorization", "Bearer "+fx.token)
+	req.Header.Set("Accept", "application/msgpack")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		if err := schema.UnmarshalMsgpack(b, out); err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
 // apiError is the API's error shape.
 type apiError struct {
 	Error struct {
@@ -120,7 +146,7 @@ type apiError struct {
 }
 
 // collect subscribes to every kind and hands the events on a channel.
-func (fx *fixture) collect(t *testing.T) <-chan schema.ClientEvent {
+func (fx *fixture) collect(t testing.TB) <-chan schema.ClientEvent {
 	t.Helper()
 	ch := make(chan schema.ClientEvent, 1024)
 	sub, err := fx.events.Subscribe(context.Background(), fx.hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
@@ -141,7 +167,7 @@ func (fx *fixture) collect(t *testing.T) <-chan schema.ClientEvent {
 }
 
 // await reads events until one of kind arrives.
-func await(t *testing.T, ch <-chan schema.ClientEvent, kind schema.EventKind) schema.ClientEvent {
+func await(t testing.TB, ch <-chan schema.ClientEvent, kind schema.EventKind) schema.ClientEvent {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {

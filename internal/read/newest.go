@@ -9,14 +9,13 @@ import (
 )
 
 // newest reads up to n records matching filter stored below sequence upTo
-// (0: the whole stream), newest first, and the sequence the read began at
-// (1 when it reached the start). JetStream reads forward only: the
+// (0: the whole stream), newest first, and whether older ones remain. JetStream reads forward only: the
 // records below upTo are counted (a batched direct get reports how many
 // match from a sequence on), the sequence where the n newest begin is
 // found by galloping down then bisecting on those counts, and the n are
 // read forward from there. The cost is a logarithm of the distance in
 // the stream plus n, whatever the number of records.
-func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]readmodel.Stored, uint64, error) {
+func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]readmodel.Stored, bool, error) {
 	js := a.cfg.JS
 	count := func(from uint64) (uint64, error) {
 		return readmodel.Count(ctx, js, streams.StreamEvents, filter, from)
@@ -25,20 +24,24 @@ func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]
 	if hi == 0 {
 		last, err := readmodel.Last(ctx, a.cfg.JS, filter)
 		if err != nil || last.Seq == 0 {
-			return nil, 1, err
+			return nil, false, err
 		}
 		hi = last.Seq + 1
 	}
 	above, err := count(hi)
 	if err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
 	// below(l) is how many records are stored in [l, hi).
 	below := func(l uint64) (uint64, error) {
 		c, err := count(l)
 		return c - min(c, above), err
 	}
-	need := uint64(n)
+	total, err := below(1)
+	if err != nil || total == 0 {
+		return nil, false, err
+	}
+	need := min(uint64(n), total)
 	// Gallop down from hi until [l, hi) holds need records or l is 1.
 	w, top := uint64(64), hi
 	l := uint64(1)
@@ -49,27 +52,21 @@ func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]
 		}
 		c, err := below(cand)
 		if err != nil {
-			return nil, 0, err
+			return nil, false, err
 		}
 		if c >= need || cand == 1 {
 			l = cand
-			if c < need {
-				need = c
-			}
 			break
 		}
 		top = cand
 		w *= 4
-	}
-	if need == 0 {
-		return nil, 1, nil
 	}
 	// Bisect (l, top) for the greatest start that still holds need.
 	for lo, up := l, top; up-lo > 1; {
 		mid := lo + (up-lo)/2
 		c, err := below(mid)
 		if err != nil {
-			return nil, 0, err
+			return nil, false, err
 		}
 		if c >= need {
 			lo, l = mid, mid
@@ -79,9 +76,9 @@ func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]
 	}
 	got, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, l, int(need))
 	if err != nil {
-		return nil, 0, err
+		return nil, false, err
 	}
 	got = slices.DeleteFunc(got, func(s readmodel.Stored) bool { return s.Seq >= hi })
 	slices.Reverse(got)
-	return got, l, nil
+	return got, total > need, nil
 }

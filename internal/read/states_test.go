@@ -3,7 +3,10 @@ package read_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -13,9 +16,16 @@ import (
 
 // invited makes alice's group with bob and invites the hosted client: it
 // returns alice, her and bob's views and the hosted client's Welcome.
-func invited(t *testing.T, fx *fixture, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group, welcome testpeer.Message) {
+func invited(t testing.TB, fx *fixture, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group, welcome testpeer.Message) {
 	t.Helper()
 	alice, _ = testpeer.New("alice")
+	return invitedBy(t, fx, alice, set, fx.hosted.KeyPackages[0])
+}
+
+// invitedBy is invited with alice given and a KeyPackage of the hosted
+// client's.
+func invitedBy(t testing.TB, fx *fixture, alice *testpeer.Peer, set components.Set, kp []byte) (_ *testpeer.Peer, a, b *testpeer.Group, welcome testpeer.Message) {
+	t.Helper()
 	bob, _ := testpeer.New("bob")
 	set.Admins = []components.AccountID{alice.AccountID()}
 	a, err := alice.CreateGroup(set)
@@ -27,7 +37,7 @@ func invited(t *testing.T, fx *fixture, set components.Set) (alice *testpeer.Pee
 		t.Fatal(err)
 	}
 	b = joined[0]
-	invite, welcome, err := a.Invite(fx.hosted.KeyPackages[0])
+	invite, welcome, err := a.Invite(kp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +48,7 @@ func invited(t *testing.T, fx *fixture, set components.Set) (alice *testpeer.Pee
 }
 
 // joinedGroup is invited, with the Welcome played and joined.
-func joinedGroup(t *testing.T, fx *fixture, ch <-chan schema.ClientEvent, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group) {
+func joinedGroup(t testing.TB, fx *fixture, ch <-chan schema.ClientEvent, set components.Set) (alice *testpeer.Peer, a, b *testpeer.Group) {
 	t.Helper()
 	alice, a, b, welcome := invited(t, fx, set)
 	fx.post(t, welcome)
@@ -130,5 +140,96 @@ func TestRollbackReadsInvalidatedAndWinnerState(t *testing.T) {
 	p, err := fx.reader.Messages(ctx, fx.hosted.ClientID, a.ID(), client.MessageQuery{})
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].State != schema.MessageStateInvalidated || p.Messages[0].Content != nil {
 		t.Fatalf("page after the rollback: %+v %v", p, err)
+	}
+}
+
+// TestConversationTypesPausedAndFilters: a group and a DM read with their
+// type (the DM with its peer), a paused group with its floor, and the
+// list's filters select by type, paused, consent and update time, newest
+// activity first.
+func TestConversationTypesPausedAndFilters(t *testing.T) {
+	fx := start(t)
+	ch := fx.collect(t)
+	ctx := context.Background()
+	alice, a, b := joinedGroup(t, fx, ch, components.Set{Profile: &components.ProfileState{Name: "group"}})
+	self, err := components.ParseInboxID(fx.hosted.InboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmState := components.NewDM(alice.AccountID(), self)
+	_, dm, _, welcome := invitedBy(t, fx, alice, components.Set{Conversation: &dmState}, fx.keyPackage(t))
+	fx.post(t, welcome)
+	await(t, ch, schema.KindConversationJoined)
+
+	// A second group of the same DM: stitched to the first (EVENT-020).
+	_, dm2, _, welcome2 := invitedBy(t, fx, alice, components.Set{Conversation: &dmState}, fx.keyPackage(t))
+	fx.post(t, welcome2)
+	await(t, ch, schema.KindConversationJoined)
+	if d, err := fx.reader.Conversation(ctx, fx.hosted.ClientID, dm.ID()); err != nil || len(d.StitchedGroupIDs) != 1 || !bytes.Equal(d.StitchedGroupIDs[0], dm2.ID()) {
+		t.Fatalf("DM's stitched groups: %+v %v", d.StitchedGroupIDs, err)
+	}
+
+	floor := "9.0.0"
+	admins := []components.AccountID{alice.AccountID()}
+	pause, err := a.SetComponents(components.Set{Profile: &components.ProfileState{Name: "group"}, Admins: admins, ProtocolFloor: &floor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Process(pause.Transport); err != nil {
+		t.Fatal(err)
+	}
+	fx.post(t, pause)
+	await(t, ch, schema.KindConversationPaused)
+
+	g, err := fx.reader.Conversation(ctx, fx.hosted.ClientID, a.ID())
+	if err != nil || g.ConversationType != schema.ConversationGroup || g.Paused == nil || g.Paused.Floor != floor ||
+		g.Paused.Reason != "protocol_version_floor" || g.Components.MinimumProtocol == nil || *g.Components.MinimumProtocol != floor {
+		t.Fatalf("paused group: %+v %v", g, err)
+	}
+	d, err := fx.reader.Conversation(ctx, fx.hosted.ClientID, dm.ID())
+	if err != nil || d.ConversationType != schema.ConversationDM || d.DMPeerInboxID != alice.InboxID() || len(d.DMConversationKey) != 32 || d.Paused != nil {
+		t.Fatalf("DM: %+v %v", d, err)
+	}
+	fx.put(t, "/consent", map[string]string{"entity_kind": "conversation", "entity": hex.EncodeToString(dm.ID()), "state": "denied"})
+
+	ids := func(q client.ConversationQuery) [][]byte {
+		t.Helper()
+		p, err := fx.reader.Conversations(ctx, fx.hosted.ClientID, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out [][]byte
+		for _, c := range p.Conversations {
+			out = append(out, c.GroupID)
+		}
+		return out
+	}
+	yes, no := true, false
+	for name, c := range map[string]struct {
+		q    client.ConversationQuery
+		want [][]byte
+	}{
+		"all, newest activity first": {client.ConversationQuery{}, [][]byte{a.ID(), dm2.ID(), dm.ID()}},
+		"one a page":                 {client.ConversationQuery{Page: client.Page{Limit: 1}}, [][]byte{a.ID()}},
+		"dm":                         {client.ConversationQuery{Type: schema.ConversationDM}, [][]byte{dm2.ID(), dm.ID()}},
+		"group":                      {client.ConversationQuery{Type: schema.ConversationGroup}, [][]byte{a.ID()}},
+		"paused":                     {client.ConversationQuery{Paused: &yes}, [][]byte{a.ID()}},
+		"not paused":                 {client.ConversationQuery{Paused: &no}, [][]byte{dm2.ID(), dm.ID()}},
+		"denied":                     {client.ConversationQuery{ConsentState: schema.ConsentDenied}, [][]byte{dm.ID()}},
+		"updated later":              {client.ConversationQuery{UpdatedSince: time.Now().Add(time.Hour)}, nil},
+	} {
+		if got := ids(c.q); !slices.EqualFunc(got, c.want, bytes.Equal) {
+			t.Errorf("%s: %x, want %x", name, got, c.want)
+		}
+	}
+	// Pages of two: the group and the second DM, then the first DM, the
+	// last page.
+	p, err := fx.reader.Conversations(ctx, fx.hosted.ClientID, client.ConversationQuery{Page: client.Page{Limit: 2}})
+	if err != nil || len(p.Conversations) != 2 || p.NextCursor == "" {
+		t.Fatalf("first page %+v %v", p, err)
+	}
+	p, err = fx.reader.Conversations(ctx, fx.hosted.ClientID, client.ConversationQuery{Page: client.Page{Limit: 2, Cursor: p.NextCursor}})
+	if err != nil || len(p.Conversations) != 1 || !bytes.Equal(p.Conversations[0].GroupID, dm.ID()) || p.NextCursor != "" {
+		t.Fatalf("second page %+v %v", p, err)
 	}
 }

@@ -14,8 +14,15 @@ package readmodel
 
 import (
 	"encoding/hex"
+	"fmt"
 	"strconv"
+	"strings"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
@@ -26,6 +33,7 @@ const (
 	conversationToken = "c"
 	membersToken      = "mb"
 	pointerToken      = "id"
+	siblingToken      = "dm"
 )
 
 // MessageSubject is the subject of a group's message record of delivery
@@ -83,4 +91,48 @@ func PointerSubject(tenant string, msgID []byte) (string, error) {
 		return "", err
 	}
 	return "fabric.ck." + tenant + "." + pointerToken + "." + h, nil
+}
+
+// SiblingSubject is where a client's group of a DM is listed under the
+// DM's conversation key, so the other groups of a stitched DM are found
+// (EVENT-020): fabric.ck.<tenant>.dm.<key>.<client>.<group>.
+func SiblingSubject(tenant string, dmKey []byte, clientHex, groupHex string) (string, error) {
+	f, err := SiblingFilter(tenant, dmKey, clientHex)
+	if err != nil {
+		return "", err
+	}
+	if err := subject.ValidGroup(groupHex); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(f, "*") + groupHex, nil
+}
+
+// SiblingFilter matches every group of a DM a client holds.
+func SiblingFilter(tenant string, dmKey []byte, clientHex string) (string, error) {
+	k := hex.EncodeToString(dmKey)
+	if err := subject.ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	if err := subject.ValidGroup(k); err != nil {
+		return "", err
+	}
+	if err := subject.ValidClient(clientHex); err != nil {
+		return "", err
+	}
+	return "fabric.ck." + tenant + "." + siblingToken + "." + k + "." + clientHex + ".*", nil
+}
+
+// RecordMsg is the message that stores record v on subj: msgpack, a
+// rollup of the subject (it replaces the record before it) that never
+// expires with the stream's MaxAge.
+func RecordMsg(subj string, v any) (*nats.Msg, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("readmodel: encode record: %w", err)
+	}
+	m := nats.NewMsg(subj)
+	m.Data = b
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+	return m, nil
 }

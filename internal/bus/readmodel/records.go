@@ -98,3 +98,10 @@ type Member struct {
 	InboxID       string   `msgpack:"inbox_id"`
 	Installations [][]byte `msgpack:"installations"`
 }
+
+// Sibling lists one group of a DM a client holds (SiblingSubject).
+type Sibling struct {
+	GroupID []byte `msgpack:"group_id"`
+	// Removed is set once the client no longer holds the group.
+	Removed bool `msgpack:"removed,omitempty"`
+}
