@@ -11,6 +11,7 @@
 //	-lease-ttl         partition lease lifetime
 //	-cleanup-interval  disappearing-messages cleanup period
 //	-snapshot-every    transactions between member state writes (default 1)
+//	-message-retention how long a message stays readable (default 0: until deleted, expired or invalidated)
 //	-max-batch         the NATS servers' atomic batch limit in messages (default 1000)
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
@@ -62,6 +63,7 @@ type options struct {
 	leaseTTL        time.Duration
 	cleanupInterval time.Duration
 	snapshotEvery   int
+	retention       time.Duration
 	maxBatch        int
 	masterKeyFile   string
 }
@@ -77,6 +79,7 @@ func parse(args []string) (options, []byte, error) {
 	config.String(fs, &o.partitions, "partitions", "all", `input partitions this worker may own: "all" or a list like "0-15,32"`)
 	config.Duration(fs, &errs, &o.leaseTTL, "lease-ttl", converge.DefaultLeaseTTL, "partition lease lifetime; a dead worker's partitions move within about 4/3 of it")
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
+	config.Duration(fs, &errs, &o.retention, "message-retention", 0, "how long a message stays readable through the read API (0: until deleted, expired or invalidated)")
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", bus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
@@ -87,6 +90,9 @@ func parse(args []string) (options, []byte, error) {
 	config.ValidateListen(&errs, o.listen)
 	if o.snapshotEvery < 1 {
 		errs.Addf("-snapshot-every: %d; use 1 or more", o.snapshotEvery)
+	}
+	if o.retention < 0 || o.retention%time.Second != 0 {
+		errs.Addf("-message-retention: %v; use 0 or whole seconds", o.retention)
 	}
 	if o.maxBatch < 2 {
 		errs.Addf("-max-batch: %d; use 2 or more (events and a checkpoint)", o.maxBatch)
@@ -159,16 +165,17 @@ func run(args []string, log *slog.Logger) error {
 	defer nc.Close()
 	reg := ops.NewRegistry()
 	w, err := converge.New(ctx, converge.Config{
-		JS:              js,
-		MLS:             converge.EngineMLS{Vault: vault},
-		WorkerID:        o.workerID,
-		Partitions:      parts,
-		LeaseTTL:        o.leaseTTL,
-		CleanupInterval: o.cleanupInterval,
-		SnapshotEvery:   o.snapshotEvery,
-		MaxBatch:        o.maxBatch,
-		Metrics:         converge.NewMetrics(reg),
-		Logger:          log,
+		JS:               js,
+		MLS:              converge.EngineMLS{Vault: vault},
+		WorkerID:         o.workerID,
+		Partitions:       parts,
+		LeaseTTL:         o.leaseTTL,
+		CleanupInterval:  o.cleanupInterval,
+		SnapshotEvery:    o.snapshotEvery,
+		MessageRetention: o.retention,
+		MaxBatch:         o.maxBatch,
+		Metrics:          converge.NewMetrics(reg),
+		Logger:           log,
 	})
 	if err != nil {
 		return err

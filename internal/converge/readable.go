@@ -119,6 +119,14 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 		}
 		return err
 	}
+	// A message's records go after MessageRetention (when set).
+	putMessage := func(subj string, v any) error {
+		m, err := readmodel.RecordMsgTTL(subj, v, w.cfg.MessageRetention)
+		if err == nil {
+			out = append(out, m)
+		}
+		return err
+	}
 	var sealer *readmodel.Sealer
 	for _, m := range t.rd.msgs {
 		rec := m.rec
@@ -140,7 +148,7 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 		if err != nil {
 			return nil, err
 		}
-		if err := put(subj, rec); err != nil {
+		if err := putMessage(subj, rec); err != nil {
 			return nil, err
 		}
 		if m.pointer {
@@ -148,7 +156,7 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 			if err != nil {
 				return nil, err
 			}
-			if err := put(ps, readmodel.Pointer{GroupID: rec.GroupID, N: rec.N}); err != nil {
+			if err := putMessage(ps, readmodel.Pointer{GroupID: rec.GroupID, N: rec.N}); err != nil {
 				return nil, err
 			}
 		}

@@ -65,6 +65,10 @@ type Config struct {
 	// groups with many hosted members, and a restart then ratchets forward
 	// from the older snapshot.
 	SnapshotEvery int
+	// MessageRetention is how long a message's readable record and its
+	// pointer are kept (docs/read-api.md); 0, the default, keeps them
+	// until the group's last record is gone. Whole seconds.
+	MessageRetention time.Duration
 	// MaxBatch is the atomic batch limit of the NATS servers (their
 	// jetstream { limits { batch { max_msgs } } }), in messages: a
 	// transaction's events and its checkpoint fit in one batch, so a

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,7 +126,11 @@ func SiblingFilter(tenant string, dmKey []byte, clientHex string) (string, error
 // RecordMsg is the message that stores record v on subj: msgpack, a
 // rollup of the subject (it replaces the record before it) that never
 // expires with the stream's MaxAge.
-func RecordMsg(subj string, v any) (*nats.Msg, error) {
+func RecordMsg(subj string, v any) (*nats.Msg, error) { return RecordMsgTTL(subj, v, 0) }
+
+// RecordMsgTTL is RecordMsg for a record the stream removes ttl after it
+// is stored (whole seconds; 0 never).
+func RecordMsgTTL(subj string, v any, ttl time.Duration) (*nats.Msg, error) {
 	b, err := msgpack.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("readmodel: encode record: %w", err)
@@ -134,5 +139,8 @@ func RecordMsg(subj string, v any) (*nats.Msg, error) {
 	m.Data = b
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+	if s := int64(ttl / time.Second); s > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(s, 10)+"s")
+	}
 	return m, nil
 }
