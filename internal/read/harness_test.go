@@ -145,22 +145,31 @@ type apiError struct {
 	} `json:"error"`
 }
 
-// collect subscribes to every kind and hands the events on a channel.
+// collect subscribes to every kind and hands the events on a channel,
+// until the test ends.
 func (fx *fixture) collect(t testing.TB) <-chan schema.ClientEvent {
 	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan schema.ClientEvent, 1024)
-	sub, err := fx.events.Subscribe(context.Background(), fx.hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
+	sub, err := fx.events.Subscribe(ctx, fx.hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
+		defer close(done)
+		defer close(ch)
 		for {
-			ev, err := sub.Next(context.Background())
+			ev, err := sub.Next(ctx)
 			if err != nil {
-				close(ch)
 				return
 			}
-			ch <- ev
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	return ch

@@ -9,17 +9,15 @@ import (
 )
 
 // newest reads up to n records matching filter stored below sequence upTo
-// (0: the whole stream), newest first, and whether older ones remain. JetStream reads forward only: the
-// records below upTo are counted (a batched direct get reports how many
-// match from a sequence on), the sequence where the n newest begin is
-// found by galloping down then bisecting on those counts, and the n are
-// read forward from there. The cost is a logarithm of the distance in
-// the stream plus n, whatever the number of records.
+// (0: the whole stream), newest first, and whether older ones remain.
+// JetStream reads forward only: the records are read forward from a
+// sequence a window below upTo, the window growing fourfold until it holds
+// n records or reaches the oldest record, each step reading only the part
+// of the window the step before did not. What a page reads is what its
+// window holds, about the page when the client's records are evenly
+// spread, whatever the number of records.
 func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]readmodel.Stored, bool, error) {
 	js := a.cfg.JS
-	count := func(from uint64) (uint64, error) {
-		return readmodel.Count(ctx, js, streams.StreamEvents, filter, from)
-	}
 	hi := upTo
 	if hi == 0 {
 		last, err := readmodel.Last(ctx, a.cfg.JS, filter)
@@ -28,57 +26,42 @@ func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]
 		}
 		hi = last.Seq + 1
 	}
-	above, err := count(hi)
-	if err != nil {
+	oldest, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, 1, 1)
+	if err != nil || len(oldest) == 0 || oldest[0].Seq >= hi {
 		return nil, false, err
 	}
-	// below(l) is how many records are stored in [l, hi).
-	below := func(l uint64) (uint64, error) {
-		c, err := count(l)
-		return c - min(c, above), err
-	}
-	total, err := below(1)
-	if err != nil || total == 0 {
-		return nil, false, err
-	}
-	need := min(uint64(n), total)
-	// Gallop down from hi until [l, hi) holds need records or l is 1.
-	w, top := uint64(64), hi
-	l := uint64(1)
-	for {
-		cand := uint64(1)
-		if hi > w {
-			cand = hi - w
+	first := oldest[0].Seq
+	chunk := 4 * n
+	var got []readmodel.Stored // newest first
+	top := hi
+	for w := uint64(2 * n); ; w *= 4 {
+		l := first
+		if hi > first+w {
+			l = hi - w
 		}
-		c, err := below(cand)
-		if err != nil {
-			return nil, false, err
+		// Read [l, top) forward, keeping the newest.
+		var part []readmodel.Stored
+		for from := l; from < top; {
+			recs, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, from, chunk)
+			if err != nil {
+				return nil, false, err
+			}
+			for _, r := range recs {
+				if r.Seq < top {
+					part = append(part, r)
+				}
+			}
+			if len(recs) < chunk || recs[len(recs)-1].Seq >= top {
+				break
+			}
+			from = recs[len(recs)-1].Seq + 1
 		}
-		if c >= need || cand == 1 {
-			l = cand
-			break
-		}
-		top = cand
-		w *= 4
-	}
-	// Bisect (l, top) for the greatest start that still holds need.
-	for lo, up := l, top; up-lo > 1; {
-		mid := lo + (up-lo)/2
-		c, err := below(mid)
-		if err != nil {
-			return nil, false, err
-		}
-		if c >= need {
-			lo, l = mid, mid
-		} else {
-			up = mid
+		slices.Reverse(part)
+		got = append(got, part...)
+		top = l
+		if len(got) >= n || l == first {
+			more := len(got) > n || l > first
+			return got[:min(n, len(got))], more, nil
 		}
 	}
-	got, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, l, int(need))
-	if err != nil {
-		return nil, false, err
-	}
-	got = slices.DeleteFunc(got, func(s readmodel.Stored) bool { return s.Seq >= hi })
-	slices.Reverse(got)
-	return got, total > need, nil
 }

@@ -31,7 +31,7 @@ import (
 // None is a lowercase hex string, so none collides with a group id.
 const (
 	messageToken      = "r"
-	conversationToken = "c"
+	conversationToken = "cv"
 	membersToken      = "mb"
 	pointerToken      = "id"
 	siblingToken      = "dm"
@@ -48,16 +48,17 @@ func MessageSubject(tenant, groupHex string, n uint64) (string, error) {
 }
 
 // ConversationSubject is the subject of one client's conversation record
-// of a group: fabric.ck.<tenant>.<group>.c.<client>.
+// of a group: fabric.ck.<tenant>.cv.<client>.<group>, the client first, so
+// a client's records share a literal prefix.
 func ConversationSubject(tenant, groupHex, clientHex string) (string, error) {
-	ck, err := subject.Checkpoint(tenant, groupHex)
+	f, err := ConversationFilter(tenant, clientHex)
 	if err != nil {
 		return "", err
 	}
-	if err := subject.ValidClient(clientHex); err != nil {
+	if err := subject.ValidGroup(groupHex); err != nil {
 		return "", err
 	}
-	return ck + "." + conversationToken + "." + clientHex, nil
+	return strings.TrimSuffix(f, "*") + groupHex, nil
 }
 
 // ConversationFilter matches every conversation record of one client.
@@ -68,7 +69,7 @@ func ConversationFilter(tenant, clientHex string) (string, error) {
 	if err := subject.ValidClient(clientHex); err != nil {
 		return "", err
 	}
-	return "fabric.ck." + tenant + ".*." + conversationToken + "." + clientHex, nil
+	return "fabric.ck." + tenant + "." + conversationToken + "." + clientHex + ".*", nil
 }
 
 // MembersSubject is the subject of a group's members record:
