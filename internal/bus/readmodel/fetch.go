@@ -77,15 +77,6 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 	return out, nil
 }
 
-// Count is how many messages of stream matching filter are stored at or
-// after sequence from.
-func Count(ctx context.Context, js jetstream.JetStream, stream, filter string, from uint64) (uint64, error) {
-	s, err := Scan(ctx, js, stream, filter, from, 1)
-	if err != nil || len(s) == 0 {
-		return 0, err
-	}
-	return s[0].Pending + 1, nil
-}
 
 // ScanKV reads up to n entries of a KV bucket whose keys start with
 // prefix + ".", in the order they were last written, at or after bucket
