@@ -77,7 +77,6 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 	return out, nil
 }
 
-
 // ScanKV reads up to n entries of a KV bucket whose keys start with
 // prefix + ".", in the order they were last written, at or after bucket
 // sequence from: each Stored's Subject is the rest of its key; a deleted
