@@ -67,6 +67,14 @@ var bodies = []body{
 	{"GET /v1/tenants/{tenant}/clients/{client_id}/messages/{message_id}", nil, typeOf[schema.Message](), "200"},
 	{"GET /v1/tenants/{tenant}/clients/{client_id}/consent", nil, typeOf[schema.ConsentPage](), "200"},
 	{"GET /v1/tenants/{tenant}/clients/{client_id}/identities", nil, typeOf[schema.IdentityPage](), "200"},
+	{"POST /v1/tenants/{tenant}/clients/{client_id}/conversations", typeOf[schema.CreateConversation](), typeOf[schema.OperationAccepted](), "202"},
+	{"POST /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/messages", typeOf[schema.SendMessage](), typeOf[schema.OperationAccepted](), "202"},
+	{"POST /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/members", typeOf[schema.AddMembers](), typeOf[schema.OperationAccepted](), "202"},
+	{"DELETE /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/members/{inbox_id}", nil, typeOf[schema.OperationAccepted](), "202"},
+	{"PATCH /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}", typeOf[schema.ConversationChanges](), typeOf[schema.OperationAccepted](), "202"},
+	{"POST /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/leave", nil, typeOf[schema.OperationAccepted](), "202"},
+	{"POST /v1/tenants/{tenant}/clients/{client_id}/conversations/{group_id}/update", nil, typeOf[schema.OperationAccepted](), "202"},
+	{"GET /v1/tenants/{tenant}/clients/{client_id}/operations/{operation_id}", nil, typeOf[schema.Operation](), "200"},
 }
 
 // errorBody is every refusal's body (internal/httpapi.WriteError).

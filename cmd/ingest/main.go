@@ -24,7 +24,7 @@
 //	-byte-rate           payload bytes per second per tenant (-1: off)
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too
-//	-client-api          serve the client stores and signals API too
+//	-client-api          serve the client stores, signals and operations API too
 //	-master-key-file     file with the master key; else FABRIC_MASTER_KEY
 //	-drain-timeout       how long SIGTERM waits for requests in flight
 //
@@ -116,7 +116,7 @@ func parse(args []string) (options, secrets, error) {
 	config.Int(fs, &errs, &o.maxRetained, "max-retained", ingest.DefaultMaxRetainedPerTenant, "retained objects per tenant before input is refused with resource_refused")
 	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
 	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
-	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores and signals")
+	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores, signals and operations")
 	config.String(fs, &o.keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for requests in flight")
 	if err := config.Parse(fs, args); err != nil {

@@ -24,10 +24,10 @@ var deployAccountsFiles = []string{"../../deploy/nats/accounts.conf", "../../dep
 // -nats-intake=false), so its user holds ingest's publish permissions
 // beside the client API's; every other user is the all-in-one's.
 var deployUsers = []struct{ name, doc string }{
-	{UserIngest, "ingest takes transport input: it publishes input, outcome records and\nretained objects, reads them back, deletes a released retained object, and\nwatches group keys and hosted groups. It never reads events, client records\nor converge state. Intake requests are answered on the requester's inbox."},
-	{UserConverge, "converge reads input through its partition consumers, writes events and\ncheckpoints (pruning superseded checkpoints), outcome records, its own\nstate, group keys and group records, and reads hosted client records and\nretires the KeyPackages a Welcome used in them."},
+	{UserIngest, "ingest takes transport input: it publishes input, outcome records and\nretained objects, reads them back, deletes a released retained object, and\nwatches group keys and hosted groups. It takes what hosted clients send\n(fabric.out.>) through its one consumer on FABRIC_EVENTS as input; it never\nreads events, client records or converge state. Intake requests are answered\non the requester's inbox."},
+	{UserConverge, "converge reads input through its partition consumers, writes events and\ncheckpoints (pruning superseded checkpoints), outcome records, its own\nstate, group keys and group records, and reads hosted client records and\nretires the KeyPackages a Welcome used in them. It stores what hosted\nclients send (fabric.out.>) and operation records (fabric.op.>) in its\nfenced batches."},
 	{UserFanout, "fanout only reads events: the republished live subjects, direct gets for\ngap repair, the group records for stitched DMs, and whether a client exists."},
-	{UserAPI, "api is ingest with the client API (ingest -nats-intake=false): what ingest\npublishes, and the client stores and signals, which write hosted client\nrecords (private keys sealed) and store state and publish the events those\nstores emit, and the read API, which reads hosted clients' state."},
+	{UserAPI, "api is ingest with the client API (ingest -nats-intake=false): what ingest\npublishes, and the client stores and signals, which write hosted client\nrecords (private keys sealed) and store state and publish the events those\nstores emit, the read API, which reads hosted clients' state, and\noperations: stored as input, their first record on fabric.op.>."},
 	{UserAdmin, "admin provisions (fabric provision): it creates the streams and buckets and\nreads their configuration; it reads and changes no message."},
 }
 

@@ -120,18 +120,24 @@ func rolePermissions() map[string]*server.Permissions {
 	}
 	in := func(user string) []string { return []string{InboxPrefix(user) + ".>"} }
 	all := streamInfo()
-	ingest := perms(append(in(UserIngest), subject.IntakePattern), all,
+	// ingest takes the outbound subjects through its one durable consumer
+	// on FABRIC_EVENTS (issue 19), never the events.
+	outbound := streams.StreamEvents + "." + streams.ConsumerOutbound
+	ingestPerms := perms(append(in(UserIngest), subject.IntakePattern), all,
 		[]string{subject.InputPattern, subject.OutcomePattern, subject.RetainedPattern,
 			bus.PermMsgGet + streams.StreamInput, bus.PermMsgGet + streams.StreamOutcomes, bus.PermMsgGet + streams.StreamRetained,
-			bus.PermMsgDelete + streams.StreamRetained},
+			bus.PermMsgDelete + streams.StreamRetained,
+			bus.PermConsumerCreate + outbound + ".>", bus.PermConsumerInfo + outbound, bus.PermConsumerNext + outbound, bus.PermAck + outbound + ".>"},
 		direct(streams.StreamOutcomes), direct(streams.StreamRetained),
 		kvRead(streams.BucketGroupKeys), kvRead(streams.BucketGroups))
 	// Intake requests are answered on the requester's reply subject.
-	ingest.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	ingestPerms.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	return map[string]*server.Permissions{
 		UserAdmin:  perms(in(UserAdmin), all, []string{bus.PermAPIInfo, bus.PermStreamCreate + "*"}),
-		UserIngest: ingest,
-		UserAPI: perms(in(UserAPI), all, []string{subject.EventsPattern, bus.PermMsgGet + streams.StreamEvents},
+		UserIngest: ingestPerms,
+		// The client API also takes operations (issue 19): stored on the
+		// group's input subject, their first record on fabric.op.
+		UserAPI: perms(in(UserAPI), all, []string{subject.EventsPattern, subject.InputPattern, subject.OperationPattern, bus.PermMsgGet + streams.StreamEvents},
 			direct(streams.StreamEvents),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
 			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
@@ -139,7 +145,7 @@ func rolePermissions() map[string]*server.Permissions {
 			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores)},
 			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
 		UserConverge: perms(in(UserConverge), all,
-			[]string{subject.EventsPattern, subject.CheckpointPattern, subject.OutcomePattern,
+			[]string{subject.EventsPattern, subject.CheckpointPattern, subject.OutcomePattern, subject.OutboundPattern, subject.OperationPattern,
 				bus.PermConsumerCreate + streams.StreamInput + ".>", bus.PermConsumerInfo + streams.StreamInput + ".*",
 				bus.PermConsumerDelete + streams.StreamInput + ".*", bus.PermConsumerNext + streams.StreamInput + ".*",
 				bus.PermAck + streams.StreamInput + ".>",

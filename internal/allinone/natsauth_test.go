@@ -64,9 +64,14 @@ func TestNATSRolesAreLeastPrivilege(t *testing.T) {
 		t.Fatal("a wrong password connected")
 	}
 	const event, input = "fabric.ev.dev.c0ffee", "fabric.in.dev.00ff.0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const outbound, opRecord = "fabric.out.dev.00ff", "fabric.op.dev.0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	may := map[string][]string{ // subject -> the users that may publish it
 		event: {UserAPI, UserConverge},
-		input: {UserIngest},
+		// The client API stores operations as input (issue 19).
+		input: {UserIngest, UserAPI},
+		// Only converge sends, in its fenced batches.
+		outbound: {UserConverge},
+		opRecord: {UserAPI, UserConverge},
 	}
 	reads := map[string][]string{ // subject -> the users that may subscribe to it
 		"fabric.live.dev.c0ffee":    {UserFanout},

@@ -40,6 +40,7 @@ const (
 	ScopeEvents  Scope = "events"  // subscribing to client events
 	ScopeSignals Scope = "signals" // reporting local changes
 	ScopeRead    Scope = "read"    // reading a hosted client's state; admin implies it
+	ScopeSend    Scope = "send"    // operations of hosted clients: send, create, invite, remove, rename, leave (admin implies it)
 )
 
 // AllClients in a token's clients claim grants every client of the tenant.

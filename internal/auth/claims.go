@@ -29,6 +29,7 @@ var DefaultLifetimes = Lifetimes{
 	ScopeEvents:  30 * 24 * time.Hour,
 	ScopeSignals: 30 * 24 * time.Hour,
 	ScopeRead:    30 * 24 * time.Hour,
+	ScopeSend:    30 * 24 * time.Hour,
 }
 
 // limit returns the scope that sets the lifetime limit of a token with

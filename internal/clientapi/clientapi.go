@@ -1,6 +1,7 @@
 // Package clientapi builds the client API, in one place for every process
 // that serves it (cmd/ingest and the all-in-one): the client stores,
-// signals and the read API, on one mux under /v1/tenants/{tenant}/clients.
+// signals, the read API and operations, on one mux under
+// /v1/tenants/{tenant}/clients.
 package clientapi
 
 import (
@@ -14,6 +15,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/operations"
 	"github.com/fabric-mls/fabric/internal/read"
 	"github.com/fabric-mls/fabric/internal/signals"
 )
@@ -24,7 +26,7 @@ var Routes = []string{"/v1/tenants/{tenant}/clients", "/v1/tenants/{tenant}/clie
 // Config configures the client API.
 type Config struct {
 	// JS reaches the fabric-clients, fabric-stores and fabric-groups
-	// buckets and FABRIC_EVENTS.
+	// buckets, FABRIC_EVENTS, and FABRIC_IN (operations).
 	JS jetstream.JetStream
 	// Vault seals hosted clients' private keys.
 	Vault    *engine.Vault
@@ -60,6 +62,7 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	store.Mount(a.mux)
 	sig.Mount(a.mux)
 	rd.Mount(a.mux)
+	operations.New(operations.Config{JS: cfg.JS, Verifier: cfg.Verifier, Clients: store}).Mount(a.mux)
 	return a, nil
 }
 

@@ -131,6 +131,16 @@ func (s *Store) Lookup(ctx context.Context, tenant, clientID string) (Record, er
 	return Lookup(ctx, s.clients, tenant, clientID)
 }
 
+// ClientInbox returns the inbox of a hosted client (ErrUnknownClient when
+// the tenant has no such client).
+func (s *Store) ClientInbox(ctx context.Context, tenant, clientID string) (string, error) {
+	rec, err := s.Lookup(ctx, tenant, clientID)
+	if err != nil {
+		return "", notFoundOr(err)
+	}
+	return rec.InboxID, nil
+}
+
 // Handler serves the store's endpoints (see Mount).
 func (s *Store) Handler() http.Handler {
 	mux := http.NewServeMux()

@@ -184,6 +184,9 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		return checkpoint{}, nil, nil, nil, err
 	}
 	ix = append(ix, rd...)
+	// Outbound messages and operation records are stored with the
+	// checkpoint, behind the same fence: sent exactly once (issue 19).
+	ix = append(ix, t.out...)
 	written, parts, err := w.putBlobs(ctx, blobs)
 	if err != nil {
 		return checkpoint{}, nil, nil, written, err

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
@@ -84,6 +86,11 @@ type txn struct {
 	expiry []expiryQueue
 	// rd are the transaction's readable records (readable.go).
 	rd readWrites
+
+	// out are the outbound messages and operation records the
+	// transaction's operations made, stored in its fenced batch
+	// (operate.go).
+	out []*nats.Msg
 
 	mls MLS
 	dir directory

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/converge/project"
@@ -93,6 +94,9 @@ func (p marmot) newStep(t *txn) *step {
 
 // run admits one input to every active member's view.
 func (p marmot) run(ctx context.Context, t *txn, in input) error {
+	if in.Class == bus.ClassOperation {
+		return p.operate(ctx, t, in)
+	}
 	if in.Class == schema.ClassWelcome {
 		note, _, err := t.welcome(ctx, in)
 		if err != nil {
@@ -158,6 +162,9 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		}
 	}
 	s.finish()
+	if err := t.ownCommitOutcomes(); err != nil {
+		return err
+	}
 	return p.settle(t)
 }
 
@@ -190,6 +197,9 @@ func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
 		}
 	}
 	s.finish()
+	if err := t.ownCommitOutcomes(); err != nil {
+		return false, err
+	}
 	return changed, p.settle(t)
 }
 

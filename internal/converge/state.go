@@ -73,6 +73,9 @@ type groupState struct {
 	LastTime int64  `msgpack:"last_time,omitempty"`
 	// Delivered is the newest delivery number (readable.go).
 	Delivered uint64 `msgpack:"delivered,omitempty"`
+	// OwnCommits are the hosted members' own commits on the outbound
+	// stream whose operations wait for their outcome (operate.go).
+	OwnCommits []ownCommit `msgpack:"own_commits,omitempty"`
 }
 
 // hostedMember is a hosted client's membership of the group.

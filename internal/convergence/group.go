@@ -220,6 +220,20 @@ func (g *Group) Forked() bool { return g.lifecycle == Unrecoverable }
 // member.
 func (g *Group) Tip() *engine.State { return g.tip.state }
 
+// TipProposals returns the proposals (MLS bytes) that authenticated at the
+// canonical state and no commit consumed yet, in ProposalRef order: what
+// the hosted member's own next commit includes by reference (a leave
+// request, GMOD-031).
+func (g *Group) TipProposals() [][]byte {
+	var out [][]byte
+	for _, ref := range slices.Sorted(maps.Keys(g.tip.proposals)) {
+		if r := g.inputs[g.tip.proposals[ref]]; r != nil && len(r.in.Data) > 0 {
+			out = append(out, r.in.Data)
+		}
+	}
+	return out
+}
+
 // TipEpoch returns the canonical epoch.
 func (g *Group) TipEpoch() uint64 { return g.tip.epoch }
 
@@ -506,6 +520,12 @@ func (g *Group) tryApp(r *record, now time.Time, res *Result) {
 	}
 	for _, n := range g.candidates(r.epoch) {
 		app, err := n.state.Decrypt(r.in.Data)
+		if engine.CategoryOf(err) == schema.CategoryOwnEcho {
+			// The member's own message, encrypted on this state: its key
+			// is used, and it is accounted for already (issue 19).
+			g.reject(r, schema.CategoryOwnEcho, res)
+			return
+		}
 		if err != nil {
 			continue // undecryptable here is no evidence of anything
 		}

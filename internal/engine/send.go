@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"slices"
 
@@ -121,8 +122,10 @@ func (s *State) Encrypt(inst *Installation, payload []byte) (msg []byte, err err
 	return msg, nil
 }
 
-// CommitRequest is what an own commit changes. An empty request is a
-// self-update: a commit with only an update path (post-compromise security).
+// CommitRequest is what an own commit changes, beside the proposals the
+// state holds (a leave request, for one), which every commit includes. An
+// empty request is a self-update: a commit with an update path
+// (post-compromise security).
 type CommitRequest struct {
 	// Add are KeyPackages (MLSMessage or bare) of members to add; each gets
 	// its own Welcome.
@@ -133,6 +136,11 @@ type CommitRequest struct {
 	// Components, when set, replaces the components extension through a
 	// GroupContextExtensions proposal.
 	Components *components.Set
+	// Proposals are received proposals (PublicMessage bytes) of this epoch
+	// that the state does not hold itself (convergence keeps them beside
+	// it): applied to the copy first, so the commit includes them by
+	// reference.
+	Proposals [][]byte
 }
 
 // Outgoing is an own commit: the MLSMessage to publish, one Welcome per
@@ -157,13 +165,26 @@ func (s *State) Commit(inst *Installation, req CommitRequest) (out *Outgoing, er
 	if err := s.checkSigner(op, inst); err != nil {
 		return nil, err
 	}
-	next, err := s.Clone()
+	// The proposals the state holds, and those given, are committed too,
+	// by reference, as every member's commit does; base is the state that
+	// holds them all, against which the commit is authorized.
+	base := s
+	for _, p := range req.Proposals {
+		b, res, err := base.ProcessHandshake(p)
+		if err != nil {
+			return nil, err
+		}
+		if res.Class != schema.ClassProposal {
+			return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotHandshake)
+		}
+		base = b
+	}
+	next, err := base.Clone()
 	if err != nil {
 		return nil, err
 	}
 	next.pending, next.sent = nil, nil
 	g := next.g
-	g.ClearProposals()
 	var added []*keypackages.KeyPackage
 	for _, b := range req.Add {
 		kp, err := parseAnyKeyPackage(b)
@@ -180,8 +201,8 @@ func (s *State) Commit(inst *Installation, req CommitRequest) (out *Outgoing, er
 	}
 	for _, inbox := range req.Remove {
 		found := false
-		for _, m := range s.Members() {
-			if m.InboxID == inbox && m.Leaf != s.OwnLeaf() {
+		for _, m := range base.Members() {
+			if m.InboxID == inbox && m.Leaf != base.OwnLeaf() {
 				if _, err := g.RemoveMember(group.LeafNodeIndex(m.Leaf)); err != nil {
 					return nil, classifyMLSGoError(op, err)
 				}
@@ -213,16 +234,16 @@ func (s *State) Commit(inst *Installation, req CommitRequest) (out *Outgoing, er
 	ac := staged.AuthenticatedContent()
 	pm := &framing.PublicMessage{Content: ac.Content, Auth: ac.Auth, MembershipTag: staged.MembershipTag()}
 	commit := framing.NewMLSMessagePublic(pm).Marshal()
-	own, _ := s.Member(s.OwnLeaf())
-	ops, _, err := s.commitOps(pm, own)
+	own, _ := base.Member(base.OwnLeaf())
+	ops, shape, err := base.commitOps(pm, own)
 	if err != nil {
 		return nil, err
 	}
 	if err := g.MergeCommit(staged); err != nil {
 		return nil, classifyMLSGoError(op, err)
 	}
-	res := &HandshakeResult{Class: schema.ClassCommit, MessageID: NewMessageID(commit), Sender: own}
-	if err := s.authorizeCommit(op, next, ops, res); err != nil {
+	res := &HandshakeResult{Class: schema.ClassCommit, MessageID: NewMessageID(commit), Sender: own, ProposalRefs: shape.refs}
+	if err := base.authorizeCommit(op, next, ops, res); err != nil {
 		return nil, err
 	}
 	out = &Outgoing{Commit: commit, Result: res}
@@ -332,4 +353,17 @@ func parseAnyKeyPackage(b []byte) (*keypackages.KeyPackage, error) {
 		return nil, fail("key package", schema.CategoryInvalidEncoding, err)
 	}
 	return kp, nil
+}
+
+// KeyPackageInboxID returns the inbox id (lowercase hex of the credential
+// identity) of a KeyPackage (MLSMessage or bare), checking that it parses.
+func KeyPackageInboxID(keyPackage []byte) (string, error) {
+	kp, err := parseAnyKeyPackage(keyPackage)
+	if err != nil {
+		return "", err
+	}
+	if kp.LeafNode == nil || kp.LeafNode.Credential == nil || len(kp.LeafNode.Credential.Identity) != AccountIDLen {
+		return "", fail("key package", schema.CategoryInvalidEncoding, errors.New("key package has no 32-byte account id"))
+	}
+	return hex.EncodeToString(kp.LeafNode.Credential.Identity), nil
 }

@@ -345,3 +345,28 @@ func TestNonAdminCommitIsRefusedBeforeSending(t *testing.T) {
 		t.Fatalf("remove of no member: %v", err)
 	}
 }
+
+// GMOD-031: a peer's leave request the hosted admin holds is committed by
+// its next commit, by reference; the peer is removed.
+func TestHostedCommitIncludesLeaveRequest(t *testing.T) {
+	h := newHostedGroup(t, components.Set{}, "bob", "carol")
+	leave := must[testpeer.Message](t)(h.peers[0].Leave())
+	if _, err := h.peers[1].Process(leave.Transport); err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := h.state.ProcessHandshake(leave.MLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.state = next
+	out := must[*Outgoing](t)(h.state.Commit(h.inst, CommitRequest{}))
+	if len(out.Result.ProposalRefs) != 1 || !slices.Equal(out.Result.RemovedInboxes, []string{h.peers[0].Peer().InboxID()}) || out.Result.Privileged {
+		t.Fatalf("commit of the leave request %+v", out.Result)
+	}
+	h.toPeers(t, out.Commit)
+	h.accept(t, out.Commit)
+	if !h.peers[0].Removed() {
+		t.Fatal("bob was not removed")
+	}
+	h.converged(t)
+}

@@ -54,7 +54,7 @@ func NewReader(baseURL, tenant, token string, opts ...ReaderOption) *Reader {
 	return r
 }
 
-// APIError is an error answer of the read API.
+// APIError is an error answer of the HTTP API (the read API, operations).
 type APIError struct {
 	Status  int
 	Code    string
@@ -62,7 +62,7 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("read API: %d %s: %s", e.Status, e.Code, e.Message)
+	return fmt.Sprintf("fabric API: %d %s: %s", e.Status, e.Code, e.Message)
 }
 
 // ErrNotFound is matched by an APIError of status 404 (errors.Is): an

@@ -34,6 +34,11 @@ const (
 	StreamRetained = "FABRIC_RETAINED"
 )
 
+// ConsumerOutbound is the durable consumer on FABRIC_EVENTS, filter
+// fabric.out.>, through which ingest takes what the fabric's hosted
+// clients send as input (issue 19). Every ingest shares it.
+const ConsumerOutbound = "ingest-outbound"
+
 // KV bucket names.
 const (
 	BucketClients   = "fabric-clients"
@@ -169,8 +174,11 @@ func StreamConfigs(cfg Config) []jetstream.StreamConfig {
 		Destination: subject.InputTransform,
 	}
 
-	ev := base(StreamEvents, c.EventsMaxAge, subject.EventsPattern, subject.CheckpointPattern)
-	ev.Description = "Client events, republished live, and converge checkpoints."
+	// Outbound messages and operation records share the stream with the
+	// checkpoint: converge stores them in the fenced batch of the
+	// transaction that made them (issue 19, exactly once).
+	ev := base(StreamEvents, c.EventsMaxAge, subject.EventsPattern, subject.CheckpointPattern, subject.OutboundPattern, subject.OperationPattern)
+	ev.Description = "Client events, republished live, converge checkpoints, outbound messages and operation records."
 	ev.RePublish = &jetstream.RePublish{
 		Source:      subject.EventsPattern,
 		Destination: subject.LiveTransform,

@@ -80,6 +80,11 @@ func ParseCheckpoint(s string) (tenant, groupHex string, err error) {
 	return parseTenantGroup(s, prefixCk)
 }
 
+// ParseOutbound reads tenant and group from fabric.out.<tenant>.<group>.
+func ParseOutbound(s string) (tenant, groupHex string, err error) {
+	return parseTenantGroup(s, prefixOut)
+}
+
 // ParseOutcome reads tenant and message id from
 // fabric.outcome.<tenant>.<message_id>.
 func ParseOutcome(s string) (tenant, msgIDHex string, err error) {

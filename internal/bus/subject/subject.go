@@ -58,6 +58,11 @@ const (
 	// IntakePattern matches every intake subject, which ingest's workers
 	// answer in one queue group.
 	IntakePattern = "fabric.intake.*"
+	// OutboundPattern matches every outbound subject: the transport
+	// messages hosted clients send (issue 19).
+	OutboundPattern = "fabric.out.*.*"
+	// OperationPattern matches every operation record subject.
+	OperationPattern = "fabric.op.*.*"
 )
 
 const (
@@ -68,6 +73,8 @@ const (
 	prefixOutcome  = "fabric.outcome."
 	prefixRetained = "fabric.retained."
 	prefixIntake   = "fabric.intake."
+	prefixOut      = "fabric.out."
+	prefixOp       = "fabric.op."
 )
 
 // Token roles named in InvalidTokenError.
@@ -305,6 +312,43 @@ func Outcome(tenant, msgIDHex string) (string, error) {
 		return "", err
 	}
 	return join(prefixOutcome, tenant, msgIDHex), nil
+}
+
+// Outbound is the subject a group's outbound transport messages are
+// stored on: fabric.out.<tenant>.<group>.
+func Outbound(tenant, groupHex string) (string, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	if err := ValidGroup(groupHex); err != nil {
+		return "", err
+	}
+	return join(prefixOut, tenant, groupHex), nil
+}
+
+// OutboundAll is the filter of every tenant's outbound subjects.
+const OutboundAll = "fabric.out.>"
+
+// OutboundTenant is the filter of one tenant's outbound subjects:
+// fabric.out.<tenant>.*.
+func OutboundTenant(tenant string) (string, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	return join(prefixOut, tenant, "*"), nil
+}
+
+// Operation is the subject of an operation's records, the last current:
+// fabric.op.<tenant>.<operation_id>. An operation id has the form of a
+// message id.
+func Operation(tenant, opIDHex string) (string, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	if err := ValidMessageID(opIDHex); err != nil {
+		return "", err
+	}
+	return join(prefixOp, tenant, opIDHex), nil
 }
 
 // Retained is the subject of an object retained for a group for a reason:

@@ -261,6 +261,18 @@ func Invalidated(groupID, msgID []byte) Event {
 	}}
 }
 
+// StatusChanged is the message.status_changed event of a message the
+// member's own installation sent (SEND): from the fabric's own state, not a
+// tenant's assertion.
+func StatusChanged(groupID, msgID []byte, previous, current schema.MessageStatus) Event {
+	return Event{ClientEvent: schema.ClientEvent{
+		Kind: schema.KindMessageStatusChanged,
+		MessageStatusChanged: &schema.MessageStatusChanged{
+			GroupID: schema.Bytes(groupID), MessageID: schema.Bytes(msgID), Previous: previous, Current: current,
+		},
+	}}
+}
+
 // Order sorts the events of one transaction into kind-table order, keeping
 // the order of events of one kind (EVENT-012).
 func Order(evs []Event) {

@@ -1,0 +1,312 @@
+package converge
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/apppayload"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// operate stores an operation on its group's input subject, as the API
+// does, and returns its id.
+func (e *env) operate(req bus.OperationRequest) []byte {
+	e.t.Helper()
+	if req.ID == nil {
+		req.ID = bus.OperationID(tenant, req.ClientID, fmt.Sprintf("%s-%d", req.Kind, time.Now().UnixNano()))
+	}
+	if req.GroupID == nil {
+		req.GroupID = bus.OperationGroupID(req.ID)
+	}
+	data, err := bus.EncodeOperation(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	idHex := hex.EncodeToString(req.ID)
+	subj, err := subject.Input(tenant, hex.EncodeToString(req.GroupID), idHex)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	msg := nats.NewMsg(subj)
+	msg.Data = data
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	msg.Header.Set(bus.HeaderClass, string(bus.ClassOperation))
+	msg.Header.Set(bus.HeaderMessageID, idHex)
+	if _, err := e.js.PublishMsg(e.ctx, msg); err != nil {
+		e.t.Fatal(err)
+	}
+	return req.ID
+}
+
+// operation waits for an operation's record to reach a final status
+// (done or failed; pending when want says so) and returns it.
+func (e *env) operation(id []byte, want schema.OperationStatus) schema.Operation {
+	e.t.Helper()
+	subj, err := subject.Operation(tenant, hex.EncodeToString(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var rec schema.Operation
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		m, err := s.GetLastMsgForSubject(e.ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if rec, err = bus.DecodeOperationRecord(m.Data); err != nil {
+			e.t.Fatal(err)
+		}
+		if rec.Status == want {
+			return rec
+		}
+	}
+	e.t.Fatalf("operation record %+v, want status %s", rec, want)
+	return rec
+}
+
+// outbound is what the fabric stored on a group's outbound subject, in
+// order.
+type outboundMsg struct {
+	transport schema.TransportMessage
+	id        string
+	class     string
+	opID      string
+}
+
+func (e *env) outboundMsgs(group []byte, n int) []outboundMsg {
+	e.t.Helper()
+	subj, err := subject.Outbound(tenant, hex.EncodeToString(group))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []outboundMsg
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := e.js.OrderedConsumer(e.ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		batch, err := c.FetchNoWait(1000)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = out[:0]
+		for m := range batch.Messages() {
+			var tm schema.TransportMessage
+			if err := tm.UnmarshalMsgpack(m.Data()); err != nil {
+				e.t.Fatal(err)
+			}
+			h := m.Headers()
+			out = append(out, outboundMsg{transport: tm, id: h.Get(bus.HeaderMessageID), class: h.Get(bus.HeaderClass), opID: h.Get(bus.HeaderOperationID)})
+		}
+		if len(out) >= n {
+			break
+		}
+	}
+	if len(out) != n {
+		e.t.Fatalf("%d outbound messages, want %d", len(out), n)
+	}
+	return out
+}
+
+func textOf(t *testing.T, s string) []byte {
+	t.Helper()
+	return must[[]byte](t)(apppayload.Encode(apppayload.NewText(s)))
+}
+
+// EVENT-005, issue 19: a hosted client creates a group with a test peer in
+// it and sends a text. The create is conversation.joined with origin
+// created; the commit and the peer's Welcome (one, in the clear) and the
+// text (sealed) are on fabric.out.<tenant>.<group>; the peer joins from the
+// Welcome and reads the text; the own commit comes back through ingest and
+// is accepted (the operation is done), the own text comes back as own_echo
+// and is no message.received, and the peer's reply is.
+func TestHostedClientCreatesGroupAndSends(t *testing.T) {
+	e := newEnv(t)
+	e.worker("w1", nil)
+	e.startIngest()
+	h := e.register(sha256.Sum256([]byte("host")), 1)
+	bob := peer(t, "bob")
+	kp := must[[]byte](t)(bob.KeyPackage())
+
+	name := components.Set{Profile: &components.ProfileState{Name: "team"}}
+	comps := must[[]byte](t)(components.Encode(name))
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID, Components: comps, KeyPackages: [][]byte{kp}})
+	group := bus.OperationGroupID(create)
+	ev := e.waitEvents(h.rec.ClientID, 1)
+	j := ev[0].Event.ConversationJoined
+	if j == nil || j.Origin != schema.OriginCreated || j.AdderInboxID != nil || !j.GroupID.Equal(group) {
+		t.Fatalf("first event %s, want conversation.joined origin created", describe(ev[0].Event))
+	}
+	out := e.outboundMsgs(group, 2)
+	if out[0].class != string(schema.ClassCommit) || out[0].transport.Kind != schema.TransportSealed ||
+		out[1].class != string(schema.ClassWelcome) || out[1].transport.Kind != schema.TransportMLS ||
+		out[0].opID != hex.EncodeToString(create) {
+		t.Fatalf("outbound %+v", out)
+	}
+	bg, err := bob.Join(out[1].transport)
+	if err != nil {
+		t.Fatalf("bob joins from the hosted client's Welcome: %v", err)
+	}
+	rec := e.operation(create, schema.OperationDone)
+	if rec.Kind != schema.OpCreateConversation || len(rec.MessageIDs) != 2 || hex.EncodeToString(rec.MessageIDs[0]) != out[0].id {
+		t.Fatalf("create record %+v", rec)
+	}
+	if o := e.settledOutcome(must[[]byte](t)(hex.DecodeString(out[0].id))); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("own commit outcome %+v", o)
+	}
+	// The own commit was applied: the membership event names bob.
+	ev = e.waitEvents(h.rec.ClientID, 2)
+	if mc := ev[1].Event.MembershipChanged; mc == nil || !slices.Equal(mc.AddedInboxIDs, []string{bob.InboxID()}) {
+		t.Fatalf("second event %s, want bob added", describe(ev[1].Event))
+	}
+
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, "hello bob")})
+	out = e.outboundMsgs(group, 3)
+	if out[2].class != string(schema.ClassApplication) || out[2].transport.Kind != schema.TransportSealed {
+		t.Fatalf("sent %+v", out[2])
+	}
+	r, err := bg.Process(out[2].transport)
+	if err != nil || r.Kind != testpeer.KindApplication || r.SenderInboxID != h.rec.InboxID {
+		t.Fatalf("bob reads the text: %+v %v", r, err)
+	}
+	if txt, _ := r.Payload.Text(); txt != "hello bob" {
+		t.Fatalf("bob reads %q", txt)
+	}
+	rec = e.operation(send, schema.OperationDone)
+	if len(rec.MessageIDs) != 1 || hex.EncodeToString(rec.MessageIDs[0]) != out[2].id {
+		t.Fatalf("send record %+v", rec)
+	}
+	ev = e.waitEvents(h.rec.ClientID, 3)
+	if sc := ev[2].Event.MessageStatusChanged; sc == nil || hex.EncodeToString(sc.MessageID) != out[2].id ||
+		sc.Previous != schema.StatusUnpublished || sc.Current != schema.StatusPublished {
+		t.Fatalf("third event %s, want message.status_changed published", describe(ev[2].Event))
+	}
+	if o := e.settledOutcome(must[[]byte](t)(hex.DecodeString(out[2].id))); o.Category != schema.CategoryOwnEcho {
+		t.Fatalf("own message back: outcome %+v, want own_echo", o)
+	}
+
+	// Bob's reply reaches the hosted client, referencing its own message
+	// (EVENT-021).
+	reply := must[testpeer.Message](t)(bg.SendReply(must[[]byte](t)(hex.DecodeString(out[2].id)), "hi host"))
+	e.publish(reply)
+	ev = e.waitEvents(h.rec.ClientID, 4)
+	if mr := ev[3].Event.MessageReceived; mr == nil || !mr.MessageID.Equal(reply.ID) || !ev[3].ReferencesOwn {
+		t.Fatalf("fourth event %s (references own %v), want bob's reply to an own message", describe(ev[3].Event), ev[3].ReferencesOwn)
+	}
+}
+
+// Issue 19, every commit operation through converge, with two hosted
+// clients and a test peer: the admin adds the second hosted client by its
+// KeyPackage (it joins from the Welcome that comes back through ingest)
+// and renames the group; the second client's text reaches the admin and
+// the peer; its add is refused before sending (authorization_failed,
+// nothing on the outbound subject); it leaves, the admin's self-update
+// commits the leave request (conversation.removed cause left, EVENT-006),
+// and the admin removes the peer. The peer follows every commit.
+func TestHostedClientsCommitAndAreRefused(t *testing.T) {
+	e := newEnv(t)
+	e.worker("w1", nil)
+	e.startIngest()
+	admin := e.register(sha256.Sum256([]byte("admin")), 1)
+	other := e.register(sha256.Sum256([]byte("other")), 1)
+	bob := peer(t, "bob")
+
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: admin.rec.ClientID, KeyPackages: [][]byte{must[[]byte](t)(bob.KeyPackage())}})
+	group := bus.OperationGroupID(create)
+	out := e.outboundMsgs(group, 2)
+	bg := must[*testpeer.Group](t)(bob.Join(out[1].transport))
+	e.operation(create, schema.OperationDone)
+	follow := func(from int, n int) []outboundMsg {
+		t.Helper()
+		msgs := e.outboundMsgs(group, n)
+		for _, m := range msgs[from:] {
+			if m.class == string(schema.ClassWelcome) || bg.Removed() {
+				continue
+			}
+			if _, err := bg.Process(m.transport); err != nil {
+				t.Fatalf("bob processes %s: %v", m.class, err)
+			}
+		}
+		return msgs
+	}
+
+	add := e.operate(bus.OperationRequest{Kind: schema.OpAddMembers, ClientID: admin.rec.ClientID, GroupID: group, KeyPackages: other.kps})
+	follow(2, 4)
+	if rec := e.operation(add, schema.OperationDone); len(rec.MessageIDs) != 2 {
+		t.Fatalf("add record %+v", rec)
+	}
+	if j := e.waitEvents(other.rec.ClientID, 1)[0].Event.ConversationJoined; j == nil || j.Origin != schema.OriginWelcomed || *j.AdderInboxID != admin.rec.InboxID {
+		t.Fatal("the second hosted client did not join from the admin's Welcome")
+	}
+	name := "renamed"
+	rename := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: admin.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	follow(4, 5)
+	e.operation(rename, schema.OperationDone)
+	if set := must[components.Set](t)(bg.Components()); set.Profile == nil || set.Profile.Name != "renamed" {
+		t.Fatalf("bob sees %+v", set.Profile)
+	}
+
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: other.rec.ClientID, GroupID: group, Payload: textOf(t, "from the other")})
+	out = follow(5, 6)
+	e.operation(send, schema.OperationDone)
+	evs := e.waitEvents(admin.rec.ClientID, 5) // joined, bob added, other added, renamed, the text
+	if mr := evs[4].Event.MessageReceived; mr == nil || hex.EncodeToString(mr.MessageID) != out[5].id || mr.SenderInboxID != other.rec.InboxID {
+		t.Fatalf("admin's fifth event %s, want the other's text", describe(evs[4].Event))
+	}
+
+	refused := e.operate(bus.OperationRequest{Kind: schema.OpAddMembers, ClientID: other.rec.ClientID, GroupID: group, KeyPackages: [][]byte{must[[]byte](t)(peer(t, "dave").KeyPackage())}})
+	if rec := e.operation(refused, schema.OperationFailed); rec.Category != schema.CategoryAuthorizationFailed || len(rec.MessageIDs) != 0 {
+		t.Fatalf("non-admin add record %+v", rec)
+	}
+
+	leave := e.operate(bus.OperationRequest{Kind: schema.OpLeave, ClientID: other.rec.ClientID, GroupID: group})
+	follow(6, 7)
+	// The leave request is committed once converge holds it (its outcome
+	// has a disposition): the admin's next commit takes it by reference.
+	proposal := e.operation(leave, schema.OperationDone).MessageIDs[0]
+	for deadline := time.Now().Add(20 * time.Second); e.outcome(proposal).Disposition == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the leave request never reached converge")
+		}
+	}
+	update := e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: admin.rec.ClientID, GroupID: group})
+	follow(7, 8)
+	e.operation(update, schema.OperationDone)
+	var removed *schema.ConversationRemoved
+	// joined, renamed, its text's status, removed, and the membership
+	// change that removed its own inbox
+	for _, d := range e.waitEvents(other.rec.ClientID, 5) {
+		if d.Event.ConversationRemoved != nil {
+			removed = d.Event.ConversationRemoved
+		}
+	}
+	if removed == nil || removed.Cause != schema.RemovalLeft {
+		t.Fatalf("the leaver's removal %+v, want cause left", removed)
+	}
+
+	remove := e.operate(bus.OperationRequest{Kind: schema.OpRemoveMember, ClientID: admin.rec.ClientID, GroupID: group, InboxID: bob.InboxID()})
+	follow(8, 9)
+	e.operation(remove, schema.OperationDone)
+	if !bg.Removed() {
+		t.Fatal("bob was not removed")
+	}
+}
