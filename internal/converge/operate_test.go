@@ -127,7 +127,7 @@ func (e *env) outboundMsgs(group []byte, n int) []outboundMsg {
 	return out
 }
 
-func textOf(t *testing.T, s string) []byte {
+func textOf(t testing.TB, s string) []byte {
 	t.Helper()
 	return must[[]byte](t)(apppayload.Encode(apppayload.NewText(s)))
 }

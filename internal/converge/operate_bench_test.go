@@ -1,0 +1,73 @@
+package converge
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// BenchmarkSend: b.N send operations of one hosted client in one group,
+// stored one after another as the API stores them (no ingest: the
+// outbound messages are not taken back as input), measured from the store
+// of each operation to the store of its message on the outbound subject.
+// It reports sends/s for the group and the latency's p50 and p99.
+func BenchmarkSend(b *testing.B) {
+	e := newEnv(b)
+	e.worker("w1", nil)
+	h := e.register(sha256.Sum256([]byte("sender")), 1)
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID})
+	group := bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+	subj, err := subject.Outbound(tenant, hex.EncodeToString(group))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := e.js.OrderedConsumer(e.ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := textOf(b, "hello, this is a chat message of a typical length")
+	sent := make(map[string]time.Time, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		id := bus.OperationID(tenant, h.rec.ClientID, fmt.Sprintf("send-%d", i))
+		sent[hex.EncodeToString(id)] = time.Now()
+		e.operate(bus.OperationRequest{ID: id, Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: payload})
+	}
+	lat := make([]time.Duration, 0, b.N)
+	for len(lat) < b.N {
+		batch, err := c.Fetch(b.N-len(lat), jetstream.FetchMaxWait(30*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, md.Timestamp.Sub(sent[m.Headers().Get(bus.HeaderOperationID)]))
+			n++
+		}
+		if n == 0 {
+			b.Fatalf("%d of %d messages on the outbound subject", len(lat), b.N)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sends/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
