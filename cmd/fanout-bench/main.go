@@ -164,12 +164,16 @@ func runGateway(o options) error {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
+	gctx, stopGateway := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(gctx) }()
 	fmt.Println(ln.Addr().String())
 	_, _ = io.Copy(io.Discard, os.Stdin) // the parent closes stdin to stop us
+	stopGateway()
+	gerr := <-ran
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = g.Shutdown(ctx)
-	return srv.Shutdown(ctx)
+	return errors.Join(gerr, srv.Shutdown(ctx))
 }
 
 type memReport struct {

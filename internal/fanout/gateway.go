@@ -258,7 +258,6 @@ func New(cfg Config) (*Gateway, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.serveReady)
 	g.mux = mux
-	g.bg.Go(g.healLoop)
 	return g, nil
 }
 
@@ -299,8 +298,16 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 // Run serves Handler on cfg.Listen until ctx ends, then drains: it ends every
 // subscription with reason shutdown and closes every connection, waiting at
 // most cfg.DrainTimeout. With cfg.Listen empty it serves nothing itself (a
-// role's own server mounts Handler) and only drains when ctx ends.
+// role's own server mounts Handler) and only drains when ctx ends. While it
+// runs, taps are repaired after a NATS reconnect.
 func (g *Gateway) Run(ctx context.Context) error {
+	// The heal loop is Run's; a Shutdown that began first (draining set
+	// under the lock, before it waits for bg) has nothing to wait for.
+	g.connsMu.Lock()
+	if !g.draining {
+		g.bg.Go(g.healLoop)
+	}
+	g.connsMu.Unlock()
 	if g.cfg.Listen == "" {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.DrainTimeout)

@@ -100,11 +100,13 @@ func newEnvNATS(t *testing.T, gatewayNATS []nats.Option, tune ...func(*Config)) 
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(g.Handler())
+	runCtx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(runCtx) }()
 	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		if err := g.Shutdown(sctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("run: %v", err)
 		}
 		srv.Close()
 	})
