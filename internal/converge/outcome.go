@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -173,31 +173,17 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 
 // last returns the newest outcome record of each subject that has one.
 func (o *outcomes) last(ctx context.Context, subjects []string) (map[string]*schema.Outcome, error) {
-	out := make(map[string]*schema.Outcome, len(subjects))
-	for len(subjects) > 0 {
-		chunk := subjects[:min(len(subjects), maxMultiLast)]
-		subjects = subjects[len(chunk):]
-		msgs, err := jetstreamext.GetLastMsgsFor(ctx, o.js, streams.StreamOutcomes, chunk)
-		if err != nil {
-			return nil, fmt.Errorf("read outcomes: %w", err)
+	msgs, err := bus.LastMsgs(ctx, o.js, streams.StreamOutcomes, subjects)
+	if err != nil {
+		return nil, fmt.Errorf("read outcomes: %w", err)
+	}
+	out := make(map[string]*schema.Outcome, len(msgs))
+	for subj, m := range msgs {
+		var rec schema.Outcome
+		if err := rec.UnmarshalMsgpack(m.Data); err != nil {
+			return nil, fmt.Errorf("decode outcome: %w", err)
 		}
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read outcomes: %w", err)
-			}
-			var rec schema.Outcome
-			if err := rec.UnmarshalMsgpack(m.Data); err != nil {
-				return nil, fmt.Errorf("decode outcome: %w", err)
-			}
-			out[m.Subject] = &rec
-		}
+		out[subj] = &rec
 	}
 	return out, nil
 }
-
-// maxMultiLast is the most subjects one batched direct get asks for: the
-// server answers at most 1024 messages per request.
-const maxMultiLast = 1000

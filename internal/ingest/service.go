@@ -94,7 +94,7 @@ func New(cfg Config) (*Service, error) {
 
 // Start binds the service to FABRIC_IN, FABRIC_OUTCOMES, FABRIC_RETAINED and
 // the fabric-group-keys and fabric-groups buckets (provisioned
-// by internal/streams), loads the key sets and hosted groups, and starts
+// by internal/bus/streams), loads the key sets and hosted groups, and starts
 // the watches, the retrier and, if configured, NATS intake. It returns once
 // the worker is ready to take input.
 func (s *Service) Start(ctx context.Context) error {
