@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/converge/project"
@@ -25,9 +26,15 @@ import (
 
 // readWrites are the readable records of one transaction.
 type readWrites struct {
-	msgs    []readMsg
-	clients []string
-	members bool
+	msgs []readMsg
+	// clients are the clients whose conversation records are written, in
+	// the order they were touched; allActive adds every active member
+	// (a message was delivered), of the group's groupMembers.
+	clients      []string
+	touched      map[string]bool
+	allActive    bool
+	groupMembers int
+	members      bool
 }
 
 // readMsg is one message record to write; plain is the content to seal,
@@ -43,6 +50,9 @@ type readMsg struct {
 // pointer, the roster.
 func (r *readWrites) size() int {
 	n := 2 * len(r.clients)
+	if r.allActive {
+		n = 2 * r.groupMembers
+	}
 	for _, m := range r.msgs {
 		n++
 		if m.pointer {
@@ -58,7 +68,11 @@ func (r *readWrites) size() int {
 // touch notes a client the transaction emitted to: its conversation
 // record is written again.
 func (r *readWrites) touch(client string) {
-	if !slices.Contains(r.clients, client) {
+	if !r.touched[client] {
+		if r.touched == nil {
+			r.touched = map[string]bool{}
+		}
+		r.touched[client] = true
 		r.clients = append(r.clients, client)
 	}
 }
@@ -74,9 +88,7 @@ func (t *txn) record(s storedMessage, ct *schema.ContentTypeID, plaintext []byte
 	}, plain: plaintext, pointer: true})
 	// The group's activity is every member's, its sender's too, which
 	// gets no event of its own message.
-	for _, m := range t.g.active() {
-		t.rd.touch(m.ClientID)
-	}
+	t.rd.allActive, t.rd.groupMembers = true, len(t.g.Members)
 }
 
 // retire replaces a message's record by one without its content: deleted
@@ -108,6 +120,11 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 			break
 		}
 	}
+	if t.rd.allActive {
+		for _, m := range t.g.active() {
+			t.rd.touch(m.ClientID)
+		}
+	}
 	if len(t.rd.msgs) == 0 && len(t.rd.clients) == 0 {
 		return nil, nil
 	}
@@ -119,10 +136,16 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 		}
 		return err
 	}
-	// A message's records go after MessageRetention (when set).
-	putMessage := func(subj string, v any) error {
+	// A message's records go after MessageRetention (when set); a new
+	// one's subject is new (delivery numbers are not reused; a pointer is
+	// repointed only by a delivery after a rollback, and read last), so
+	// only a record that replaces one is a rollup.
+	putMessage := func(subj string, v any, replaces bool) error {
 		m, err := readmodel.RecordMsgTTL(subj, v, w.cfg.MessageRetention)
 		if err == nil {
+			if !replaces {
+				m.Header.Del(jetstream.MsgRollup)
+			}
 			out = append(out, m)
 		}
 		return err
@@ -148,7 +171,7 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 		if err != nil {
 			return nil, err
 		}
-		if err := putMessage(subj, rec); err != nil {
+		if err := putMessage(subj, rec, !m.pointer); err != nil {
 			return nil, err
 		}
 		if m.pointer {
@@ -156,7 +179,7 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 			if err != nil {
 				return nil, err
 			}
-			if err := putMessage(ps, readmodel.Pointer{GroupID: rec.GroupID, N: rec.N}); err != nil {
+			if err := putMessage(ps, readmodel.Pointer{GroupID: rec.GroupID, N: rec.N}, false); err != nil {
 				return nil, err
 			}
 		}
@@ -204,9 +227,13 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 }
 
 // roster counts the canonical members and, when anything but a message
-// changed, writes the group's members record. The roster is the state of
+// changed, writes the group's members record; a transaction of messages
+// only uses the counts the group state keeps. The roster is the state of
 // the first active member at the canonical epoch.
 func (t *txn) roster(g *loadedGroup, put func(string, any) error) (int, int, error) {
+	if !t.rd.members && t.g.RosterInboxes > 0 {
+		return t.g.RosterInboxes, t.g.RosterInstallations, nil
+	}
 	var leaves []Leaf
 	for _, m := range t.g.active() {
 		if st := t.members[m.ClientID]; st != nil && st.Epoch() == t.g.Epoch {
@@ -233,6 +260,7 @@ func (t *txn) roster(g *loadedGroup, put func(string, any) error) (int, int, err
 			return 0, 0, err
 		}
 	}
+	t.g.RosterInboxes, t.g.RosterInstallations = len(byInbox), len(leaves)
 	return len(byInbox), len(leaves), nil
 }
 

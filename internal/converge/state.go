@@ -76,6 +76,10 @@ type groupState struct {
 	// OwnCommits are the hosted members' own commits on the outbound
 	// stream whose operations wait for their outcome (operate.go).
 	OwnCommits []ownCommit `msgpack:"own_commits,omitempty"`
+	// RosterInboxes and RosterInstallations count the canonical roster
+	// when it was last written (readable.go).
+	RosterInboxes       int `msgpack:"roster_inboxes,omitempty"`
+	RosterInstallations int `msgpack:"roster_installations,omitempty"`
 }
 
 // hostedMember is a hosted client's membership of the group.
