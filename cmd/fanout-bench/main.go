@@ -70,6 +70,9 @@ type options struct {
 	profile string
 
 	soakMode    bool
+	loadMode    bool
+	childNATS   bool
+	load        loadOptions
 	childHolder bool
 	soak        soakOptions
 	holder      holderOptions
@@ -97,6 +100,15 @@ func main() {
 	flag.DurationVar(&o.soak.resubscribe, "resubscribe", 30*time.Second, "soak: how often each resuming subscription is renewed")
 	flag.IntVar(&o.soak.perProcess, "per-process", 7000, "soak: connections per gateway and per holder process (each below its descriptor limit)")
 	flag.Int64Var(&o.soak.maxRSS, "max-rss", 512, "soak: MiB of RSS a gateway process may reach")
+	flag.BoolVar(&o.loadMode, "load", false, "compare the fabric with -centrifugo: one subscriber per WebSocket, throughput, CPU and RSS per subscriber, latency at -load-rate (load.go)")
+	flag.StringVar(&o.load.subs, "load-subs", "1000,10000", "load: subscriber counts, comma-separated")
+	flag.IntVar(&o.load.rounds, "rounds", 3, "load: rounds, each system once per round in rotated order")
+	flag.IntVar(&o.load.burst, "burst", 50000, "load: events published as fast as accepted, for delivered events/s and CPU per event")
+	flag.IntVar(&o.load.rate, "load-rate", 1000, "load: events per second of the latency phase")
+	flag.DurationVar(&o.load.rateFor, "rate-for", 5*time.Second, "load: length of the latency phase")
+	flag.IntVar(&o.load.publishers, "publishers", 4, "load: concurrent publishers")
+	flag.StringVar(&o.load.centrifugo, "centrifugo", "", "load: path of a centrifugo v6 binary to compare with")
+	flag.BoolVar(&o.childNATS, "child-nats", false, "internal: run only nats-server")
 	flag.BoolVar(&o.childHolder, "child-holder", false, "internal: hold soak connections")
 	flag.StringVar(&o.holder.addrs, "addrs", "", "internal: gateways for -child-holder")
 	flag.IntVar(&o.holder.first, "holder-first", 0, "internal: first connection index of -child-holder")
@@ -111,6 +123,10 @@ func main() {
 		err = runGateway(o)
 	case o.childHolder:
 		err = runHolder(o)
+	case o.childNATS:
+		err = runNATS()
+	case o.loadMode:
+		err = runLoad(o)
 	case o.soakMode:
 		err = runSoak(o)
 	default:
@@ -146,7 +162,7 @@ func runGateway(o options) error {
 		return err
 	}
 	defer nc.Close()
-	g, err := fanout.New(fanout.Config{NATS: nc, Verifier: v, MaxSubscriptions: 1 << 16})
+	g, err := fanout.New(fanout.Config{NATS: nc, Verifier: v, MaxSubscriptions: 1 << 16, MaxConnsPerTenant: -1})
 	if err != nil {
 		return err
 	}
