@@ -163,13 +163,15 @@ func runLoad(o options) error {
 	for _, n := range counts {
 		for _, sys := range systems {
 			rs := results[fmt.Sprintf("%s/%d", sys.name(), n)]
-			fmt.Printf("%-10s %6d subs: delivered %s ev/s  CPU %s µs/ev  p50 %s ms  p99 %s ms  idle RSS %s KB/sub\n",
+			fmt.Printf("%-10s %6d subs: delivered %s ev/s  CPU %s µs/ev (first process %s)  p50 %s ms  p99 %s ms  idle RSS %s KB/sub (first process %s)\n",
 				sys.name(), n,
 				spread(rs, func(r result) float64 { return r.perSec }, "%.0f"),
 				spread(rs, func(r result) float64 { return r.cpuPerEv }, "%.1f"),
+				spread(rs, func(r result) float64 { return r.gwCPU }, "%.1f"),
 				spread(rs, func(r result) float64 { return float64(r.p50) / 1e6 }, "%.2f"),
 				spread(rs, func(r result) float64 { return float64(r.p99) / 1e6 }, "%.2f"),
-				spread(rs, func(r result) float64 { return r.idleRSS / 1024 }, "%.1f"))
+				spread(rs, func(r result) float64 { return r.idleRSS / 1024 }, "%.1f"),
+				spread(rs, func(r result) float64 { return r.gwRSS / 1024 }, "%.1f"))
 		}
 	}
 	return nil
