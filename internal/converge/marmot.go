@@ -162,10 +162,10 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		}
 	}
 	s.finish()
-	if err := t.ownCommitOutcomes(); err != nil {
+	if err := p.settle(t); err != nil {
 		return err
 	}
-	return p.settle(t)
+	return t.ownCommitOutcomes()
 }
 
 // tick cuts off every pass that is due at t.now and applies every frozen
@@ -197,10 +197,10 @@ func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
 		}
 	}
 	s.finish()
-	if err := t.ownCommitOutcomes(); err != nil {
+	if err := p.settle(t); err != nil {
 		return false, err
 	}
-	return changed, p.settle(t)
+	return changed, t.ownCommitOutcomes()
 }
 
 // leaveRequest notes a proposal that removes its sender's own leaf

@@ -33,6 +33,11 @@ type ownCommit struct {
 	// MessageIDs are what the operation produced (the commit, then its
 	// Welcomes), named again in its final record.
 	MessageIDs [][]byte `msgpack:"message_ids"`
+	// Epoch is the commit's parent epoch; Lost is set once the canonical
+	// state moved past it without the commit: the operation was reported
+	// failed, and is reported done should the commit still win.
+	Epoch uint64 `msgpack:"epoch"`
+	Lost  bool   `msgpack:"lost,omitempty"`
 }
 
 // maxOwnCommits bounds the own commits a group state waits for; an older
@@ -180,7 +185,7 @@ func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.Operation
 		}
 		ids = append(ids, wid)
 	}
-	t.g.OwnCommits = append(t.g.OwnCommits, ownCommit{CommitID: id, OperationID: req.ID, ClientID: req.ClientID, Kind: req.Kind, MessageIDs: ids})
+	t.g.OwnCommits = append(t.g.OwnCommits, ownCommit{CommitID: id, OperationID: req.ID, ClientID: req.ClientID, Kind: req.Kind, MessageIDs: ids, Epoch: tip.Epoch()})
 	if n := len(t.g.OwnCommits); n > maxOwnCommits {
 		t.g.OwnCommits = slices.Delete(t.g.OwnCommits, 0, n-maxOwnCommits)
 	}
@@ -333,8 +338,12 @@ func (t *txn) opRecord(rec schema.Operation) error {
 }
 
 // ownCommitOutcomes finishes the operations whose own commits the
-// transaction's outcome notes settled: accepted on the canonical branch is
-// done; stale or rejected is failed with the note's category.
+// transaction settled: accepted on the canonical branch is done; stale or
+// rejected is failed with the outcome's category. A commit still deferred
+// while the canonical state moved past its parent epoch lost a race to a
+// competing commit: its operation is failed with stale_epoch, not retried
+// (the commit may still win inside the rollback horizon, and then the
+// operation is done).
 func (t *txn) ownCommitOutcomes() error {
 	if len(t.g.OwnCommits) == 0 {
 		return nil
@@ -347,19 +356,24 @@ func (t *txn) ownCommitOutcomes() error {
 				note = &t.notes[i]
 			}
 		}
-		if note == nil || note.Disposition == schema.DispositionDeferred {
-			keep = append(keep, oc)
-			continue
-		}
-		rec := schema.Operation{ID: oc.OperationID, Kind: oc.Kind, ClientID: oc.ClientID, GroupID: t.g.GroupID, Status: schema.OperationDone, Time: time.UnixMilli(note.Time).UTC()}
+		rec := schema.Operation{ID: oc.OperationID, Kind: oc.Kind, ClientID: oc.ClientID, GroupID: t.g.GroupID, Status: schema.OperationDone, Time: time.UnixMilli(t.now).UTC()}
 		for _, id := range oc.MessageIDs {
 			rec.MessageIDs = append(rec.MessageIDs, schema.Bytes(id))
 		}
-		if note.Disposition != schema.DispositionAccepted {
+		switch {
+		case note != nil && note.Disposition == schema.DispositionAccepted:
+		case note != nil && note.Disposition != schema.DispositionDeferred:
 			rec.Status, rec.Category = schema.OperationFailed, note.Category
 			if rec.Category == "" {
 				rec.Category = schema.CategoryStaleEpoch
 			}
+		case !oc.Lost && t.g.Epoch > oc.Epoch:
+			oc.Lost = true
+			rec.Status, rec.Category = schema.OperationFailed, schema.CategoryStaleEpoch
+			keep = append(keep, oc)
+		default:
+			keep = append(keep, oc)
+			continue
 		}
 		if err := t.opRecord(rec); err != nil {
 			return err

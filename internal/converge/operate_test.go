@@ -310,3 +310,92 @@ func TestHostedClientsCommitAndAreRefused(t *testing.T) {
 		t.Fatal("bob was not removed")
 	}
 }
+
+// Issue 19: two hosted admins of one group rename it at once: both own
+// commits leave from the same epoch. Branch selection accepts one; its
+// operation is done, the other's failed with the loser's category, and
+// both admins end on the winner's state: nothing is half-applied, and a
+// send after it reaches the other admin.
+func TestRacingOwnCommitsOneWins(t *testing.T) {
+	e := newEnv(t)
+	e.worker("w1", nil)
+	e.startIngest()
+	a := e.register(sha256.Sum256([]byte("admin-a")), 1)
+	b := e.register(sha256.Sum256([]byte("admin-b")), 1)
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: a.rec.ClientID, KeyPackages: b.kps})
+	group := bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+	e.waitEvents(b.rec.ClientID, 1) // joined
+	both := []string{a.rec.InboxID, b.rec.InboxID}
+	slices.Sort(both)
+	admins := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: a.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: both}})
+	e.operation(admins, schema.OperationDone)
+
+	nameA, nameB := "by a", "by b"
+	// Both are stored before either commit comes back: each is made from
+	// the same epoch.
+	opA := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: a.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &nameA}})
+	opB := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: b.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &nameB}})
+	final := func(id []byte) schema.Operation {
+		t.Helper()
+		var rec schema.Operation
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if rec = e.lastOperation(id); rec.Status == schema.OperationDone || rec.Status == schema.OperationFailed {
+				return rec
+			}
+		}
+		for _, m := range rec.MessageIDs {
+			t.Logf("commit %x outcome %+v", m[:4], e.outcome(m))
+		}
+		t.Fatalf("operation %+v never finished", rec)
+		return rec
+	}
+	ra, rb := final(opA), final(opB)
+	if (ra.Status == schema.OperationDone) == (rb.Status == schema.OperationDone) {
+		t.Fatalf("records %+v and %+v: want one done, one failed", ra, rb)
+	}
+	loser := ra
+	if ra.Status == schema.OperationDone {
+		loser = rb
+	}
+	if loser.Category == "" || len(loser.MessageIDs) != 1 {
+		t.Fatalf("the losing operation %+v names no reason or no commit", loser)
+	}
+	if o := e.settledOutcome(loser.MessageIDs[0]); o.Disposition == schema.DispositionAccepted {
+		t.Fatalf("the losing commit's outcome %+v", o)
+	}
+	// Both admins are on the winner's state: a text from b reaches a.
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: b.rec.ClientID, GroupID: group, Payload: textOf(t, "after the race")})
+	e.operation(send, schema.OperationDone)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		evs := e.events(a.rec.ClientID)
+		if n := len(evs); n > 0 && evs[n-1].Event.MessageReceived != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's events %v: b's text never arrived", kinds(e.events(a.rec.ClientID)))
+		}
+	}
+}
+
+// lastOperation reads an operation's current record, or the zero record.
+func (e *env) lastOperation(id []byte) schema.Operation {
+	e.t.Helper()
+	subj, err := subject.Operation(tenant, hex.EncodeToString(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(e.ctx, subj)
+	if err != nil {
+		return schema.Operation{}
+	}
+	rec, err := bus.DecodeOperationRecord(m.Data)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
