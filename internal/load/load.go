@@ -1,0 +1,461 @@
+// Package load drives a whole-system workload through a running fabric:
+// remote MLS members (testpeer) send application messages through ingest's
+// HTTP intake to groups of hosted clients, and one WebSocket subscriber per
+// hosted client receives their message.received events from the gateway.
+// It measures what the system delivers end to end: throughput, latency from
+// the intake request to the event at the subscriber, lagged events, and the
+// CPU and resident memory of each process it is told about.
+package load
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/client"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// Workload is the shape of the load: Tenants × Groups groups, each with
+// Members hosted clients and one remote sender, offered Rate messages per
+// second in total for Duration.
+type Workload struct {
+	Tenants  int
+	Groups   int // per tenant
+	Members  int // hosted clients per group
+	Rate     float64
+	Duration time.Duration
+	// Drain is how long to wait, after the last message is sent, for
+	// events still on their way.
+	Drain time.Duration
+}
+
+// Validate reports a workload that cannot run.
+func (w Workload) Validate() error {
+	switch {
+	case w.Tenants < 1 || w.Groups < 1 || w.Members < 1:
+		return errors.New("load: tenants, groups and members must each be at least 1")
+	case w.Rate <= 0:
+		return errors.New("load: the rate must be positive")
+	case w.Duration <= 0:
+		return errors.New("load: the duration must be positive")
+	}
+	return nil
+}
+
+// Process is one process of the system under load, measured by its id.
+type Process struct {
+	Role string
+	PID  int
+}
+
+// Target is the running fabric.
+type Target struct {
+	URL       string // HTTP API: client registration and the transport intake
+	EventsURL string // the gateway's WebSocket endpoint (ws://…/v1/events)
+	// Tokens mints a token for a tenant: admin, ingest and events scopes.
+	Tokens    func(tenant string) (Tokens, error)
+	Processes []Process
+}
+
+// Tokens are one tenant's bearer tokens.
+type Tokens struct {
+	Admin, Ingest, Events string
+}
+
+// Report is what one run measured.
+type Report struct {
+	Workload  Workload
+	Sent      int // messages accepted by the intake
+	Expected  int // events expected: Sent × Members
+	Delivered int // message.received events at the subscribers
+	Lagged    int // lagged events at the subscribers
+	Elapsed   time.Duration
+	// Latency quantiles from the intake request's start to the event.
+	P50, P99, P999 time.Duration
+	Roles          []RoleUsage
+	LoadAvg        string
+}
+
+// RoleUsage is one process's CPU over the load phase and its RSS at its end.
+type RoleUsage struct {
+	Role     string
+	CPU      time.Duration
+	RSSBytes int64
+}
+
+// Run sets the workload up (registers hosted clients, creates the groups,
+// subscribes), sends its messages at the rate, waits for the events and
+// reports. Progress lines go to log.
+func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, error) {
+	if err := w.Validate(); err != nil {
+		return Report{}, err
+	}
+	perGroup := int(w.Rate*w.Duration.Seconds()) / (w.Tenants * w.Groups)
+	if perGroup < 1 {
+		perGroup = 1
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+
+	var (
+		mu      sync.Mutex
+		sentAt  = map[string]*atomic.Int64{} // message id → unix ns of its intake request
+		lat     []time.Duration
+		joined  atomic.Int64
+		lagged  atomic.Int64
+		deliver atomic.Int64
+	)
+	var conns []*client.Client
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	groups := make([]*group, 0, w.Tenants*w.Groups)
+	fmt.Fprintf(log, "setting up %d tenants × %d groups × %d hosted members, %d messages per group\n", w.Tenants, w.Groups, w.Members, perGroup)
+	for ti := range w.Tenants {
+		tenant := fmt.Sprintf("load%d", ti)
+		tok, err := t.Tokens(tenant)
+		if err != nil {
+			return Report{}, err
+		}
+		api := &demo.API{BaseURL: t.URL, Tenant: tenant, AdminToken: tok.Admin, IngestToken: tok.Ingest, HTTP: hc}
+		for gi := range w.Groups {
+			g, invite, err := newGroup(ctx, api, w.Members, func(clientID string) error {
+				c, err := client.Connect(ctx, t.EventsURL, tok.Events, client.WithHTTPClient(hc))
+				if err != nil {
+					return err
+				}
+				conns = append(conns, c)
+				_, err = c.SubscribeFunc(ctx, clientID, schema.EventFilter{Kinds: schema.AllKinds()}, func(_ context.Context, ev schema.ClientEvent) error {
+					switch ev.Kind {
+					case schema.KindConversationJoined:
+						joined.Add(1)
+					case schema.KindLagged:
+						lagged.Add(1)
+					case schema.KindMessageReceived:
+						now := time.Now().UnixNano()
+						mu.Lock()
+						at := sentAt[string(ev.MessageReceived.MessageID)]
+						mu.Unlock()
+						if at == nil {
+							return nil // not one of the load's messages
+						}
+						d := time.Duration(now - at.Load())
+						deliver.Add(1)
+						mu.Lock()
+						lat = append(lat, d)
+						mu.Unlock()
+					}
+					return nil
+				})
+				return err
+			})
+			if err != nil {
+				return Report{}, fmt.Errorf("load: tenant %s group %d: %w", tenant, gi, err)
+			}
+			g.api = api
+			if err := post(ctx, api, invite...); err != nil {
+				return Report{}, fmt.Errorf("load: tenant %s group %d: invite: %w", tenant, gi, err)
+			}
+			if g.msgs, err = messages(g.sender, perGroup); err != nil {
+				return Report{}, err
+			}
+			for _, m := range g.msgs {
+				sentAt[string(m.ID)] = new(atomic.Int64)
+			}
+			groups = append(groups, g)
+		}
+	}
+	members := int64(w.Tenants * w.Groups * w.Members)
+	if err := await(ctx, 2*time.Minute, func() bool { return joined.Load() >= members }); err != nil {
+		return Report{}, fmt.Errorf("load: %d of %d hosted clients joined: %w", joined.Load(), members, err)
+	}
+	fmt.Fprintf(log, "%d hosted clients joined; sending %.0f messages/s for %s\n", members, w.Rate, w.Duration)
+
+	before := usage(t.Processes)
+	start := time.Now()
+	sent, err := send(ctx, groups, w.Rate, func(id []byte) {
+		sentAt[string(id)].Store(time.Now().UnixNano())
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	expected := int64(sent * w.Members)
+	last, lastAt := deliver.Load(), time.Now()
+	for deliver.Load() < expected && ctx.Err() == nil {
+		if n := deliver.Load(); n != last {
+			last, lastAt = n, time.Now()
+		} else if time.Since(lastAt) > w.Drain {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	elapsed := lastAt.Sub(start)
+	if deliver.Load() >= expected {
+		elapsed = time.Since(start)
+	}
+	after := usage(t.Processes)
+
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lat)
+	r := Report{
+		Workload: w, Sent: sent, Expected: int(expected), Delivered: int(deliver.Load()), Lagged: int(lagged.Load()),
+		Elapsed: elapsed, P50: quantile(lat, 0.5), P99: quantile(lat, 0.99), P999: quantile(lat, 0.999),
+		LoadAvg: loadAvg(),
+	}
+	for i, p := range t.Processes {
+		r.Roles = append(r.Roles, RoleUsage{Role: p.Role, CPU: after[i].cpu - before[i].cpu, RSSBytes: after[i].rss})
+	}
+	return r, nil
+}
+
+// group is one conversation of the workload: its remote sender and the
+// messages it sends.
+type group struct {
+	api    *demo.API
+	sender *testpeer.Group
+	msgs   []testpeer.Message
+}
+
+// newGroup registers members hosted clients, subscribes each with
+// subscribe before anything happens to it (events are live only,
+// EVENT-014), and has a remote peer create a group and invite them: the
+// Welcome to post.
+func newGroup(ctx context.Context, api *demo.API, members int, subscribe func(clientID string) error) (*group, []testpeer.Message, error) {
+	kps := make([][]byte, 0, members)
+	for range members {
+		account := make([]byte, 32)
+		if _, err := rand.Read(account); err != nil {
+			return nil, nil, err
+		}
+		hosted, err := api.Register(ctx, hex.EncodeToString(account))
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := subscribe(hosted.ClientID); err != nil {
+			return nil, nil, err
+		}
+		kps = append(kps, hosted.KeyPackages[0])
+	}
+	peer, err := testpeer.New("remote")
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := peer.CreateGroup(components.Set{
+		Profile: &components.ProfileState{Name: "load"},
+		Admins:  []components.AccountID{peer.AccountID()},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	_, welcome, err := g.Invite(kps...)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The fabric hosts the group from the Welcome on; the commit before it
+	// would be refused as unknown_group.
+	return &group{sender: g}, []testpeer.Message{welcome}, nil
+}
+
+// messages are n text messages of the sender, made before the load starts:
+// the remote members' encryption is not the fabric's cost.
+func messages(g *testpeer.Group, n int) ([]testpeer.Message, error) {
+	out := make([]testpeer.Message, 0, n)
+	for i := range n {
+		m, err := g.SendText("load message " + strconv.Itoa(i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// tick is how often the sender posts what is due: each tenant's due
+// messages go in one intake request, each group's in order.
+const tick = 10 * time.Millisecond
+
+// send offers the groups' messages at rate, round-robin over the groups,
+// and returns how many the intake accepted.
+func send(ctx context.Context, groups []*group, rate float64, mark func(id []byte)) (int, error) {
+	total := 0
+	for _, g := range groups {
+		total += len(g.msgs)
+	}
+	next := make([]int, len(groups))
+	sent, gi := 0, 0
+	start := time.Now()
+	for sent < total {
+		due := min(total, int(rate*time.Since(start).Seconds())+1)
+		byTenant := map[*demo.API][]testpeer.Message{}
+		for sent < due {
+			i := gi % len(groups)
+			gi++
+			g := groups[i]
+			if next[i] >= len(g.msgs) {
+				continue
+			}
+			byTenant[g.api] = append(byTenant[g.api], g.msgs[next[i]])
+			next[i]++
+			sent++
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(byTenant))
+		for api, msgs := range byTenant {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, m := range msgs {
+					mark(m.ID)
+				}
+				errs <- post(ctx, api, msgs...)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				return sent, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case <-time.After(tick):
+		}
+	}
+	return sent, nil
+}
+
+// post sends msgs to the intake and fails unless each is queued.
+func post(ctx context.Context, api *demo.API, msgs ...testpeer.Message) error {
+	tms := make([]schema.TransportMessage, len(msgs))
+	for i, m := range msgs {
+		tms[i] = m.Transport
+	}
+	res, err := api.Post(ctx, tms...)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.Status != "queued" && r.Status != "duplicate" {
+			return fmt.Errorf("intake answered %s %s", r.Status, r.Category)
+		}
+	}
+	return nil
+}
+
+// await polls cond until it holds or within passes.
+func await(ctx context.Context, within time.Duration, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+type procUsage struct {
+	cpu time.Duration
+	rss int64
+}
+
+// usage reads each process's CPU time (user and system) and RSS from /proc.
+// PID 0 is this process.
+func usage(ps []Process) []procUsage {
+	out := make([]procUsage, len(ps))
+	for i, p := range ps {
+		if p.PID == 0 {
+			var ru syscall.Rusage
+			if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+				out[i].cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			out[i].rss = procRSS(os.Getpid())
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: utime and stime
+		// are the 12th and 13th, in clock ticks (100 per second on Linux).
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 12 {
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			out[i].cpu = time.Duration(ut+st) * 10 * time.Millisecond
+		}
+		out[i].rss = procRSS(p.PID)
+	}
+	return out
+}
+
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// Print writes the report as a table.
+func (r Report) Print(w io.Writer) {
+	wl := r.Workload
+	fmt.Fprintf(w, "workload: %d tenants × %d groups × %d hosted members, %.0f messages/s offered for %s\n", wl.Tenants, wl.Groups, wl.Members, wl.Rate, wl.Duration)
+	fmt.Fprintf(w, "messages sent %d, events expected %d, delivered %d (%.1f %%), lagged %d\n", r.Sent, r.Expected, r.Delivered, 100*float64(r.Delivered)/float64(max(1, r.Expected)), r.Lagged)
+	fmt.Fprintf(w, "throughput: %.0f messages/s in, %.0f events/s delivered, over %s\n", float64(r.Sent)/r.Elapsed.Seconds(), float64(r.Delivered)/r.Elapsed.Seconds(), r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "end-to-end latency (intake request to event at the subscriber): p50 %s, p99 %s, p99.9 %s\n", r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond))
+	fmt.Fprintf(w, "%-12s %10s %14s %10s\n", "role", "CPU", "CPU µs/msg", "RSS MiB")
+	for _, u := range r.Roles {
+		fmt.Fprintf(w, "%-12s %10s %14.0f %10.1f\n", u.Role, u.CPU.Round(10*time.Millisecond), float64(u.CPU.Microseconds())/float64(max(1, r.Sent)), float64(u.RSSBytes)/(1<<20))
+	}
+	fmt.Fprintf(w, "load average (1, 5, 15 min) at the end: %s; %d CPUs\n", r.LoadAvg, runtime.NumCPU())
+}
