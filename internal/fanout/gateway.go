@@ -204,7 +204,6 @@ type Gateway struct {
 
 	tapsMu sync.Mutex
 	taps   map[string]*tap
-	shards []chan *nats.Msg // the taps' events, by subject (tap.subscribe)
 
 	connsMu  sync.Mutex
 	conns    map[*conn]struct{}
@@ -259,7 +258,6 @@ func New(cfg Config) (*Gateway, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", g.serveReady)
 	g.mux = mux
-	g.shards = newShards()
 	return g, nil
 }
 
@@ -303,14 +301,11 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 // role's own server mounts Handler) and only drains when ctx ends. While it
 // runs, taps are repaired after a NATS reconnect.
 func (g *Gateway) Run(ctx context.Context) error {
-	// The heal loop and the taps' shards are Run's; a Shutdown that began first (draining set
+	// The heal loop is Run's; a Shutdown that began first (draining set
 	// under the lock, before it waits for bg) has nothing to wait for.
 	g.connsMu.Lock()
 	if !g.draining {
 		g.bg.Go(g.healLoop)
-		for _, sh := range g.shards {
-			g.bg.Go(func() { g.dispatchLoop(sh) })
-		}
 	}
 	g.connsMu.Unlock()
 	if g.cfg.Listen == "" {

@@ -353,7 +353,7 @@ func (e *env) cutTap(tenant, clientID string) *tap {
 func (e *env) restoreTap(tp *tap) {
 	e.t.Helper()
 	tp.mu.Lock()
-	nsub, err := tp.subscribe()
+	nsub, err := e.nc.Subscribe(tp.live, tp.onMsg)
 	tp.nsub = nsub
 	tp.mu.Unlock()
 	if err != nil {

@@ -179,9 +179,9 @@ func (g *Gateway) release(t *tap) {
 // tap or are repaired from it. Called with t.mu held, so the tap's handler
 // waits until lastSeq is set.
 func (t *tap) start(ctx context.Context) error {
-	nsub, err := t.subscribe()
+	nsub, err := t.g.cfg.NATS.Subscribe(t.live, t.onMsg)
 	if err != nil {
-		return err
+		return fmt.Errorf("subscribe tap: %w", err)
 	}
 	fctx, cancel := context.WithTimeout(ctx, t.g.cfg.RequestTimeout)
 	defer cancel()
@@ -201,65 +201,8 @@ func (t *tap) start(ctx context.Context) error {
 	return nil
 }
 
-// subscribe subscribes the tap's subject into its shard's channel.
-func (t *tap) subscribe() (*nats.Subscription, error) {
-	nsub, err := t.g.cfg.NATS.ChanSubscribe(t.live, t.g.shardOf(t.live))
-	if err != nil {
-		return nil, fmt.Errorf("subscribe tap: %w", err)
-	}
-	return nsub, nil
-}
-
-// tapShards is how many goroutines handle the taps' republished events.
-// A tap's subject always lands in the same shard, so its events are handled
-// one at a time, in order; a few goroutines that keep running under load
-// cost less than one parked goroutine per tap (its stack, and a wake-up per
-// event).
-const tapShards = 64
-
-// shardBuffer is how many events a shard holds before NATS drops the next
-// one (a slow consumer): the drop is a gap, repaired from the stream by the
-// tap's next event or heal.
-const shardBuffer = 4096
-
-func newShards() []chan *nats.Msg {
-	shards := make([]chan *nats.Msg, tapShards)
-	for i := range shards {
-		shards[i] = make(chan *nats.Msg, shardBuffer)
-	}
-	return shards
-}
-
-func (g *Gateway) shardOf(subj string) chan *nats.Msg {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(subj); i++ {
-		h = (h ^ uint32(subj[i])) * 16777619
-	}
-	return g.shards[h%uint32(len(g.shards))]
-}
-
-// dispatchLoop hands each event of a shard to the tap of its subject until
-// the gateway shuts down. A message of a tap already removed goes to the
-// tap that replaced it, if any, which skips what it has handed off by
-// sequence.
-func (g *Gateway) dispatchLoop(shard chan *nats.Msg) {
-	for {
-		select {
-		case <-g.done:
-			return
-		case m := <-shard:
-			g.tapsMu.Lock()
-			t := g.taps[m.Subject]
-			g.tapsMu.Unlock()
-			if t != nil {
-				t.onMsg(m)
-			}
-		}
-	}
-}
-
-// onMsg handles one republished event. It runs on the tap's shard
-// goroutine, so a tap's events are handled one at a time, in order.
+// onMsg handles one republished event. It runs on the tap's own NATS
+// delivery goroutine, so a tap's events are handled one at a time, in order.
 func (t *tap) onMsg(m *nats.Msg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
