@@ -399,3 +399,66 @@ func (e *env) lastOperation(id []byte) schema.Operation {
 	}
 	return rec
 }
+
+// Issue 19, exactly once: after a worker stops and every partition
+// consumer is deleted (as if no input was acknowledged), a new worker
+// takes the group's input from the start; the operations already done
+// are not executed again. Each send is on the outbound subject once, and
+// the peer decrypts every one, the later ones included (no ratchet key is
+// used twice), with the member state written every transaction and every
+// fourth.
+func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
+	for _, every := range []int{1, 4} {
+		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			e := newEnv(t)
+			snap := func(c *Config) { c.SnapshotEvery = every }
+			_, stop := e.worker("w1", snap)
+			e.startIngest()
+			h := e.register(sha256.Sum256([]byte("host")), 1)
+			bob := peer(t, "bob")
+			create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID, KeyPackages: [][]byte{must[[]byte](t)(bob.KeyPackage())}})
+			group := bus.OperationGroupID(create)
+			e.operation(create, schema.OperationDone)
+			out := e.outboundMsgs(group, 2)
+			bg := must[*testpeer.Group](t)(bob.Join(out[1].transport))
+			send := func(text string) {
+				t.Helper()
+				e.operation(e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, text)}), schema.OperationDone)
+			}
+			for i := range 3 {
+				send(fmt.Sprintf("before %d", i))
+			}
+			stop()
+
+			s, err := e.js.Stream(e.ctx, streams.StreamInput)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p := range subject.Partitions {
+				_ = s.DeleteConsumer(e.ctx, consumerName(p))
+			}
+			e.worker("w2", snap)
+			for i := range 2 {
+				send(fmt.Sprintf("after %d", i))
+			}
+			out = e.outboundMsgs(group, 7)
+			seen := map[string]bool{}
+			var texts []string
+			for _, m := range out[2:] {
+				if seen[m.opID] || seen[m.id] {
+					t.Fatalf("operation %s or message %s on the outbound subject twice", m.opID, m.id)
+				}
+				seen[m.opID], seen[m.id] = true, true
+				r, err := bg.Process(m.transport)
+				if err != nil {
+					t.Fatalf("bob decrypts %s: %v", m.id, err)
+				}
+				txt, _ := r.Payload.Text()
+				texts = append(texts, txt)
+			}
+			if !slices.Equal(texts, []string{"before 0", "before 1", "before 2", "after 0", "after 1"}) {
+				t.Fatalf("bob reads %q", texts)
+			}
+		})
+	}
+}
