@@ -104,7 +104,7 @@ func (c *conn) newSubscription(tenant, client string, f *filter.Filter, held int
 	defer c.mu.Unlock()
 	c.nextID++
 	s := &subscription{id: c.nextID, c: c, tenant: tenant, client: client, filter: f,
-		q: queue.New[*event](c.g.cfg.QueueCapacity)}
+		q: queue.New(c.g.cfg.QueueCapacity, (*event).sequence)}
 	s.q.Hold(held)
 	c.subs[s.id] = s
 	return s
@@ -157,8 +157,10 @@ func (c *conn) push(s *subscription, ev *event) {
 		c.mu.Unlock()
 		return
 	}
-	if !s.q.Push(ev) {
-		c.g.metrics.discarded.Inc()
+	before := s.q.TotalDiscarded()
+	s.q.Push(ev)
+	if n := s.q.TotalDiscarded() - before; n > 0 {
+		c.g.metrics.discarded.Add(float64(n))
 	}
 	depth := s.q.Held()
 	wasReady := s.inReady
@@ -171,19 +173,21 @@ func (c *conn) push(s *subscription, ev *event) {
 	}
 }
 
-// discard counts n events s will never see; atMost when n is an upper bound.
-func (c *conn) discard(s *subscription, n uint64, atMost bool) {
+// discard counts n events s will never see, the last at stream sequence
+// through; atMost when n is an upper bound.
+func (c *conn) discard(s *subscription, n, through uint64, atMost bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s.ended {
 		return
 	}
+	before := s.q.TotalDiscarded()
 	if atMost {
-		s.q.DiscardAtMost(n)
+		s.q.DiscardAtMost(n, through)
 	} else {
-		s.q.Discard(n)
+		s.q.Discard(n, through)
 	}
-	c.g.metrics.discarded.Add(float64(n))
+	c.g.metrics.discarded.Add(float64(s.q.TotalDiscarded() - before))
 	c.markReady(s)
 	c.signal()
 }
@@ -389,7 +393,7 @@ func (c *conn) eventFrame(buf []byte, p *popped) []byte {
 	}
 	f := wire.Frame{Op: wire.OpEvent, Sub: p.s.id, AtMost: p.item.AtMost}
 	if p.item.Lagged {
-		f.Event = wire.AppendLagged(c.enc, nil, p.item.Discarded)
+		f.Event, f.Seq = wire.AppendLagged(c.enc, nil, p.item.Discarded), p.item.Seq
 	} else {
 		f.Event, f.Seq, f.EventID = p.item.Value.encoded(c.enc), p.item.Value.seq, p.item.Value.id
 	}

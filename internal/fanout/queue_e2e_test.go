@@ -3,10 +3,12 @@ package fanout
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
+	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
@@ -80,5 +82,45 @@ func TestSDKBoundThenLagged_EVENT030_EVENT031(t *testing.T) {
 	}
 	if n := msgNo(next(t, s)); n != 9999 {
 		t.Fatalf("after lagged got %d", n)
+	}
+}
+
+// A lagged carries the stream sequence of the last event it counts, and the
+// SDK resumes after it: after a reconnect the discarded events are not
+// replayed, since the lagged already reported them (EVENT-001, EVENT-031).
+func TestResumeAfterLaggedSkipsTheCountedEvents_EVENT031(t *testing.T) {
+	e := newEnv(t)
+	c := e.connect(tenantA, []string{client1}, client.WithBackoff(500*time.Millisecond, time.Second))
+	s, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const over = 5
+	for i := range queue.DefaultCapacity + over {
+		e.publish(tenantA, client1, published{ev: received(groupA, i, nil)})
+	}
+	eventually(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == over })
+	for i := range queue.DefaultCapacity {
+		if n := msgNo(next(t, s)); n != i {
+			t.Fatalf("handoff %d is event %d", i, n)
+		}
+	}
+	if ev := next(t, s); ev.Kind != schema.KindLagged || ev.Lagged.Discarded != over {
+		t.Fatalf("want lagged{%d}, got %+v", over, ev)
+	}
+	e.g.connsMu.Lock()
+	for cn := range e.g.conns {
+		cn.abort()
+	}
+	e.g.connsMu.Unlock()
+	eventually(t, "the connection to go", func() bool {
+		e.g.connsMu.Lock()
+		defer e.g.connsMu.Unlock()
+		return len(e.g.conns) == 0
+	})
+	// Stored while disconnected: the resume replays it.
+	e.publish(tenantA, client1, published{ev: received(groupA, 9999, nil)})
+	if n := msgNo(next(t, s)); n != 9999 {
+		t.Fatalf("after the resume got event %d, which the lagged counted", n)
 	}
 }

@@ -30,6 +30,10 @@ type event struct {
 	json    []byte    // set by the tap before it is handed to a JSON subscriber
 }
 
+// sequence is the event's stream sequence, by which a lagged says where its
+// run ends.
+func (e *event) sequence() uint64 { return e.seq }
+
 // encoded returns the event's bytes in enc.
 func (e *event) encoded(enc wire.Encoding) []byte {
 	if enc == wire.Msgpack {
@@ -265,7 +269,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 		// Removed from the stream (MaxAge): which of them were this
 		// client's is unknown.
 		gone := min(first, upTo+1) - from
-		t.unknown(lag, subs, gone, "events removed from the stream")
+		t.unknown(lag, subs, gone, min(first, upTo+1)-1, "events removed from the stream")
 		last = min(first, upTo+1) - 1
 	}
 	for passed := 0; last < upTo; {
@@ -292,7 +296,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 			switch {
 			case err != nil:
 				g.metrics.undecodable.Inc()
-				t.unknown(lag, subs, 1, "stored event does not decode")
+				t.unknown(lag, subs, 1, seq, "stored event does not decode")
 			case passed < limit:
 				// EVENT-031: what was counted so far goes before this event.
 				lag.flush()
@@ -308,7 +312,7 @@ func (t *tap) scan(subs map[*subscription]struct{}, from, upTo uint64, limit int
 	}
 	if last < upTo {
 		// The rest could not be read, or is gone: upTo itself was stored.
-		t.unknown(lag, subs, upTo-last, "events not read from the stream")
+		t.unknown(lag, subs, upTo-last, upTo, "events not read from the stream")
 	}
 }
 
@@ -320,14 +324,16 @@ type lagTally map[*subscription]*lagCount
 
 type lagCount struct {
 	exact, bound uint64
+	through      uint64 // the stream sequence of the last counted
 }
 
-func (l lagTally) add(s *subscription, n uint64, atMost bool) {
+func (l lagTally) add(s *subscription, n, through uint64, atMost bool) {
 	c := l[s]
 	if c == nil {
 		c = &lagCount{}
 		l[s] = c
 	}
+	c.through = max(c.through, through)
 	if atMost {
 		c.bound += n
 	} else {
@@ -339,7 +345,7 @@ func (l lagTally) add(s *subscription, n uint64, atMost bool) {
 // with any upper bound in it is an upper bound as a whole.
 func (l lagTally) flush() {
 	for s, c := range l {
-		s.c.discard(s, c.exact+c.bound, c.bound > 0)
+		s.c.discard(s, c.exact+c.bound, c.through, c.bound > 0)
 		delete(l, s)
 	}
 }
@@ -353,7 +359,7 @@ func (t *tap) uncounted(lag lagTally, subs map[*subscription]struct{}, d *bus.De
 	fe := filter.Describe(&d.Event, d.ConversationKey, d.ReferencesOwn)
 	for s := range subs {
 		if d.Sequence > s.startSeq && s.filter.Match(&fe) {
-			lag.add(s, 1, false)
+			lag.add(s, 1, d.Sequence, false)
 		}
 	}
 }
@@ -363,11 +369,11 @@ func (t *tap) uncounted(lag lagTally, subs map[*subscription]struct{}, d *bus.De
 // before its next event (EVENT-031). Whether they were this client's and
 // whether a filter would have selected them is unknown: n is an upper bound,
 // and the lagged is marked so.
-func (t *tap) unknown(lag lagTally, subs map[*subscription]struct{}, n uint64, why string) {
+func (t *tap) unknown(lag lagTally, subs map[*subscription]struct{}, n, through uint64, why string) {
 	t.g.metrics.unrepaired.Inc()
 	t.g.log.Warn("fanout: events not obtained", "why", why, "sequences", n)
 	for s := range subs {
-		lag.add(s, n, true)
+		lag.add(s, n, through, true)
 	}
 }
 

@@ -113,7 +113,9 @@ func (s *Subscription) deliver(ev schema.ClientEvent, seq uint64) error {
 	}
 	lagged := ev.Kind == schema.KindLagged
 	s.buf = append(s.buf, item{ev: ev, gen: s.gen, lagged: lagged})
-	if !lagged && seq > s.lastSeq {
+	// A lagged's seq is the last event it counts: a resume continues after
+	// it, so no counted event is replayed (EVENT-001, EVENT-031).
+	if seq > s.lastSeq {
 		s.lastSeq = seq
 	}
 	s.wakeReaders()

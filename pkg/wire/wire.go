@@ -142,8 +142,10 @@ type Frame struct {
 	ClientID string
 	Filter   *schema.EventFilter
 	N        int64
-	// Seq is an event's stream sequence; in subscribed, the sequence the
-	// subscription starts after (its registration point).
+	// Seq is an event's stream sequence; in a lagged event, the sequence of
+	// the last event it counts, after which a resume continues (EVENT-031);
+	// in subscribed, the sequence the subscription starts after (its
+	// registration point).
 	Seq uint64
 	// AfterSeq, in subscribe, resumes a subscription the SDK held on an
 	// earlier connection: events stored after it are replayed first.

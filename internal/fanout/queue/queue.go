@@ -9,6 +9,11 @@
 // is discarded and counted; one pending lagged marker sits at the position of
 // the first discard and is handed off before any event accepted after it.
 //
+// A marker counts one unbroken run of the subscription's events and carries
+// the stream sequence of the last, so an SDK that resumes after it neither
+// receives a counted event again nor misses one uncounted: a discard while
+// events wait behind the pending marker counts them into it too.
+//
 // A Queue is a pure data structure: it starts no goroutines and is not safe
 // for concurrent use; the gateway guards each Queue with its own lock.
 package queue
@@ -42,12 +47,17 @@ type Item[T any] struct {
 	// AtMost marks Discarded as an upper bound: some of the discards were
 	// events the gateway could not read or decode, counted by sequences.
 	AtMost bool
+	// Seq is the stream sequence of the last event a lagged marker counts:
+	// every event up to it was handed off before the marker or counted in
+	// it, so a resume continues after it (EVENT-001, EVENT-031).
+	Seq uint64
 }
 
 // Queue is a bounded FIFO of events with lagged accounting. The zero value is
 // not usable; call New.
 type Queue[T any] struct {
 	capacity int
+	seq      func(T) uint64
 
 	ring []T
 	head int // index of the oldest queued event
@@ -60,7 +70,8 @@ type Queue[T any] struct {
 	// The pending marker: pending discards, and how many queued events are
 	// ahead of it. Valid while discards > 0.
 	discards uint64
-	atMost   bool // some pending discards are an upper bound
+	atMost   bool   // some pending discards are an upper bound
+	through  uint64 // the stream sequence of the last pending discard
 	markerAt int
 
 	// The marker handed off and not yet credited. Only one may be out at a
@@ -73,13 +84,14 @@ type Queue[T any] struct {
 	totalLagged    uint64
 }
 
-// New returns an empty queue bounded at capacity events (EVENT-030). A
-// capacity below one is raised to one.
-func New[T any](capacity int) *Queue[T] {
+// New returns an empty queue bounded at capacity events (EVENT-030), whose
+// events have the stream sequences seq reports. A capacity below one is
+// raised to one.
+func New[T any](capacity int, seq func(T) uint64) *Queue[T] {
 	if capacity < 1 {
 		capacity = 1
 	}
-	return &Queue[T]{capacity: capacity}
+	return &Queue[T]{capacity: capacity, seq: seq}
 }
 
 // Capacity reports the bound.
@@ -108,7 +120,7 @@ func (q *Queue[T]) TotalLagged() uint64 { return q.totalLagged }
 // event is discarded and counted into the pending lagged marker (EVENT-030).
 func (q *Queue[T]) Push(v T) bool {
 	if q.n+q.outstanding >= q.capacity {
-		q.Discard(1)
+		q.Discard(1, q.seq(v))
 		return false
 	}
 	if q.n == len(q.ring) {
@@ -133,18 +145,18 @@ func (q *Queue[T]) Hold(n int) {
 
 // DiscardAtMost is Discard for a count that is an upper bound: the lagged
 // item that reports it is marked AtMost.
-func (q *Queue[T]) DiscardAtMost(n uint64) {
+func (q *Queue[T]) DiscardAtMost(n, through uint64) {
 	if n > 0 {
-		q.Discard(n)
+		q.Discard(n, through)
 		q.atMost = true
 	}
 }
 
-// Discard counts n events as discarded without offering them, for events the
-// gateway knows were emitted but did not hand off (past a repair's or a
-// replay's limit). The marker is placed behind every queued event, as for a
-// discard by Push.
-func (q *Queue[T]) Discard(n uint64) {
+// Discard counts n events, the last at stream sequence through, as
+// discarded without offering them, for events the gateway knows were emitted
+// but did not hand off (past a repair's or a replay's limit). The marker is
+// placed behind every queued event, as for a discard by Push.
+func (q *Queue[T]) Discard(n, through uint64) {
 	if n == 0 {
 		return
 	}
@@ -152,9 +164,24 @@ func (q *Queue[T]) Discard(n uint64) {
 		// EVENT-031: the marker goes where the first discard happened, so it
 		// precedes every event accepted later.
 		q.markerAt = q.n
+	} else if behind := q.n - q.markerAt; behind > 0 {
+		// Events accepted behind the pending marker precede this discard in
+		// the stream: the marker counts them too, so that its run has no
+		// hole and a resume after its sequence repeats nothing (EVENT-001).
+		var zero T
+		for i := q.markerAt; i < q.n; i++ {
+			q.ring[(q.head+i)%len(q.ring)] = zero
+		}
+		q.n = q.markerAt
+		if q.n == 0 {
+			q.release()
+		}
+		q.discards += uint64(behind)
+		q.totalDiscarded += uint64(behind)
 	}
 	q.discards += n
 	q.totalDiscarded += n
+	q.through = max(q.through, through)
 }
 
 // Ready reports whether Pop would return an item now.
@@ -184,7 +211,7 @@ func (q *Queue[T]) Pop() (Item[T], bool) {
 		if !q.markerReady() {
 			return Item[T]{}, false
 		}
-		it := Item[T]{Lagged: true, Discarded: q.discards, AtMost: q.atMost}
+		it := Item[T]{Lagged: true, Discarded: q.discards, AtMost: q.atMost, Seq: q.through}
 		q.discards = 0
 		q.atMost = false
 		q.lagOut = true

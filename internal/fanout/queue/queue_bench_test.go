@@ -4,10 +4,12 @@ import "testing"
 
 type event struct{ _ []byte }
 
+func eventSeq(*event) uint64 { return 0 }
+
 // BenchmarkPushPopCredit measures one event through the queue at steady
 // state: accepted, handed off and credited back.
 func BenchmarkPushPopCredit(b *testing.B) {
-	q := New[*event](DefaultCapacity)
+	q := New[*event](DefaultCapacity, eventSeq)
 	ev := &event{}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -20,7 +22,7 @@ func BenchmarkPushPopCredit(b *testing.B) {
 // BenchmarkPushBurst fills the queue to its bound and drains it, as a burst
 // to one subscription does.
 func BenchmarkPushBurst(b *testing.B) {
-	q := New[*event](DefaultCapacity)
+	q := New[*event](DefaultCapacity, eventSeq)
 	ev := &event{}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -38,7 +40,7 @@ func BenchmarkPushBurst(b *testing.B) {
 
 // BenchmarkPushDiscard measures the cost of a discard at the bound.
 func BenchmarkPushDiscard(b *testing.B) {
-	q := New[*event](DefaultCapacity)
+	q := New[*event](DefaultCapacity, eventSeq)
 	ev := &event{}
 	for range DefaultCapacity {
 		q.Push(ev)

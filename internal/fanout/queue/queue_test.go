@@ -6,6 +6,8 @@ import (
 	"testing"
 )
 
+func intSeq(v int) uint64 { return uint64(v) }
+
 // drain pops everything ready and credits each item at once, as SSE does.
 func drain(t *testing.T, q *Queue[int]) []Item[int] {
 	t.Helper()
@@ -23,7 +25,7 @@ func drain(t *testing.T, q *Queue[int]) []Item[int] {
 }
 
 func TestBoundHoldsExactlyCapacity_EVENT030(t *testing.T) {
-	q := New[int](DefaultCapacity)
+	q := New[int](DefaultCapacity, intSeq)
 	for i := range DefaultCapacity {
 		if !q.Push(i) {
 			t.Fatalf("event %d discarded below the bound", i)
@@ -44,7 +46,7 @@ func TestBoundHoldsExactlyCapacity_EVENT030(t *testing.T) {
 
 // Sent and uncredited events count against the bound, end to end.
 func TestOutstandingCountsAgainstBound_EVENT030(t *testing.T) {
-	q := New[int](4)
+	q := New[int](4, intSeq)
 	for i := range 4 {
 		q.Push(i)
 	}
@@ -68,7 +70,7 @@ func TestOutstandingCountsAgainstBound_EVENT030(t *testing.T) {
 }
 
 func TestLaggedBeforeLaterEvents_EVENT031(t *testing.T) {
-	q := New[int](DefaultCapacity)
+	q := New[int](DefaultCapacity, intSeq)
 	for i := range DefaultCapacity {
 		q.Push(i)
 	}
@@ -102,10 +104,12 @@ func TestLaggedBeforeLaterEvents_EVENT031(t *testing.T) {
 	}
 }
 
-// The marker sits at the first discard; events accepted after it, and more
-// discards while it is pending, stay behind one marker counting them all.
+// The marker sits at the first discard and counts every discard until it is
+// handed off; an event accepted behind it before a later discard is counted
+// too, so the marker's run ends at its Seq with no hole a resume would fill
+// again (EVENT-001, EVENT-031).
 func TestOneLaggedCountsSinceLastHandoff_EVENT031(t *testing.T) {
-	q := New[int](2)
+	q := New[int](2, intSeq)
 	q.Push(1)
 	q.Push(2)
 	q.Push(3) // discarded: marker after 2
@@ -117,10 +121,10 @@ func TestOneLaggedCountsSinceLastHandoff_EVENT031(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Push(4) // accepted behind the marker
-	q.Push(5) // discarded again while the marker is pending
+	q.Push(5) // discarded again while the marker is pending: 4 is counted too
 	var got []Item[int]
 	got = append(got, drain(t, q)...)
-	want := []Item[int]{{Value: 2}, {Lagged: true, Discarded: 2}, {Value: 4}}
+	want := []Item[int]{{Value: 2}, {Lagged: true, Discarded: 3, Seq: 5}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -141,7 +145,7 @@ func TestOneLaggedCountsSinceLastHandoff_EVENT031(t *testing.T) {
 
 // A pending lagged marker does not take a slot.
 func TestPendingLaggedNotCounted_EVENT030(t *testing.T) {
-	q := New[int](3)
+	q := New[int](3, intSeq)
 	q.Push(1)
 	q.Push(2)
 	q.Push(3)
@@ -163,7 +167,7 @@ func TestPendingLaggedNotCounted_EVENT030(t *testing.T) {
 // While a lagged marker is uncredited, a second marker waits, and so do the
 // events behind it: the SDK never holds two markers.
 func TestSecondLaggedWaitsForFirstCredit_EVENT031(t *testing.T) {
-	q := New[int](2)
+	q := New[int](2, intSeq)
 	q.Push(1)
 	q.Push(2)
 	q.Push(3) // discard, marker after 2
@@ -201,7 +205,7 @@ func TestSecondLaggedWaitsForFirstCredit_EVENT031(t *testing.T) {
 // While the bound is full and nothing waits behind the marker, the marker is
 // held so that one lagged counts the whole episode.
 func TestOneLaggedPerEpisodeWhileFull_EVENT031(t *testing.T) {
-	q := New[int](2)
+	q := New[int](2, intSeq)
 	q.Push(1)
 	q.Push(2)
 	q.Pop()
@@ -222,7 +226,7 @@ func TestOneLaggedPerEpisodeWhileFull_EVENT031(t *testing.T) {
 }
 
 func TestCreditRejectsMoreThanOutstanding(t *testing.T) {
-	q := New[int](4)
+	q := New[int](4, intSeq)
 	if err := q.Credit(1); !errors.Is(err, ErrCredit) {
 		t.Fatalf("credit on empty queue: %v", err)
 	}
@@ -241,7 +245,7 @@ func TestCreditRejectsMoreThanOutstanding(t *testing.T) {
 
 // Credit spanning events on both sides of a marker retires the marker once.
 func TestCreditAcrossMarker(t *testing.T) {
-	q := New[int](2)
+	q := New[int](2, intSeq)
 	q.Push(1)
 	q.Push(2)
 	q.Push(3) // discard
@@ -263,9 +267,9 @@ func TestCreditAcrossMarker(t *testing.T) {
 }
 
 func TestUnrepairableGapCountsAsDiscards_EVENT031(t *testing.T) {
-	q := New[int](8)
+	q := New[int](8, intSeq)
 	q.Push(1)
-	q.Discard(5)
+	q.Discard(5, 7)
 	q.Push(2)
 	got := drain(t, q)
 	if len(got) != 3 || got[0].Value != 1 || !got[1].Lagged || got[1].Discarded != 5 || got[2].Value != 2 {
@@ -276,34 +280,31 @@ func TestUnrepairableGapCountsAsDiscards_EVENT031(t *testing.T) {
 // A count that is an upper bound marks the one lagged that reports it, and
 // only that one (EVENT-031).
 func TestUpperBoundMarksItsLagged_EVENT031(t *testing.T) {
-	q := New[int](8)
-	q.Discard(2)
-	q.DiscardAtMost(5)
+	q := New[int](8, intSeq)
+	q.Discard(2, 2)
+	q.DiscardAtMost(5, 7)
 	q.Push(1)
 	got := drain(t, q)
 	if len(got) != 2 || !got[0].Lagged || got[0].Discarded != 7 || !got[0].AtMost || got[1].Value != 1 {
 		t.Fatalf("got %+v", got)
 	}
-	q.Discard(1)
+	q.Discard(1, 9)
 	if got := drain(t, q); len(got) != 1 || got[0].Discarded != 1 || got[0].AtMost {
 		t.Fatalf("the next lagged: %+v", got)
 	}
 }
 
-// A model check: random pushes, pops and credits, then every accepted event
-// handed off once in order, the bound never exceeded, and every discard
-// reported by the first lagged popped after it, ahead of every later event.
-func TestQueueAgainstModel_EVENT030_EVENT031(t *testing.T) {
+// A model check: random pushes, pops and credits, the bound never exceeded,
+// and every event handed off or counted exactly once, in stream order.
+func TestQueueAgainstModelResumesAfterEachItem_EVENT030_EVENT031(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := range 300 {
 		capacity := 1 + r.IntN(16)
-		q := New[int](capacity)
-		next := 0
+		q := New[int](capacity, intSeq)
+		next := 1
 		var popped []Item[int] // in pop order
 		credited := 0          // items of popped credited
-		var pushed []int       // accepted values
-		type discard struct{ value, popsBefore int }
-		var discards []discard
+		var discards []int     // refused values
 		pop := func() bool {
 			it, ok := q.Pop()
 			if ok {
@@ -314,10 +315,8 @@ func TestQueueAgainstModel_EVENT030_EVENT031(t *testing.T) {
 		for range 500 {
 			switch r.IntN(3) {
 			case 0:
-				if q.Push(next) {
-					pushed = append(pushed, next)
-				} else {
-					discards = append(discards, discard{next, len(popped)})
+				if !q.Push(next) {
+					discards = append(discards, next)
 				}
 				next++
 			case 1:
@@ -349,48 +348,35 @@ func TestQueueAgainstModel_EVENT030_EVENT031(t *testing.T) {
 			credited += out
 		}
 
-		var events []int
-		var lagSum uint64
-		for _, it := range popped {
+		// Every value was handed off once or counted once, in stream order:
+		// each lagged counts exactly the values after the previous item up
+		// to its Seq, so a resume after the last item repeats and misses
+		// nothing (EVENT-001, EVENT-031).
+		pos := 0
+		for i, it := range popped {
 			if it.Lagged {
-				if it.Discarded == 0 {
-					t.Fatalf("round %d: empty lagged", round)
+				if it.Discarded == 0 || it.Seq <= uint64(pos) || it.Seq-uint64(pos) != it.Discarded {
+					t.Fatalf("round %d: item %d: lagged %+v after position %d", round, i, it, pos)
 				}
-				lagSum += it.Discarded
+				pos = int(it.Seq)
 				continue
 			}
-			events = append(events, it.Value)
-		}
-		if len(events) != len(pushed) {
-			t.Fatalf("round %d: handed %d events, accepted %d", round, len(events), len(pushed))
-		}
-		for i := range events {
-			if events[i] != pushed[i] {
-				t.Fatalf("round %d: order broken at %d", round, i)
+			if it.Value != pos+1 {
+				t.Fatalf("round %d: item %d: event %d after position %d", round, i, it.Value, pos)
 			}
+			pos = it.Value
 		}
-		if lagSum+q.PendingDiscards() != uint64(len(discards)) {
-			t.Fatalf("round %d: lagged %d + pending %d != discarded %d", round, lagSum, q.PendingDiscards(), len(discards))
+		if uint64(pos)+q.PendingDiscards() != uint64(next-1) {
+			t.Fatalf("round %d: position %d + pending %d != %d events", round, pos, q.PendingDiscards(), next-1)
 		}
-		for _, d := range discards {
-			lag := -1
-			for i := d.popsBefore; i < len(popped); i++ {
-				if popped[i].Lagged {
-					lag = i
-					break
-				}
-			}
-			for i, it := range popped {
-				if !it.Lagged && it.Value > d.value && (lag < 0 || i < lag) {
-					t.Fatalf("round %d: event %d handed before the lagged reporting discard %d", round, it.Value, d.value)
-				}
-			}
+		if len(discards) > int(q.TotalDiscarded()) {
+			t.Fatalf("round %d: %d refused, %d counted", round, len(discards), q.TotalDiscarded())
 		}
 	}
 }
 
 func TestRingReleasedWhenDrained(t *testing.T) {
-	q := New[int](DefaultCapacity)
+	q := New[int](DefaultCapacity, intSeq)
 	for i := range 100 {
 		q.Push(i)
 	}
@@ -403,7 +389,7 @@ func TestRingReleasedWhenDrained(t *testing.T) {
 // Events an SDK still holds after a reconnect count against the bound of the
 // resumed subscription until credited (EVENT-030).
 func TestHoldCountsHeldElsewhere_EVENT030(t *testing.T) {
-	q := New[int](4)
+	q := New[int](4, intSeq)
 	q.Hold(3)
 	if !q.Push(1) || q.Push(2) {
 		t.Fatal("held events not counted against the bound")

@@ -431,7 +431,9 @@ export class Subscription implements AsyncIterable<ClientEvent> {
     }
     const lagged = ev.kind === "lagged";
     this.buf.push({ ev, gen, lagged });
-    if (!lagged && seq > this.lastSeq) this.lastSeq = seq;
+    // A lagged's seq is the last event it counts: a resume continues after
+    // it, so no counted event is replayed (EVENT-001, EVENT-031).
+    if (seq > this.lastSeq) this.lastSeq = seq;
     this.wake();
   }
 
