@@ -25,6 +25,7 @@
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too
 //	-client-api          serve the client stores, signals and operations API too
+//	-allowed-origins     browser origins whose pages may call the read API (host patterns)
 //	-master-key-file     file with the master key; else FABRIC_MASTER_KEY
 //	-drain-timeout       how long SIGTERM waits for requests in flight
 //
@@ -88,6 +89,8 @@ type options struct {
 	natsIntake   bool
 	requireToken bool
 	clientAPI    bool
+	originsFlag  string
+	origins      []string
 	keyFile      string
 	drain        time.Duration
 }
@@ -117,6 +120,7 @@ func parse(args []string) (options, secrets, error) {
 	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
 	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
 	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores, signals and operations")
+	config.Origins(fs, &o.originsFlag)
 	config.String(fs, &o.keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &o.drain, "drain-timeout", 30*time.Second, "how long a stop waits for requests in flight")
 	if err := config.Parse(fs, args); err != nil {
@@ -124,6 +128,7 @@ func parse(args []string) (options, secrets, error) {
 	}
 	o.nats.Validate(&errs)
 	config.ValidateListen(&errs, o.listen)
+	o.origins = config.ParseOrigins(&errs, o.originsFlag)
 	for _, v := range []struct {
 		name string
 		n    int
@@ -197,7 +202,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	parts := []ops.Component{svc}
 	var api *clientapi.API
 	if o.clientAPI {
-		if api, err = clientapi.New(ctx, clientapi.Config{JS: js, Vault: vault, Verifier: verifier, Logger: log, Registerer: reg}); err != nil {
+		if api, err = clientapi.New(ctx, clientapi.Config{JS: js, Vault: vault, Verifier: verifier, OriginPatterns: o.origins, Logger: log, Registerer: reg}); err != nil {
 			return err
 		}
 		parts = append(parts, api)

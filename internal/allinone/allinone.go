@@ -210,7 +210,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := clientapi.New(ctx, clientapi.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, Logger: o.Logger, Registerer: reg})
+	api, err := clientapi.New(ctx, clientapi.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, OriginPatterns: o.OriginPatterns, Logger: o.Logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,9 @@ type Config struct {
 	// Vault seals hosted clients' private keys.
 	Vault    *engine.Vault
 	Verifier *auth.Verifier
+	// OriginPatterns are the browser origins besides the API's own host
+	// whose pages may call the read API (-allowed-origins).
+	OriginPatterns []string
 	// Logger receives diagnostics; slog.Default when nil.
 	Logger *slog.Logger
 	// Registerer receives the metrics; none are registered when nil.
@@ -54,7 +57,7 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	rd, err := read.New(ctx, read.Config{JS: cfg.JS, Vault: cfg.Vault, Verifier: cfg.Verifier, Stores: store, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	rd, err := read.New(ctx, read.Config{JS: cfg.JS, Vault: cfg.Vault, Verifier: cfg.Verifier, Stores: store, OriginPatterns: cfg.OriginPatterns, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, err
 	}

@@ -84,10 +84,10 @@ func (a Auth) Verifier(errs *Errs) (*auth.Verifier, []byte) {
 }
 
 // Origins registers -allowed-origins: the browser origins, as host
-// patterns (path.Match: localhost:*, *.example.com), that may open a
-// WebSocket besides the gateway's own host.
+// patterns (path.Match: localhost:*, *.example.com), whose pages may open a
+// WebSocket and call the read API (CORS) besides the server's own host.
 func Origins(fs *flag.FlagSet, p *string) {
-	String(fs, p, "allowed-origins", "", "browser origins allowed to open a WebSocket besides the gateway's own host, as comma-separated host patterns (localhost:*,app.example.com)")
+	String(fs, p, "allowed-origins", "", "browser origins allowed to open a WebSocket and call the read API besides the server's own host, as comma-separated host patterns (localhost:*,app.example.com)")
 }
 
 // ParseOrigins splits the -allowed-origins value and checks each pattern.

@@ -51,6 +51,9 @@ type Config struct {
 	// Stores holds the hosted clients, their consent and identity records.
 	Stores *clientstore.Store
 	Logger *slog.Logger
+	// OriginPatterns are the browser origins besides the API's own host
+	// whose pages may read (CORS), as -allowed-origins gives the gateway.
+	OriginPatterns []string
 	// Registerer registers the fabric_read_… metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -77,16 +80,26 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	return &API{cfg: cfg, clients: kv, metrics: newMetrics(cfg.Registerer)}, nil
 }
 
-// Mount adds the routes to mux.
+// Mount adds the routes to mux, each with its CORS preflight, so a page of
+// an allowed origin reads as it subscribes.
 func (a *API) Mount(mux *http.ServeMux) {
-	const c = "GET /v1/tenants/{tenant}/clients/{client_id}"
-	mux.Handle(c+"/conversations", a.handle("conversations", a.listConversations))
-	mux.Handle(c+"/conversations/{group_id}", a.handle("conversation", a.getConversation))
-	mux.Handle(c+"/conversations/{group_id}/members", a.handle("members", a.getMembers))
-	mux.Handle(c+"/conversations/{group_id}/messages", a.handle("messages", a.listMessages))
-	mux.Handle(c+"/messages/{message_id}", a.handle("message", a.getMessage))
-	mux.Handle(c+"/consent", a.handle("consent", a.listConsent))
-	mux.Handle(c+"/identities", a.handle("identities", a.listIdentities))
+	const c = "/v1/tenants/{tenant}/clients/{client_id}"
+	for _, r := range []struct {
+		path, route string
+		ep          endpoint
+	}{
+		{"/conversations", "conversations", a.listConversations},
+		{"/conversations/{group_id}", "conversation", a.getConversation},
+		{"/conversations/{group_id}/members", "members", a.getMembers},
+		{"/conversations/{group_id}/messages", "messages", a.listMessages},
+		{"/messages/{message_id}", "message", a.getMessage},
+		{"/consent", "consent", a.listConsent},
+		{"/identities", "identities", a.listIdentities},
+	} {
+		h := httpapi.CORS(a.cfg.OriginPatterns, a.handle(r.route, r.ep))
+		mux.Handle("GET "+c+r.path, h)
+		mux.Handle("OPTIONS "+c+r.path, h)
+	}
 }
 
 // Handler returns a mux with the routes.
