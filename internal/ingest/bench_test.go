@@ -36,21 +36,23 @@ const (
 	benchRound = 2 * benchCallers
 )
 
-// BenchmarkIngest measures ingest over HTTP and over NATS against a plain
-// JetStream async publish of the same bytes to the same stream on the same
-// server. Each sub-benchmark interleaves the two: rounds of benchRound
-// batches, each preceded by a plain round of as many messages, timed apart,
-// so whatever else loads the machine falls on both alike. It reports
-// msgs/s (the measured path), plain-msgs/s and of-plain, their ratio, and
-// the process CPU time per message of each (cpu-µs/msg, plain-cpu-µs/msg)
-// and their ratio (cpu-of-plain): server and ingest run in the process, so
-// on a machine others load too the CPU ratio says what the rate ratio would
-// be with the CPU to itself.
+// BenchmarkIngest measures ingest over HTTP and over NATS against two
+// anchors sending the same messages to the same stream on the same server:
+// a plain JetStream async publish, and one with Nats-Msg-Id (the server's
+// dedup, what ingest's own dedup stands in for). Each sub-benchmark
+// interleaves the three in rounds of benchRound batches, timed apart, the
+// first of each round rotating (interleaved). It reports msgs/s (the
+// measured path), plain-msgs/s, msgid-msgs/s, the ratios of-plain and
+// of-msgid, and the process CPU time per message of each (cpu-µs/msg,
+// plain-cpu-µs/msg, msgid-cpu-µs/msg) with the ratios cpu-of-plain and
+// cpu-of-msgid (an anchor's CPU over the path's): server and ingest run in
+// the process, so on a machine others load too the CPU ratio says what the
+// rate ratio would be with the CPU to itself.
 // jetstream-one-write is the bound: the one write an admitted input costs
 // (the input on its per-message subject with its headers, created only if
 // absent), sent as ingest sends it (batchPublisher), without ingest's
-// intake, peel, classify or dedup read. plain publishes to one subject of
-// the group with the JetStream client's async publish.
+// intake, peel, classify or dedup read. The anchors publish to one subject
+// of the group with the JetStream client's async publish.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 20000x -count 3 ./internal/ingest/
 func BenchmarkIngest(b *testing.B) {
@@ -61,7 +63,7 @@ func BenchmarkIngest(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer p.stop()
-		interleaved(b, r.group, r.plain, func(bt batch) error {
+		interleaved(b, r, func(bt batch) error {
 			res, err := p.publish(context.Background(), r.js, bt.raw)
 			if err != nil {
 				return err
@@ -80,7 +82,7 @@ func BenchmarkIngest(b *testing.B) {
 		tok := benchToken(b)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchCallers}}
 		defer client.CloseIdleConnections()
-		interleaved(b, r.group, r.plain, func(bt batch) error {
+		interleaved(b, r, func(bt batch) error {
 			req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", bytes.NewReader(bt.body))
 			if err != nil {
 				return err
@@ -101,7 +103,7 @@ func BenchmarkIngest(b *testing.B) {
 	})
 	b.Run("nats-msgpack", func(b *testing.B) {
 		r := newBenchRig(b)
-		interleaved(b, r.group, r.plain, func(bt batch) error {
+		interleaved(b, r, func(bt batch) error {
 			m := nats.NewMsg(intakeSubject(testTenant))
 			m.Header.Set(HeaderContentType, httpapi.ContentTypeMsgpack)
 			m.Data = bt.body
@@ -138,61 +140,87 @@ func newBenchRig(b *testing.B) *benchRig {
 	return r
 }
 
-// plain publishes msgs to one input subject of the group, asynchronously,
-// and awaits them.
-func (r *benchRig) plain(msgs []schema.TransportMessage) error {
+// anchor publishes msgs to one input subject of the group, asynchronously,
+// and awaits them: a plain JetStream publish, or with ids one carrying
+// Nats-Msg-Id (the server's own dedup), the write ingest's dedup competes
+// with.
+func (r *benchRig) anchor(msgs []schema.TransportMessage, ids []string) error {
 	subj, err := subject.Input(testTenant, hex.EncodeToString(r.group.ID()), strings.Repeat("00", sha256.Size))
 	if err != nil {
 		return err
 	}
-	for _, m := range msgs {
-		if _, err := r.js.PublishAsync(subj, m.Payload, jetstream.WithStallWait(stallWait)); err != nil {
+	for i, m := range msgs {
+		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stallWait)}
+		if ids != nil {
+			opts = append(opts, jetstream.WithMsgID(ids[i]))
+		}
+		if _, err := r.js.PublishAsync(subj, m.Payload, opts...); err != nil {
 			return err
 		}
 	}
 	return awaitAsync(r.js)
 }
 
-// interleaved runs b.N messages through send, in batches from
-// benchCallers goroutines, and b.N other messages through plain, alternating
-// rounds of the two and timing each apart. With raw the batches carry the
-// writes admission makes instead of request bodies.
-func interleaved(b *testing.B, g *testpeer.Group, plain func([]schema.TransportMessage) error, send func(batch) error, raw bool) {
-	msgs := benchMessages(b, g, 2*b.N)
-	plainMsgs := msgs[:b.N]
-	bodies := encodeBatches(b, msgs[b.N:], raw)
+// arm is one path of the benchmark, with the wall and CPU time it took.
+type arm struct {
+	run       func(lo, hi int, round []batch) error
+	wall, cpu time.Duration
+}
+
+// interleaved sends the same b.N messages three ways: through send (in
+// batches from benchCallers goroutines), and through the two anchors, a
+// plain JetStream async publish and one with Nats-Msg-Id, to the same
+// stream, so with the same durability. The three alternate in rounds of
+// benchRound batches, each timed apart, and which goes first rotates from
+// round to round, so neither whatever else loads the machine nor running
+// first or last favours one. With raw the batches carry the writes
+// admission makes instead of request bodies.
+func interleaved(b *testing.B, r *benchRig, send func(batch) error, raw bool) {
+	msgs := benchMessages(b, r.group, b.N)
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		id := sha256.Sum256(m.Payload)
+		ids[i] = hex.EncodeToString(id[:])
+	}
+	bodies := encodeBatches(b, msgs, raw)
 	b.SetBytes(int64(len(msgs[0].Payload)))
-	var tPlain, tSend, cPlain, cSend time.Duration
+	measured := &arm{run: func(_, _ int, round []batch) error { fanIn(b, round, send); return nil }}
+	plain := &arm{run: func(lo, hi int, _ []batch) error { return r.anchor(msgs[lo:hi], nil) }}
+	withID := &arm{run: func(lo, hi int, _ []batch) error { return r.anchor(msgs[lo:hi], ids[lo:hi]) }}
+	arms := []*arm{measured, plain, withID}
 	runtime.GC() // the garbage of making the messages is no one's cost
 	b.ResetTimer()
-	for lo, off := 0, 0; lo < len(bodies); lo += benchRound {
+	for k, lo, off := 0, 0, 0; lo < len(bodies); k, lo = k+1, lo+benchRound {
 		round := bodies[lo:min(lo+benchRound, len(bodies))]
 		n := 0
 		for _, bt := range round {
 			n += bt.n
 		}
-		start, c0 := time.Now(), cpuNow()
-		if err := plain(plainMsgs[off : off+n]); err != nil {
-			b.Fatal(err)
+		for i := range arms {
+			a := arms[(k+i)%len(arms)]
+			start, c0 := time.Now(), cpuNow()
+			if err := a.run(off, off+n, round); err != nil {
+				b.Fatal(err)
+			}
+			a.wall += time.Since(start)
+			a.cpu += cpuNow() - c0
 		}
-		tPlain += time.Since(start)
-		cPlain += cpuNow() - c0
 		off += n
-		start, c0 = time.Now(), cpuNow()
-		fanIn(b, round, send)
-		tSend += time.Since(start)
-		cSend += cpuNow() - c0
 	}
 	b.StopTimer()
-	rate := float64(b.N) / tSend.Seconds()
-	plainRate := float64(b.N) / tPlain.Seconds()
-	b.ReportMetric(rate, "msgs/s")
-	b.ReportMetric(plainRate, "plain-msgs/s")
-	b.ReportMetric(rate/plainRate, "of-plain")
-	b.ReportMetric(float64(cSend.Microseconds())/float64(b.N), "cpu-µs/msg")
-	b.ReportMetric(float64(cPlain.Microseconds())/float64(b.N), "plain-cpu-µs/msg")
-	if cSend > 0 {
-		b.ReportMetric(float64(cPlain)/float64(cSend), "cpu-of-plain")
+	rate := func(a *arm) float64 { return float64(b.N) / a.wall.Seconds() }
+	perMsg := func(a *arm) float64 { return float64(a.cpu.Microseconds()) / float64(b.N) }
+	b.ReportMetric(rate(measured), "msgs/s")
+	b.ReportMetric(rate(plain), "plain-msgs/s")
+	b.ReportMetric(rate(withID), "msgid-msgs/s")
+	b.ReportMetric(rate(measured)/rate(plain), "of-plain")
+	b.ReportMetric(rate(measured)/rate(withID), "of-msgid")
+	b.ReportMetric(perMsg(measured), "cpu-µs/msg")
+	b.ReportMetric(perMsg(plain), "plain-cpu-µs/msg")
+	b.ReportMetric(perMsg(withID), "msgid-cpu-µs/msg")
+	if measured.cpu > 0 {
+		b.ReportMetric(float64(plain.cpu)/float64(measured.cpu), "cpu-of-plain")
+		b.ReportMetric(float64(withID.cpu)/float64(measured.cpu), "cpu-of-msgid")
 	}
 }
 
