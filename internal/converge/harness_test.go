@@ -155,6 +155,42 @@ func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 	return w, stop
 }
 
+// testClock is a worker clock (Config.Now) the test moves: the real time
+// plus ahead, held at most at until when until is set. Disappearing
+// messages expire from the time the stream stored them (META-050), so
+// whether one is processed before its expiry must not depend on how busy
+// the machine is.
+type testClock struct {
+	mu    sync.Mutex
+	ahead time.Duration
+	until time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := time.Now().Add(c.ahead)
+	if !c.until.IsZero() && n.After(c.until) {
+		n = c.until
+	}
+	return n
+}
+
+// hold stops the clock at the real time now: a message stored after this
+// call is processed before its expiry, however long that takes.
+func (c *testClock) hold() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ahead, c.until = 0, time.Now()
+}
+
+// run lets the clock run again, d ahead of the real time.
+func (c *testClock) run(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ahead, c.until = d, time.Time{}
+}
+
 // events returns every converge event stored for a client so far (the
 // client store's own identity.registered is left out).
 func (e *env) events(clientID string) []bus.Delivered {

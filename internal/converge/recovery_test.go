@@ -196,21 +196,24 @@ func TestDMJoinedWithConversationKey_EVENT020(t *testing.T) {
 // is received, then expired by the cleanup pass; one whose expiry passed
 // before it was processed is never received.
 func TestDisappearingMessages_META063(t *testing.T) {
-	// The expiry runs from the time the stream stored the message; the
-	// second message must be processed within it, which a busy machine
-	// running -race does not always do in one second.
-	const disappearing = 3
+	const disappearing = 1
 	e := newEnv(t)
+	clock := &testClock{}
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	_, g := groupWithHosted(t, e, components.Set{Retention: &components.RetentionState{DisappearingSecs: disappearing}}, h)
 	late := must[testpeer.Message](t)(g.SendText("expires before converge runs"))
 	e.publish(late)
-	// No condition to await: the message must expire while no worker runs.
-	time.Sleep(disappearing*time.Second + 200*time.Millisecond)
-	e.worker("w1", nil)
-	e.waitEvents(h.rec.ClientID, 1) // joined: the worker has caught up
+	// The worker first runs past the late message's expiry.
+	clock.run(disappearing*time.Second + time.Second)
+	e.worker("w1", func(c *Config) { c.Now = clock.Now })
+	e.waitEvents(h.rec.ClientID, 2) // joined, the late message expired
+	clock.hold()
 	m := must[testpeer.Message](t)(g.SendText("soon gone"))
 	e.publish(m)
+	e.waitEvents(h.rec.ClientID, 3)
+	// Past the expiry of m, and past the last cleanup pass, which ran on
+	// the clock ahead.
+	clock.run(2 * (disappearing*time.Second + time.Second))
 	evs := e.waitEvents(h.rec.ClientID, 4)
 	gid := schema.Bytes(g.ID())
 	if evs[0].Event.Kind != schema.KindConversationJoined {
@@ -326,15 +329,22 @@ func outcomeDispositions(t *testing.T, cfg func(*Config), want dispositionsWant)
 // drained before its message expired runs on the next owner, with no new
 // input to the group.
 func TestExpiryAfterTakeover_META063(t *testing.T) {
+	const disappearing = 1
 	e := newEnv(t)
+	clock := &testClock{}
+	now := func(c *Config) { c.Now = clock.Now }
 	h := e.register(peer(t, "bob").AccountID(), 1)
-	_, stop := e.worker("w1", nil)
-	_, g := groupWithHosted(t, e, components.Set{Retention: &components.RetentionState{DisappearingSecs: 2}}, h)
+	_, stop := e.worker("w1", now)
+	_, g := groupWithHosted(t, e, components.Set{Retention: &components.RetentionState{DisappearingSecs: disappearing}}, h)
+	e.waitEvents(h.rec.ClientID, 1)
+	// w1 drains before the message expires: its clock stops first.
+	clock.hold()
 	m := must[testpeer.Message](t)(g.SendText("expires later"))
 	e.publish(m)
 	e.waitEvents(h.rec.ClientID, 2)
 	stop()
-	e.worker("w2", nil)
+	clock.run(disappearing*time.Second + time.Second)
+	e.worker("w2", now)
 	evs := e.waitEvents(h.rec.ClientID, 3)
 	if x := evs[2].Event.MessageExpired; x == nil || !x.MessageID.Equal(m.ID) {
 		t.Fatalf("third event %s", describe(evs[2].Event))
