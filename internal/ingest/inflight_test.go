@@ -1,9 +1,11 @@
 package ingest
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +25,25 @@ func TestBytesInFlightBound(t *testing.T) {
 	// Cleanups run last-registered first: the slow body ends before the
 	// server closes, so a failure below cannot hang the server's Close.
 	t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
-	slow, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", pr)
+	// The server answers 100 Continue on the handler's first read of the
+	// body, which comes after its bytes are reserved: once it arrives, the
+	// slow request holds its reservation. A request sent before then could
+	// take the bytes first and have the slow request refused instead.
+	held := make(chan struct{})
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{Got100Continue: func() { close(held) }})
+	slow, err := http.NewRequestWithContext(ctx, http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", pr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slow.ContentLength = 800
 	slow.Header.Set("Authorization", "Bearer "+tok)
+	slow.Header.Set("Expect", "100-continue")
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ExpectContinueTimeout = time.Minute
+	t.Cleanup(tr.CloseIdleConnections)
 	done := make(chan int, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(slow)
+		resp, err := (&http.Client{Transport: tr}).Do(slow)
 		if err != nil {
 			done <- 0
 			return
@@ -39,22 +51,19 @@ func TestBytesInFlightBound(t *testing.T) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
+	select {
+	case <-held:
+	case status := <-done:
+		t.Fatalf("the slow request ended before its body was read: %d", status)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow request's body was never read")
+	}
 
 	body := []byte(`{"v":1,"group":"00","kind":"mls","payload":"` + strings.Repeat("00", 120) + `"}`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		status, b, hdr := w.post(t, testTenant, tok, "", body)
-		if status == http.StatusServiceUnavailable {
-			wantError(t, status, b, http.StatusServiceUnavailable, ErrOverloaded.Code, "")
-			if hdr.Get("Retry-After") == "" {
-				t.Error("503 overloaded without Retry-After")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a body past the bytes in flight was not refused: %d %s", status, b)
-		}
-		time.Sleep(10 * time.Millisecond) // until the slow request holds its reservation
+	status, b, hdr := w.post(t, testTenant, tok, "", body)
+	wantError(t, status, b, http.StatusServiceUnavailable, ErrOverloaded.Code, "")
+	if hdr.Get("Retry-After") == "" {
+		t.Error("503 overloaded without Retry-After")
 	}
 	pad := `{"v":1,"group":"00","kind":"mls","payload":"00"}`
 	if _, err := io.WriteString(pw, pad+strings.Repeat(" ", 800-len(pad))); err != nil {
