@@ -34,18 +34,7 @@ func TestEVENT012DemoFlowInCanonicalOrder(t *testing.T) {
 	const runs = 30
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	f, err := allinone.Start(ctx, allinone.Options{DataDir: t.TempDir(), Listen: freeAddr(t), NATSListen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer scancel()
-		if err := f.Shutdown(sctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	waitReady(t, f.URL+"/readyz", 30*time.Second)
+	f := startInProcess(t, ctx)
 	admin := must(t)(f.Token(time.Hour, auth.ScopeAdmin))
 	ingest := must(t)(f.Token(time.Hour, auth.ScopeIngest))
 	events := must(t)(f.Token(time.Hour, auth.ScopeEvents))

@@ -1,4 +1,4 @@
-package allinone
+package tests
 
 import (
 	"bytes"
@@ -12,27 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/allinone"
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/demo"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
-
-// nextOf reads the subscription's next event, failing unless it is of kind.
-func nextOf(t *testing.T, sub *client.Subscription, kind schema.EventKind) schema.ClientEvent {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ev, err := sub.Next(ctx)
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", kind, err)
-	}
-	if ev.Kind != kind {
-		t.Fatalf("got %s, want %s: %+v", ev.Kind, kind, ev)
-	}
-	return ev
-}
 
 // Issue 19 through the HTTP API and the Go SDK: a hosted client creates a
 // group with a remote member ({"name": …} and its KeyPackage) and sends a
@@ -44,41 +30,41 @@ func nextOf(t *testing.T, sub *client.Subscription, kind schema.EventKind) schem
 // KeyPackage that does not parse (400), or a client the tenant does not
 // host (404) is refused.
 func TestSDKCreatesConversationAndSends(t *testing.T) {
-	f := startFabric(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin := must[string](t)(f.Token(time.Hour, auth.ScopeAdmin))
-	send := must[string](t)(f.Token(time.Hour, auth.ScopeSend))
-	events := must[string](t)(f.Token(time.Hour, auth.ScopeEvents))
-	api := &demo.API{BaseURL: f.URL, Tenant: DevTenant, AdminToken: admin}
+	f := startInProcess(t, ctx)
+	admin := ok[string](t)(f.Token(time.Hour, auth.ScopeAdmin))
+	send := ok[string](t)(f.Token(time.Hour, auth.ScopeSend))
+	events := ok[string](t)(f.Token(time.Hour, auth.ScopeEvents))
+	api := &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: admin}
 	account := make([]byte, 32)
 	_, _ = rand.Read(account)
-	hosted := must[demo.Registered](t)(api.Register(ctx, hex.EncodeToString(account)))
-	c := must[*client.Client](t)(client.Connect(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", events))
+	hosted := ok[demo.Registered](t)(api.Register(ctx, hex.EncodeToString(account)))
+	c := ok[*client.Client](t)(client.Connect(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", events))
 	defer func() { _ = c.Close() }()
-	sub := must[*client.Subscription](t)(c.Subscribe(ctx, hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()}))
+	sub := ok[*client.Subscription](t)(c.Subscribe(ctx, hosted.ClientID, schema.EventFilter{Kinds: schema.AllKinds()}))
 
-	bob := must[*testpeer.Peer](t)(testpeer.New("bob"))
-	kp := must[[]byte](t)(bob.KeyPackage())
-	ops := client.NewOperations(f.URL, DevTenant, send, nil)
+	bob := ok[*testpeer.Peer](t)(testpeer.New("bob"))
+	kp := ok[[]byte](t)(bob.KeyPackage())
+	ops := client.NewOperations(f.URL, allinone.DevTenant, send, nil)
 	name := "team"
 	body := schema.CreateConversation{Name: &name, KeyPackages: []schema.Bytes{kp}}
-	created := must[schema.OperationAccepted](t)(ops.CreateConversation(ctx, hosted.ClientID, "create-1", body))
-	again := must[schema.OperationAccepted](t)(ops.CreateConversation(ctx, hosted.ClientID, "create-1", body))
+	created := ok[schema.OperationAccepted](t)(ops.CreateConversation(ctx, hosted.ClientID, "create-1", body))
+	again := ok[schema.OperationAccepted](t)(ops.CreateConversation(ctx, hosted.ClientID, "create-1", body))
 	if !bytes.Equal(again.OperationID, created.OperationID) || !bytes.Equal(again.GroupID, created.GroupID) || created.Status != schema.OperationQueued {
 		t.Fatalf("the same Idempotency-Key answered %+v then %+v", created, again)
 	}
-	j := nextOf(t, sub, schema.KindConversationJoined).ConversationJoined
+	j := next(t, sub, schema.KindConversationJoined).ConversationJoined
 	if j.Origin != schema.OriginCreated || !bytes.Equal(j.GroupID, created.GroupID) || j.AdderInboxID != nil {
 		t.Fatalf("conversation.joined %+v, want origin created", j)
 	}
-	mc := nextOf(t, sub, schema.KindMembershipChanged).MembershipChanged
+	mc := next(t, sub, schema.KindMembershipChanged).MembershipChanged
 	if !slices.Equal(mc.AddedInboxIDs, []string{bob.InboxID()}) {
 		t.Fatalf("membership_changed %+v, want bob added", mc)
 	}
 
-	sent := must[schema.OperationAccepted](t)(ops.SendText(ctx, hosted.ClientID, created.GroupID, "send-1", "hello"))
-	sc := nextOf(t, sub, schema.KindMessageStatusChanged).MessageStatusChanged
+	sent := ok[schema.OperationAccepted](t)(ops.SendText(ctx, hosted.ClientID, created.GroupID, "send-1", "hello"))
+	sc := next(t, sub, schema.KindMessageStatusChanged).MessageStatusChanged
 	if sc.Previous != schema.StatusUnpublished || sc.Current != schema.StatusPublished || !bytes.Equal(sc.GroupID, created.GroupID) {
 		t.Fatalf("message.status_changed %+v", sc)
 	}
@@ -91,7 +77,7 @@ func TestSDKCreatesConversationAndSends(t *testing.T) {
 	}
 
 	var apiErr *client.APIError
-	if _, err := client.NewOperations(f.URL, DevTenant, events, nil).SendText(ctx, hosted.ClientID, created.GroupID, "send-2", "x"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusForbidden {
+	if _, err := client.NewOperations(f.URL, allinone.DevTenant, events, nil).SendText(ctx, hosted.ClientID, created.GroupID, "send-2", "x"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusForbidden {
 		t.Fatalf("an events token sends: %v", err)
 	}
 	if _, err := ops.SendText(ctx, hosted.ClientID, created.GroupID, "", "x"); !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest {
@@ -104,10 +90,10 @@ func TestSDKCreatesConversationAndSends(t *testing.T) {
 		t.Fatalf("an add of a KeyPackage that does not parse: %v", err)
 	}
 	// admin implies send.
-	if _, err := client.NewOperations(f.URL, DevTenant, admin, nil).SendText(ctx, hosted.ClientID, created.GroupID, "send-3", "by admin"); err != nil {
+	if _, err := client.NewOperations(f.URL, allinone.DevTenant, admin, nil).SendText(ctx, hosted.ClientID, created.GroupID, "send-3", "by admin"); err != nil {
 		t.Fatalf("an admin token sends: %v", err)
 	}
-	nextOf(t, sub, schema.KindMessageStatusChanged)
+	next(t, sub, schema.KindMessageStatusChanged)
 }
 
 // operationDone waits for an operation's record to say done.
@@ -124,7 +110,7 @@ func operationDone(t *testing.T, ctx context.Context, ops *client.Operations, cl
 	return rec
 }
 
-func must[T any](t *testing.T) func(T, error) T {
+func ok[T any](t *testing.T) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
 		if err != nil {
@@ -132,4 +118,23 @@ func must[T any](t *testing.T) func(T, error) T {
 		}
 		return v
 	}
+}
+
+// startInProcess starts the all-in-one in this process on free loopback
+// ports and shuts it down when the test ends.
+func startInProcess(t *testing.T, ctx context.Context) *allinone.Fabric {
+	t.Helper()
+	f, err := allinone.Start(ctx, allinone.Options{DataDir: t.TempDir(), Listen: freeAddr(t), NATSListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		if err := f.Shutdown(sctx); err != nil {
+			t.Error(err)
+		}
+	})
+	waitReady(t, f.URL+"/readyz", 30*time.Second)
+	return f
 }
