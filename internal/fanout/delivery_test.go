@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -24,7 +25,10 @@ import (
 // reading altogether, do not hold back a fast subscription: it receives
 // every event, in order, while the others are full.
 func TestStalledSubscriptionDoesNotDelayOthers_EVENT033(t *testing.T) {
-	e := newEnv(t)
+	// The connection that never reads never answers a ping either: no ping
+	// may close it while the events are published, however long that takes
+	// (TestKeepaliveClosesDeadPeer closes such a connection).
+	e := newEnv(t, func(c *Config) { c.PingInterval = time.Hour })
 	c := e.connect(tenantA, []string{client1})
 	stalled, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds})
 	if err != nil {
@@ -38,7 +42,8 @@ func TestStalledSubscriptionDoesNotDelayOthers_EVENT033(t *testing.T) {
 	r := e.raw(token(t, tenantA, client1))
 	r.subscribe(1, client1, schema.EventFilter{Kinds: recvKinds})
 
-	const total = 3000
+	// Twice the queue bound: each stalled subscription discards 1024.
+	const total = 2 * 1024
 	done := make(chan error, 1)
 	go func() {
 		for i := range total {
