@@ -8,13 +8,10 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/allinone"
@@ -50,19 +47,7 @@ func BenchmarkReadPages(b *testing.B) {
 	_, _ = rand.Read(master)
 	fx := startWith(b, allinone.Options{MasterKey: master})
 	ctx := context.Background()
-	pw, err := os.ReadFile(allinone.NATSPasswordFile(fx.data, allinone.UserConverge))
-	if err != nil {
-		b.Fatal(err)
-	}
-	nc, err := nats.Connect(fx.f.NATSURL, nats.UserInfo(allinone.UserConverge, strings.TrimSpace(string(pw))), nats.CustomInboxPrefix(allinone.InboxPrefix(allinone.UserConverge)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := fx.natsAs(b, allinone.UserConverge)
 	vault, err := engine.NewVault(master)
 	if err != nil {
 		b.Fatal(err)

@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/allinone"
@@ -115,6 +118,26 @@ func (fx *fixture) getJSON(t *testing.T, path string, out any) int {
 		}
 	}
 	return resp.StatusCode
+}
+
+// natsAs connects to the fabric's NATS server as one of its users; the
+// test's end closes the connection.
+func (fx *fixture) natsAs(t testing.TB, user string) jetstream.JetStream {
+	t.Helper()
+	pw, err := os.ReadFile(allinone.NATSPasswordFile(fx.data, user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(fx.f.NATSURL, nats.UserInfo(user, strings.TrimSpace(string(pw))), nats.CustomInboxPrefix(allinone.InboxPrefix(user)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // getMsgpack reads a route of the hosted client as msgpack.

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/allinone"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/client"
@@ -231,5 +234,35 @@ func TestConversationTypesPausedAndFilters(t *testing.T) {
 	p, err = fx.reader.Conversations(ctx, fx.hosted.ClientID, client.ConversationQuery{Page: client.Page{Limit: 2, Cursor: p.NextCursor}})
 	if err != nil || len(p.Conversations) != 1 || !bytes.Equal(p.Conversations[0].GroupID, dm.ID()) || p.NextCursor != "" {
 		t.Fatalf("second page %+v %v", p, err)
+	}
+}
+
+// TestDroppedTenantKeyMakesContentUnreadable: deleting the tenant's
+// content key (fabric-clients <tenant>.content-key) leaves its stored
+// messages without readable content.
+func TestDroppedTenantKeyMakesContentUnreadable(t *testing.T) {
+	fx := start(t)
+	ch := fx.collect(t)
+	ctx := context.Background()
+	_, _, b := joinedGroup(t, fx, ch, components.Set{})
+	m, err := b.SendText("sealed at rest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.post(t, m)
+	await(t, ch, schema.KindMessageReceived)
+	if got, err := fx.reader.Message(ctx, fx.hosted.ClientID, m.ID); err != nil || got.Content == nil {
+		t.Fatalf("before: %+v %v", got, err)
+	}
+	kv, err := fx.natsAs(t, allinone.UserConverge).KeyValue(ctx, streams.BucketClients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, allinone.DevTenant+"."+readmodel.KeySuffix); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fx.reader.Message(ctx, fx.hosted.ClientID, m.ID)
+	if err != nil || got.Content != nil || got.State != schema.MessageStateDelivered {
+		t.Fatalf("after the key was dropped: %+v %v", got, err)
 	}
 }
