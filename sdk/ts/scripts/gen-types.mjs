@@ -52,7 +52,11 @@ export function generate(schema) {
         return `  | { kind: ${JSON.stringify(b.properties.kind.const)}; ${member}: ${typeOf(b.properties[member])} }`;
       });
       out.push("/** One report of one change: its kind and the payload member the kind names. */");
-      out.push(`export type ClientEvent =\n${branches.join("\n")};`, "");
+      out.push(`export type ClientEvent = (\n${branches.join("\n")}\n) & {`);
+      out.push("  /** The event's id (the frame's event_id, 64 lowercase hex digits), by which a later");
+      out.push("   * fabric.commit_superseded names it in withdrawn_event_ids; absent on a lagged. */");
+      out.push("  id?: string;");
+      out.push("};", "");
       out.push(`/** The payload member of each kind. */`);
       out.push(`export const kindMembers = {\n${s.oneOf.map((b) => `  ${JSON.stringify(b.properties.kind.const)}: ${JSON.stringify(b.required.find((r) => r !== "kind"))},`).join("\n")}\n} as const;`, "");
       continue;

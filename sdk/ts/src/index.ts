@@ -269,6 +269,8 @@ export class Client {
       case "event": {
         const s = this.byID.get(f.sub ?? 0);
         if (!s || !f.event) return;
+        // The id apps match against withdrawn_event_ids, as the Go SDK's ClientEvent.ID.
+        if (f.event_id) f.event.id = f.event_id;
         s.deliver(f.event, f.seq ?? 0, this.gen);
         return;
       }

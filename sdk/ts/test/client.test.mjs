@@ -23,9 +23,12 @@ test("a connection token in the connect frame subscribes with a filter, as an as
     const ev = await consent.next();
     assert.equal(ev.kind, "consent.changed");
     assert.equal(ev.kind === "consent.changed" && ev.consent_changed.state, "allowed");
+    // Its id, which a fabric.commit_superseded would name in withdrawn_event_ids.
+    assert.match(ev.id ?? "", /^[0-9a-f]{64}$/);
     await fabric.consent(client, inbox(1), "denied");
     for await (const e of consent) {
       assert.equal(e.kind === "consent.changed" && e.consent_changed.state, "denied");
+      assert.notEqual(e.id, ev.id);
       break;
     }
     // The filter kept the consent events from the other subscription.
