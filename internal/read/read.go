@@ -15,7 +15,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,20 +85,20 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 func (a *API) Mount(mux *http.ServeMux) {
 	const c = "/v1/tenants/{tenant}/clients/{client_id}"
 	for _, r := range []struct {
-		path, route string
-		ep          endpoint
+		pattern, route string
+		ep             endpoint
 	}{
-		{"/conversations", "conversations", a.listConversations},
-		{"/conversations/{group_id}", "conversation", a.getConversation},
-		{"/conversations/{group_id}/members", "members", a.getMembers},
-		{"/conversations/{group_id}/messages", "messages", a.listMessages},
-		{"/messages/{message_id}", "message", a.getMessage},
-		{"/consent", "consent", a.listConsent},
-		{"/identities", "identities", a.listIdentities},
+		{"GET " + c + "/conversations", "conversations", a.listConversations},
+		{"GET " + c + "/conversations/{group_id}", "conversation", a.getConversation},
+		{"GET " + c + "/conversations/{group_id}/members", "members", a.getMembers},
+		{"GET " + c + "/conversations/{group_id}/messages", "messages", a.listMessages},
+		{"GET " + c + "/messages/{message_id}", "message", a.getMessage},
+		{"GET " + c + "/consent", "consent", a.listConsent},
+		{"GET " + c + "/identities", "identities", a.listIdentities},
 	} {
 		h := httpapi.CORS(a.cfg.OriginPatterns, a.handle(r.route, r.ep))
-		mux.Handle("GET "+c+r.path, h)
-		mux.Handle("OPTIONS "+c+r.path, h)
+		mux.Handle(r.pattern, h)
+		mux.Handle(http.MethodOptions+strings.TrimPrefix(r.pattern, http.MethodGet), h)
 	}
 }
 
@@ -152,34 +152,13 @@ type page struct {
 	cursor uint64 // 0: from the start
 }
 
-// pageOf reads limit and cursor. A cursor is the decimal position the
-// previous page's next_cursor named.
+// pageOf reads limit and cursor (httpapi.PageOf).
 func pageOf(r *http.Request) (page, error) {
-	q := r.URL.Query()
-	p := page{limit: DefaultLimit}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxLimit {
-			return p, refusal.BadRequest("limit: want 1 to %d", MaxLimit)
-		}
-		p.limit = n
-	}
-	if s := q.Get("cursor"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || n == 0 {
-			return p, refusal.BadRequest("cursor: not a cursor this API gave")
-		}
-		p.cursor = n
-	}
-	return p, nil
+	p, err := httpapi.PageOf(r, DefaultLimit, MaxLimit)
+	return page{limit: p.Limit, cursor: p.Cursor}, err
 }
 
-func cursorString(n uint64) string {
-	if n == 0 {
-		return ""
-	}
-	return strconv.FormatUint(n, 10)
-}
+func cursorString(n uint64) string { return httpapi.Cursor(n) }
 
 // The refusals of the read API besides an unknown client
 // (clientstore.ErrUnknownClient) and a malformed request.
