@@ -88,6 +88,16 @@ func (s *Store) list(ctx context.Context, tenant, clientID, kind string, from ui
 	if err != nil {
 		return 0, fmt.Errorf("clientstore: list %s: %w", kind, err)
 	}
+	next, err := page(got, limit, add)
+	if err != nil {
+		return 0, fmt.Errorf("clientstore: list %s: %w", kind, err)
+	}
+	return next, nil
+}
+
+// page hands each live entry of a scan of up to limit to add and returns
+// the sequence the next page starts at, 0 when the scan reached the end.
+func page(got []readmodel.Stored, limit int, add func(subject string, b []byte) error) (uint64, error) {
 	var next uint64
 	for _, m := range got {
 		next = m.Seq + 1
@@ -95,11 +105,38 @@ func (s *Store) list(ctx context.Context, tenant, clientID, kind string, from ui
 			continue // a deleted key
 		}
 		if err := add(m.Subject, m.Data); err != nil {
-			return 0, fmt.Errorf("clientstore: list %s: %w", kind, err)
+			return 0, err
 		}
 	}
 	if len(got) < limit || got[len(got)-1].Pending == 0 {
 		next = 0
 	}
 	return next, nil
+}
+
+// ListClients returns up to limit of a tenant's hosted clients, in the order
+// their records were last written, from fabric-clients sequence from on,
+// and the sequence the next page starts at (0 when there is no more). Only
+// the records are read (<tenant>.<client>), not the bucket's indexes; a
+// client whose record is rewritten while an operator pages can show twice.
+func (s *Store) ListClients(ctx context.Context, tenant string, from uint64, limit int) ([]Record, uint64, error) {
+	if err := subject.ValidTenant(tenant); err != nil {
+		return nil, 0, err
+	}
+	got, err := readmodel.Scan(ctx, s.js, streams.KVStream(streams.BucketClients), streams.KVSubject(streams.BucketClients, tenant+".*"), from, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("clientstore: list clients: %w", err)
+	}
+	var out []Record
+	next, err := page(got, limit, func(_ string, b []byte) error {
+		rec, err := DecodeRecord(b)
+		if err == nil {
+			out = append(out, rec)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("clientstore: list clients: %w", err)
+	}
+	return out, next, nil
 }

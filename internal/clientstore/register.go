@@ -263,6 +263,35 @@ func (s *Store) registered(ctx context.Context, rec Record) error {
 	return err
 }
 
+// ClientsPage is the answer of GET /v1/tenants/{tenant}/clients: a page of
+// the tenant's hosted clients, the console's list to choose one from.
+type ClientsPage struct {
+	Clients    []ClientInfo `json:"clients" msgpack:"clients"`
+	NextCursor string       `json:"next_cursor,omitempty" msgpack:"next_cursor,omitempty"`
+}
+
+// Pages of the client list.
+const (
+	DefaultClientsLimit = 50
+	MaxClientsLimit     = 500
+)
+
+func (s *Store) listClients(r *http.Request, c call) (int, any, error) {
+	p, err := httpapi.PageOf(r, DefaultClientsLimit, MaxClientsLimit)
+	if err != nil {
+		return 0, nil, err
+	}
+	recs, next, err := s.ListClients(r.Context(), c.tenant, p.Cursor, p.Limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := ClientsPage{Clients: []ClientInfo{}, NextCursor: httpapi.Cursor(next)}
+	for _, rec := range recs {
+		out.Clients = append(out.Clients, info(rec, nil))
+	}
+	return http.StatusOK, out, nil
+}
+
 func (s *Store) getClient(r *http.Request, c call) (int, any, error) {
 	return http.StatusOK, info(*c.client, nil), nil
 }

@@ -151,6 +151,7 @@ func (s *Store) Handler() http.Handler {
 // Mount adds the store's endpoints to mux:
 //
 //	POST /v1/tenants/{tenant}/clients
+//	GET  /v1/tenants/{tenant}/clients
 //	GET  /v1/tenants/{tenant}/clients/{client_id}
 //	POST /v1/tenants/{tenant}/clients/{client_id}/key-packages
 //	PUT  /v1/tenants/{tenant}/clients/{client_id}/consent
@@ -163,6 +164,7 @@ func (s *Store) Handler() http.Handler {
 func (s *Store) Mount(mux *http.ServeMux) {
 	const c = "/v1/tenants/{tenant}/clients"
 	mux.HandleFunc("POST "+c, s.handle(s.register))
+	mux.HandleFunc("GET "+c, s.handle(s.listClients))
 	mux.HandleFunc("GET "+c+"/{client_id}", s.handle(s.getClient))
 	mux.HandleFunc("POST "+c+"/{client_id}/key-packages", s.handle(s.keyPackages))
 	mux.HandleFunc("PUT "+c+"/{client_id}/consent", s.handle(s.putConsent))
