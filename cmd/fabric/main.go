@@ -5,7 +5,7 @@
 //	fabric provision create or check the streams and buckets on a NATS server
 //	fabric demo      play remote MLS members into a running fabric
 //	fabric tail      subscribe to a client's events and print them
-//	fabric load      drive a whole-system workload through a fresh all-in-one
+//	fabric load      drive a whole-system workload through a fresh fabric
 //	fabric help      the commands, or one command's flags
 //
 // Each subcommand takes -h. Every flag has a FABRIC_ environment variable.
@@ -47,7 +47,7 @@ var commands = []struct {
 	{"provision", "create or check the streams and buckets on a NATS server", provision},
 	{"demo", "play remote MLS members into a running fabric and print the events", runDemo},
 	{"tail", "follow one client's events as they arrive", tail},
-	{"load", "start an all-in-one fabric and drive a whole-system workload through it", runLoad},
+	{"load", "start a fresh fabric (the all-in-one, or -cluster: the three roles on three NATS nodes) and drive a whole-system workload through it", runLoad},
 	{"help", "this list, or a command's flags: fabric help <command>", nil},
 }
 

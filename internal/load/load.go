@@ -453,9 +453,9 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "messages sent %d, events expected %d, delivered %d (%.1f %%), lagged %d\n", r.Sent, r.Expected, r.Delivered, 100*float64(r.Delivered)/float64(max(1, r.Expected)), r.Lagged)
 	fmt.Fprintf(w, "throughput: %.0f messages/s in, %.0f events/s delivered, over %s\n", float64(r.Sent)/r.Elapsed.Seconds(), float64(r.Delivered)/r.Elapsed.Seconds(), r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "end-to-end latency (intake request to event at the subscriber): p50 %s, p99 %s, p99.9 %s\n", r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond))
-	fmt.Fprintf(w, "%-12s %10s %14s %10s\n", "role", "CPU", "CPU µs/msg", "RSS MiB")
+	fmt.Fprintf(w, "%-22s %10s %14s %10s\n", "role", "CPU", "CPU µs/msg", "RSS MiB")
 	for _, u := range r.Roles {
-		fmt.Fprintf(w, "%-12s %10s %14.0f %10.1f\n", u.Role, u.CPU.Round(10*time.Millisecond), float64(u.CPU.Microseconds())/float64(max(1, r.Sent)), float64(u.RSSBytes)/(1<<20))
+		fmt.Fprintf(w, "%-22s %10s %14.0f %10.1f\n", u.Role, u.CPU.Round(10*time.Millisecond), float64(u.CPU.Microseconds())/float64(max(1, r.Sent)), float64(u.RSSBytes)/(1<<20))
 	}
 	fmt.Fprintf(w, "load average (1, 5, 15 min) at the end: %s; %d CPUs\n", r.LoadAvg, runtime.NumCPU())
 }
