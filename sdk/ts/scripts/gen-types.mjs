@@ -35,7 +35,11 @@ export function generate(schema) {
   const objectType = (s, indent) => {
     const required = new Set(s.required ?? []);
     const props = Object.keys(s.properties ?? {}).sort();
-    if (props.length === 0) return "Record<string, never>";
+    if (props.length === 0) {
+      // A map (additionalProperties names its values) or an empty object.
+      const values = s.additionalProperties;
+      return values && typeof values === "object" ? `Record<string, ${typeOf(values)}>` : "Record<string, never>";
+    }
     const lines = props.map((p) => `${indent}  ${p}${required.has(p) ? "" : "?"}: ${typeOf(s.properties[p])};`);
     return `{\n${lines.join("\n")}\n${indent}}`;
   };

@@ -8,6 +8,7 @@ import type { ClientEvent, EventFilter, Frame } from "./schema.js";
 
 export * from "./schema.js";
 export * from "./read.js";
+export * from "./send.js";
 
 /** The bound of EVENT-030: events held, counted end to end. */
 export const initialCredit = 1024;

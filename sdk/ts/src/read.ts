@@ -15,18 +15,9 @@ import type {
   Message,
   MessagePage,
 } from "./schema.js";
+import { clientURL, request, type HTTPOptions } from "./http.js";
 
-/** An error answer of the read API. */
-export class APIError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(`read API: ${status} ${code}: ${message}`);
-    this.name = "APIError";
-  }
-}
+export { APIError } from "./http.js";
 
 /** A page: at most limit records after cursor, a previous page's next_cursor. */
 export interface Page {
@@ -48,25 +39,16 @@ export interface MessageQuery extends Page {
   descending?: boolean;
 }
 
-export interface ReaderOptions {
-  /** A token of scope read (or admin) naming the clients it reads. */
-  token?: string;
-  /** Obtains the token for every call. */
-  tokenFn?: () => string | Promise<string>;
-  fetch?: typeof fetch;
-}
+/** A token of scope read (or admin) naming the clients it reads. */
+export type ReaderOptions = HTTPOptions;
 
 /** Reads a tenant's hosted clients at the fabric's HTTP API base URL. */
 export class Reader {
-  private readonly base: string;
-
   constructor(
-    baseURL: string,
+    private readonly baseURL: string,
     private readonly tenant: string,
     private readonly opts: ReaderOptions,
-  ) {
-    this.base = baseURL.replace(/\/+$/, "");
-  }
+  ) {}
 
   /** A page of a client's conversations, newest activity first. */
   conversations(clientId: string, q: ConversationQuery = {}): Promise<ConversationPage> {
@@ -110,22 +92,9 @@ export class Reader {
     return this.get(clientId, "/identities", page(p));
   }
 
-  private async get<T>(clientId: string, path: string, q?: URLSearchParams): Promise<T> {
-    const token = this.opts.tokenFn ? await this.opts.tokenFn() : this.opts.token;
+  private get<T>(clientId: string, path: string, q?: URLSearchParams): Promise<T> {
     const qs = q && q.toString() ? `?${q}` : "";
-    const url = `${this.base}/v1/tenants/${encodeURIComponent(this.tenant)}/clients/${encodeURIComponent(clientId)}${path}${qs}`;
-    const resp = await (this.opts.fetch ?? fetch)(url, { headers: { Authorization: `Bearer ${token}`, Accept: "application/json" } });
-    const body = await resp.text();
-    if (!resp.ok) {
-      let e = { code: "", message: body };
-      try {
-        e = JSON.parse(body).error ?? e;
-      } catch {
-        // not the API's error body
-      }
-      throw new APIError(resp.status, e.code, e.message);
-    }
-    return JSON.parse(body) as T;
+    return request<T>(this.opts, `${clientURL(this.baseURL, this.tenant, clientId)}${path}${qs}`);
   }
 }
 
