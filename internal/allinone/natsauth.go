@@ -141,8 +141,9 @@ func rolePermissions() map[string]*server.Permissions {
 			direct(streams.StreamEvents),
 			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
 			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
-			// the read API pages consent and identity records by sequence
-			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores)},
+			// the read API pages consent and identity records, and the
+			// client list the tenant's clients, by sequence
+			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores), bus.PermDirectGet + streams.KVStream(streams.BucketClients)},
 			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
 		UserConverge: perms(in(UserConverge), all,
 			[]string{subject.EventsPattern, subject.CheckpointPattern, subject.OutcomePattern, subject.OutboundPattern, subject.OperationPattern,

@@ -117,7 +117,8 @@ func page(got []readmodel.Stored, limit int, add func(subject string, b []byte) 
 // ListClients returns up to limit of a tenant's hosted clients, in the order
 // their records were last written, from fabric-clients sequence from on,
 // and the sequence the next page starts at (0 when there is no more). Only
-// the records are read (<tenant>.<client>), not the bucket's indexes; a
+// the records are read (<tenant>.<client>), not the bucket's indexes or
+// the tenant's entries such as its content key; a
 // client whose record is rewritten while an operator pages can show twice.
 func (s *Store) ListClients(ctx context.Context, tenant string, from uint64, limit int) ([]Record, uint64, error) {
 	if err := subject.ValidTenant(tenant); err != nil {
@@ -128,7 +129,10 @@ func (s *Store) ListClients(ctx context.Context, tenant string, from uint64, lim
 		return nil, 0, fmt.Errorf("clientstore: list clients: %w", err)
 	}
 	var out []Record
-	next, err := page(got, limit, func(_ string, b []byte) error {
+	next, err := page(got, limit, func(key string, b []byte) error {
+		if subject.ValidClient(key[strings.LastIndexByte(key, '.')+1:]) != nil {
+			return nil // a tenant-level entry (the content key), not a client
+		}
 		rec, err := DecodeRecord(b)
 		if err == nil {
 			out = append(out, rec)

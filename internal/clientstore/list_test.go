@@ -1,17 +1,19 @@
 package clientstore
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"testing"
 )
 
 // An operator (the console) lists a tenant's hosted clients page by page:
-// every client once, none of another tenant, no index entries of the
-// bucket (KeyPackage refs, credentials), and with the admin scope only.
+// every client once, none of another tenant, no index or tenant entries of
+// the bucket (KeyPackage refs, credentials, the content key), and with the
+// admin scope only.
 func TestListClientsPagesATenantsHostedClients(t *testing.T) {
 	e := newEnv(t)
-	_, srv := e.store()
+	s, srv := e.store()
 	const other = "globex"
 	var want []string
 	kps := 2
@@ -20,6 +22,10 @@ func TestListClientsPagesATenantsHostedClients(t *testing.T) {
 		want = append(want, ci.ClientID)
 	}
 	register(t, srv, other, RegisterRequest{InboxID: inboxOf(99)})
+	// A tenant-level entry beside the records, as the tenant's content key.
+	if _, err := s.Clients().Put(context.Background(), tenant+".content-key", make([]byte, 32)); err != nil {
+		t.Fatal(err)
+	}
 
 	var got []string
 	url := srv.URL + "/v1/tenants/" + tenant + "/clients?limit=2"

@@ -76,6 +76,30 @@ async function loadConversations(tenant, client, token) {
   }
 }
 
+// The tenant's hosted clients, a page at a time (GET …/clients, admin), to
+// choose the one to watch; More appends the next page.
+let clientsCursor = "";
+async function listClients(more) {
+  const admin = $("token").value.trim();
+  const tenant = $("tenant").value.trim();
+  if (!admin || !tenant) return status("the admin token and the tenant first", false);
+  const choice = $("client-choice");
+  if (!more) {
+    clientsCursor = "";
+    choice.replaceChildren(new Option("choose a client…", ""));
+  }
+  try {
+    const cursor = clientsCursor ? `&cursor=${encodeURIComponent(clientsCursor)}` : "";
+    const page = await api("GET", `/v1/tenants/${tenant}/clients?limit=100${cursor}`, admin);
+    for (const c of page.clients) choice.add(new Option(`${c.client_id.slice(0, 16)}… inbox ${c.inbox_id.slice(0, 12)}…`, c.client_id));
+    clientsCursor = page.next_cursor ?? "";
+    $("more-clients").hidden = !clientsCursor;
+    status(`${choice.options.length - 1} clients listed`);
+  } catch (err) {
+    status(`clients unavailable: ${err.message}`, false);
+  }
+}
+
 // Every subscription of the tenant on this gateway: its queue against the
 // bound (EVENT-030) and its losses (EVENT-031).
 async function loadSubscriptions() {
@@ -213,6 +237,11 @@ async function start() {
   for (const k of kinds) $("kinds").add(new Option(k, k));
   $("watch").addEventListener("submit", watch);
   $("stop").addEventListener("click", stop);
+  $("list-clients").addEventListener("click", () => void listClients(false));
+  $("more-clients").addEventListener("click", () => void listClients(true));
+  $("client-choice").addEventListener("change", () => {
+    if ($("client-choice").value) $("client").value = $("client-choice").value;
+  });
   void poll();
   setInterval(poll, 5000);
   document.body.dataset.ready = "true";

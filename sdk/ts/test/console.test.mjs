@@ -1,5 +1,5 @@
 // The console at /console/ in real headless Chromium (issue 20): with the
-// admin token it watches the demo's hosted client, shows its conversation,
+// admin token it lists the tenant's hosted clients, watches the demo's, shows its conversation,
 // a live event and the gateway's metrics. Its screenshot goes to
 // $CONSOLE_SCREENSHOT (docs/console.png was made with
 // CONSOLE_SCREENSHOT=../../docs/console.png npm test), else a temporary file.
@@ -26,13 +26,17 @@ after(async () => {
   await fabric.close();
 });
 
-test("the console watches a client's live events, conversations and metrics", { skip: !existsSync(chromiumPath) && !process.env.CI && `no Chromium at ${chromiumPath}` }, async () => {
+test("the console lists the tenant's clients and watches one's live events, conversations and metrics", { skip: !existsSync(chromiumPath) && !process.env.CI && `no Chromium at ${chromiumPath}` }, async () => {
   const client = fabric.demo();
   const page = await browser.newPage({ viewport: { width: 1280, height: 820 } });
   await page.goto(`${fabric.url}/console/`);
   await page.waitForFunction(() => document.body.dataset.ready === "true");
   await page.fill("#token", fabric.adminToken);
-  await page.fill("#client", client);
+  // The client is chosen from the tenant's list.
+  await page.click("#list-clients");
+  await page.waitForSelector(`#client-choice option[value="${client}"]`, { state: "attached" });
+  await page.selectOption("#client-choice", client);
+  assert.equal(await page.inputValue("#client"), client);
   await page.click("button[type=submit]");
   await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("watching"));
   // The demo's conversation, from the read API.
