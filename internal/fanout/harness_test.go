@@ -381,3 +381,19 @@ func sseStatus(t *testing.T, e *env, path, tok string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// dropConnections aborts every connection of the gateway, as a network
+// failure would, and waits until none is left.
+func (e *env) dropConnections(t *testing.T) {
+	t.Helper()
+	e.g.connsMu.Lock()
+	for cn := range e.g.conns {
+		cn.abort()
+	}
+	e.g.connsMu.Unlock()
+	eventually(t, "the connections to go", func() bool {
+		e.g.connsMu.Lock()
+		defer e.g.connsMu.Unlock()
+		return len(e.g.conns) == 0
+	})
+}

@@ -64,15 +64,7 @@ func TestSDKBoundThenLagged_EVENT030_EVENT031(t *testing.T) {
 		t.Fatal(err)
 	}
 	const over = 5
-	for i := range queue.DefaultCapacity + over {
-		e.publish(tenantA, client1, published{ev: received(groupA, i, nil)})
-	}
-	eventually(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == over })
-	for i := range queue.DefaultCapacity {
-		if n := msgNo(next(t, s)); n != i {
-			t.Fatalf("handoff %d is event %d", i, n)
-		}
-	}
+	stallPastTheBound(t, e, s, over)
 	// The handoffs' credit reaches the gateway; then the next event has room.
 	eventually(t, "the credit", func() bool { return e.held(tenantA, client1) == 0 })
 	e.publish(tenantA, client1, published{ev: received(groupA, 9999, nil)})
@@ -96,31 +88,30 @@ func TestResumeAfterLaggedSkipsTheCountedEvents_EVENT031(t *testing.T) {
 		t.Fatal(err)
 	}
 	const over = 5
-	for i := range queue.DefaultCapacity + over {
-		e.publish(tenantA, client1, published{ev: received(groupA, i, nil)})
-	}
-	eventually(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == over })
-	for i := range queue.DefaultCapacity {
-		if n := msgNo(next(t, s)); n != i {
-			t.Fatalf("handoff %d is event %d", i, n)
-		}
-	}
+	stallPastTheBound(t, e, s, over)
 	if ev := next(t, s); ev.Kind != schema.KindLagged || ev.Lagged.Discarded != over {
 		t.Fatalf("want lagged{%d}, got %+v", over, ev)
 	}
-	e.g.connsMu.Lock()
-	for cn := range e.g.conns {
-		cn.abort()
-	}
-	e.g.connsMu.Unlock()
-	eventually(t, "the connection to go", func() bool {
-		e.g.connsMu.Lock()
-		defer e.g.connsMu.Unlock()
-		return len(e.g.conns) == 0
-	})
+	e.dropConnections(t)
 	// Stored while disconnected: the resume replays it.
 	e.publish(tenantA, client1, published{ev: received(groupA, 9999, nil)})
 	if n := msgNo(next(t, s)); n != 9999 {
 		t.Fatalf("after the resume got event %d, which the lagged counted", n)
+	}
+}
+
+// stallPastTheBound publishes the bound and over more events to a
+// subscription that reads nothing, waits for the over discards, then reads
+// the 1024 held events in order.
+func stallPastTheBound(t *testing.T, e *env, s *client.Subscription, over int) {
+	t.Helper()
+	for i := range queue.DefaultCapacity + over {
+		e.publish(tenantA, client1, published{ev: received(groupA, i, nil)})
+	}
+	eventually(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == float64(over) })
+	for i := range queue.DefaultCapacity {
+		if n := msgNo(next(t, s)); n != i {
+			t.Fatalf("handoff %d is event %d", i, n)
+		}
 	}
 }

@@ -300,16 +300,7 @@ func TestSubscribeWhileReconnecting_EVENT014(t *testing.T) {
 	if _, err := c.Subscribe(context.Background(), client1, schema.EventFilter{Kinds: recvKinds}); err != nil {
 		t.Fatal(err)
 	}
-	e.g.connsMu.Lock()
-	for cn := range e.g.conns {
-		cn.abort()
-	}
-	e.g.connsMu.Unlock()
-	eventually(t, "the connection to go", func() bool {
-		e.g.connsMu.Lock()
-		defer e.g.connsMu.Unlock()
-		return len(e.g.conns) == 0
-	})
+	e.dropConnections(t)
 	s, err := c.Subscribe(e.ctx, client1, schema.EventFilter{Kinds: recvKinds})
 	if err != nil {
 		t.Fatal(err)
