@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/thomas-vilte/mls-go/group"
 
@@ -36,6 +37,16 @@ type State struct {
 	// encrypted ([State.Encrypt]). Both are kept in its snapshot.
 	pending []pendingCommit
 	sent    [][]byte
+	// inboxes remembers InboxIDs for one tree: the tree changes only by
+	// a commit, which moves the epoch (RFC 9420 §12.4).
+	inboxes atomic.Pointer[inboxMemo]
+}
+
+// inboxMemo is InboxIDs of the tree of g at epoch.
+type inboxMemo struct {
+	g     *group.Group
+	epoch uint64
+	ids   []string
 }
 
 // Changes counts the calls that may have changed s in place (every
@@ -103,12 +114,18 @@ func (s *State) Members() []Member {
 
 // InboxIDs returns the distinct inbox ids of the members, sorted.
 func (s *State) InboxIDs() []string {
+	epoch := s.Epoch()
+	if m := s.inboxes.Load(); m != nil && m.g == s.g && m.epoch == epoch {
+		return slices.Clone(m.ids)
+	}
 	var out []string
 	for _, m := range s.Members() {
 		out = append(out, m.InboxID)
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	out = slices.Compact(out)
+	s.inboxes.Store(&inboxMemo{g: s.g, epoch: epoch, ids: out})
+	return slices.Clone(out)
 }
 
 // Member returns the member at leaf, or false when the leaf is blank.
