@@ -1,6 +1,7 @@
 // The SDK in real headless Chromium (issue 20): a page served from another
 // origin connects with a connection token in its connect frame, subscribes
-// with a filter, stalls into lagged, and resumes after the server restarts.
+// with a filter, stalls into lagged, resumes after the server restarts, and
+// reads through the read API (CORS).
 // Debian's chromium, driven by playwright-core; .ci/run installs both (and
 // fails without them; elsewhere the test skips).
 import { test, before, after } from "node:test";
@@ -42,9 +43,9 @@ after(async () => {
   await fabric.close();
 });
 
-test("in Chromium: connect frame, filter, lagged after 1024, resume after a restart", { skip: !existsSync(chromiumPath) && !process.env.CI && `no Chromium at ${chromiumPath}` }, async () => {
+test("in Chromium: connect frame, filter, lagged after 1024, resume after a restart, the read API from another origin", { skip: !existsSync(chromiumPath) && !process.env.CI && `no Chromium at ${chromiumPath}` }, async () => {
   const client = await fabric.newClient();
-  const token = await fabric.connectionToken([client]);
+  const token = await fabric.connectionToken([client], 600, ["events", "read"]);
   const page = await browser.newPage();
   await page.goto(`${pageURL}#${new URLSearchParams({ ws: fabric.wsURL, token, client })}`);
   await page.waitForFunction(() => document.title === "ready");
@@ -63,5 +64,8 @@ test("in Chromium: connect frame, filter, lagged after 1024, resume after a rest
   await fabric.consent(client, inbox(10), "allowed");
   assert.equal(await page.evaluate(() => window.fabricTest.next()), inbox(10));
   assert.equal(await page.evaluate(() => window.fabricTest.held()), 0);
+  // The page reads through the read API from its own origin (CORS): the
+  // consent records of the two entities it changed.
+  assert.equal(await page.evaluate(() => window.fabricTest.consent()), 2);
   await page.close();
 });

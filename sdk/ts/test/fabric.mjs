@@ -103,8 +103,8 @@ export class Fabric {
   }
 
   /** Mints a connection token for clients, as a page's backend does. */
-  async connectionToken(clients, ttlSeconds = 600) {
-    return (await this.api("POST", "/v1/tenants/dev/connection-tokens", { clients, ttl_seconds: ttlSeconds })).token;
+  async connectionToken(clients, ttlSeconds = 600, scopes = ["events"]) {
+    return (await this.api("POST", "/v1/tenants/dev/connection-tokens", { clients, ttl_seconds: ttlSeconds, scopes })).token;
   }
 
   /** Sets a consent state; each change is one consent.changed event of the client. */
