@@ -76,6 +76,9 @@ type Options struct {
 	// answered queued survives power loss; a positive interval trades that
 	// for speed (what is written in the last interval may be lost).
 	SyncInterval time.Duration
+	// ConvergeNow is converge's clock (converge.Config.Now), time.Now when
+	// nil: tests of disappearing messages (META-063) hold it.
+	ConvergeNow func() time.Time
 	// HTTPLimits bound the HTTP connections (idle timeout, a total and a
 	// per-address bound); the total defaults to the descriptor limit less
 	// a reserve for NATS and JetStream's files.
@@ -214,7 +217,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger})
+	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger, Now: o.ConvergeNow})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,7 +64,16 @@ func joinedGroup(t testing.TB, fx *fixture, ch <-chan schema.ClientEvent, set co
 // delivered with its content until it expires, then expired without it,
 // by id and in the conversation's pages.
 func TestMETA063ExpiredMessageReadsExpired(t *testing.T) {
-	fx := start(t)
+	// Converge's clock stops before the message is stored and runs again
+	// once it was read delivered: a busy machine processing it after its
+	// expiry (1 s from when the stream stored it) would never deliver it.
+	var held atomic.Int64 // unix ms; 0 for the real time
+	fx := startWith(t, allinone.Options{ConvergeNow: func() time.Time {
+		if ms := held.Load(); ms != 0 {
+			return time.UnixMilli(ms)
+		}
+		return time.Now()
+	}})
 	ch := fx.collect(t)
 	ctx := context.Background()
 	_, a, b := joinedGroup(t, fx, ch, components.Set{Retention: &components.RetentionState{DisappearingSecs: 1}})
@@ -71,12 +81,14 @@ func TestMETA063ExpiredMessageReadsExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	held.Store(time.Now().UnixMilli())
 	fx.post(t, m)
 	await(t, ch, schema.KindMessageReceived)
 	got, err := fx.reader.Message(ctx, fx.hosted.ClientID, m.ID)
 	if err != nil || got.State != schema.MessageStateDelivered || got.Content == nil || got.ExpiresAt == 0 {
 		t.Fatalf("before expiry: %+v %v", got, err)
 	}
+	held.Store(0)
 	await(t, ch, schema.KindMessageExpired)
 	got, err = fx.reader.Message(ctx, fx.hosted.ClientID, m.ID)
 	if err != nil || got.State != schema.MessageStateExpired || got.Content != nil {
