@@ -27,6 +27,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/procstat"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
@@ -199,7 +200,7 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	time.Sleep(500 * time.Millisecond)
 	before := make([]int64, len(pids))
 	for i, p := range pids {
-		before[i] = rss(p)
+		before[i] = procstat.RSS(p)
 	}
 
 	m := &meter{}
@@ -258,7 +259,7 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	}
 	time.Sleep(time.Second)
 	for i, p := range pids {
-		d := float64(rss(p)-before[i]) / float64(n)
+		d := float64(procstat.RSS(p)-before[i]) / float64(n)
 		res.idleRSS += d
 		if i == 0 {
 			res.gwRSS = d
@@ -364,22 +365,11 @@ func publishLoad(ctx context.Context, sys system, n, events, rate, publishers in
 
 // cpuTime is the user and system CPU the processes have used.
 func cpuTime(pids []int) time.Duration {
-	var ticks int64
+	var d time.Duration
 	for _, p := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		// The fields after the command name, which is in parentheses.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
+		d += procstat.CPU(p)
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return d
 }
 
 // fabricSystem is nats-server and the gateway, each a child process.

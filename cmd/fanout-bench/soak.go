@@ -24,6 +24,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/procstat"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
@@ -114,7 +115,7 @@ func runSoak(o options) error {
 		for {
 			var sum int64
 			for _, pid := range gwPids {
-				r := rss(pid)
+				r := procstat.RSS(pid)
 				sum += r
 				if r > rssMax.Load() {
 					rssMax.Store(r)
@@ -243,21 +244,6 @@ func runSoak(o options) error {
 		return fmt.Errorf("a gateway's RSS reached %d MiB, over -max-rss %d MiB", rssMax.Load()>>20, s.maxRSS>>20)
 	}
 	return nil
-}
-
-// rss is a process's resident set in bytes, 0 when unknown.
-func rss(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // publishTo stores n message.received events round-robin over the tenants

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/procstat"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -400,38 +401,13 @@ func usage(ps []Process) []procUsage {
 			if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 				out[i].cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 			}
-			out[i].rss = procRSS(os.Getpid())
+			out[i].rss = procstat.RSS(os.Getpid())
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
-		if err != nil {
-			continue
-		}
-		// Fields after the command's closing parenthesis: utime and stime
-		// are the 12th and 13th, in clock ticks (100 per second on Linux).
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 12 {
-			ut, _ := strconv.ParseInt(f[11], 10, 64)
-			st, _ := strconv.ParseInt(f[12], 10, 64)
-			out[i].cpu = time.Duration(ut+st) * 10 * time.Millisecond
-		}
-		out[i].rss = procRSS(p.PID)
+		out[i].cpu = procstat.CPU(p.PID)
+		out[i].rss = procstat.RSS(p.PID)
 	}
 	return out
-}
-
-func procRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 func loadAvg() string {
