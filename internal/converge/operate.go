@@ -81,6 +81,12 @@ func (p marmot) operate(ctx context.Context, t *txn, in input) error {
 	if errors.As(err, &f) {
 		rec := req.Record(schema.OperationFailed, at)
 		rec.Category = f.cat
+		if req.Kind == schema.OpSendMessage && !errors.Is(err, clientstore.ErrNotFound) {
+			// SEND: the client's message failed. Refused before
+			// encryption, it has no MLS message id: the operation id
+			// names it, as the API's answer did; the record says why.
+			t.emit(req.ClientID, req.ID, project.StatusChanged(t.g.GroupID, req.ID, schema.StatusUnpublished, schema.StatusFailed))
+		}
 		return t.opRecord(rec)
 	}
 	if err != nil {

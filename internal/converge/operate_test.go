@@ -462,3 +462,38 @@ func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
 		})
 	}
 }
+
+// Issue 19, SEND via EVENT (message.status_changed): a send that fails
+// tells its client so from the fabric's own state, unpublished → failed.
+// Refused before encryption, it made no MLS message: the event names the
+// operation id as the message id (the id the app holds from the API's
+// answer), and the operation record says why (unknown_group), naming no
+// message and sending nothing.
+func TestFailedSendIsStatusFailed(t *testing.T) {
+	e := newEnv(t)
+	e.worker("w1", nil)
+	h := e.register(sha256.Sum256([]byte("host")), 1)
+	outsider := e.register(sha256.Sum256([]byte("outsider")), 1)
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID})
+	group := bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: outsider.rec.ClientID, GroupID: group, Payload: textOf(t, "not a member")})
+	rec := e.operation(send, schema.OperationFailed)
+	if rec.Category != schema.CategoryUnknownGroup || len(rec.MessageIDs) != 0 {
+		t.Fatalf("failed send record %+v", rec)
+	}
+	ev := e.waitEvents(outsider.rec.ClientID, 1)
+	sc := ev[0].Event.MessageStatusChanged
+	if sc == nil || !sc.GroupID.Equal(group) || !sc.MessageID.Equal(send) ||
+		sc.Previous != schema.StatusUnpublished || sc.Current != schema.StatusFailed {
+		t.Fatalf("event %s, want message.status_changed unpublished → failed naming the operation", describe(ev[0].Event))
+	}
+	e.outboundMsgs(group, 0)
+	// A refused operation of another kind is no message: no event.
+	leave := e.operate(bus.OperationRequest{Kind: schema.OpLeave, ClientID: outsider.rec.ClientID, GroupID: group})
+	e.operation(leave, schema.OperationFailed)
+	if evs := e.events(outsider.rec.ClientID); len(evs) != 1 {
+		t.Fatalf("outsider's events %v, want only the send's status", kinds(evs))
+	}
+}
