@@ -139,8 +139,7 @@ func runLoad(o options) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration)
 	defer cancel()
-	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("load average before: %s", load)
+	fmt.Printf("load average before: %s\n", procstat.LoadAverage())
 	results := map[string][]result{}
 	for r := range lo.rounds {
 		for _, n := range counts {
@@ -158,8 +157,7 @@ func runLoad(o options) error {
 			}
 		}
 	}
-	load, _ = os.ReadFile("/proc/loadavg")
-	fmt.Printf("load average after: %s", load)
+	fmt.Printf("load average after: %s\n", procstat.LoadAverage())
 	fmt.Printf("\nmedians over %d rounds [min–max]\n", lo.rounds)
 	for _, n := range counts {
 		for _, sys := range systems {

@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -221,7 +220,7 @@ func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, erro
 	r := Report{
 		Workload: w, Sent: sent, Expected: int(expected), Delivered: int(deliver.Load()), Lagged: int(lagged.Load()),
 		Elapsed: elapsed, P50: quantile(lat, 0.5), P99: quantile(lat, 0.99), P999: quantile(lat, 0.999),
-		LoadAvg: loadAvg(),
+		LoadAvg: procstat.LoadAverage(),
 	}
 	for i, p := range t.Processes {
 		r.Roles = append(r.Roles, RoleUsage{Role: p.Role, CPU: after[i].cpu - before[i].cpu, RSSBytes: after[i].rss})
@@ -408,18 +407,6 @@ func usage(ps []Process) []procUsage {
 		out[i].rss = procstat.RSS(p.PID)
 	}
 	return out
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // Print writes the report as a table.

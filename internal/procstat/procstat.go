@@ -1,6 +1,6 @@
 // Package procstat reads what a process has used from Linux's /proc, for
-// the load commands: its CPU time and its resident set. Elsewhere both
-// read as zero.
+// the load commands: its CPU time and its resident set, and the machine's
+// load average. Elsewhere they read as zero and "unknown".
 package procstat
 
 import (
@@ -42,4 +42,18 @@ func RSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// LoadAverage is the machine's 1, 5 and 15 minute load averages as Linux
+// prints them, or "unknown"; load commands print it beside their figures.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -23,6 +23,8 @@ func TestMain(m *testing.M) {
 }
 
 // setup starts an embedded server and returns a JetStream context on it.
+// It is not natstest.Start: natstest provisions with this package, so these
+// tests, which check that provisioning, start the server bare.
 func setup(t *testing.T) (context.Context, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
