@@ -13,6 +13,7 @@
 //	-snapshot-every    transactions between member state writes (default 1)
 //	-message-retention how long a message stays readable (default 0: until deleted, expired or invalidated)
 //	-max-batch         the NATS servers' atomic batch limit in messages (default 1000)
+//	-key-package-pool  KeyPackages a hosted client holds again after a join consumed one (default 1)
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
 // The master key (64 hex digits) opens the sealed installations and member
@@ -36,6 +37,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/converge"
 	"github.com/fabric-mls/fabric/internal/engine"
@@ -65,6 +67,7 @@ type options struct {
 	snapshotEvery   int
 	retention       time.Duration
 	maxBatch        int
+	keyPackagePool  int
 	masterKeyFile   string
 }
 
@@ -82,6 +85,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Duration(fs, &errs, &o.retention, "message-retention", 0, "how long a message stays readable through the read API (0: until deleted, expired or invalidated)")
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", bus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
+	config.Int(fs, &errs, &o.keyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	if err := config.Parse(fs, args); err != nil {
 		return o, nil, err
@@ -96,6 +100,9 @@ func parse(args []string) (options, []byte, error) {
 	}
 	if o.maxBatch < 2 {
 		errs.Addf("-max-batch: %d; use 2 or more (events and a checkpoint)", o.maxBatch)
+	}
+	if o.keyPackagePool < 1 || o.keyPackagePool > clientstore.MaxKeyPackages {
+		errs.Addf("-key-package-pool: %d; use 1 to %d", o.keyPackagePool, clientstore.MaxKeyPackages)
 	}
 	if _, err := parsePartitions(o.partitions); err != nil {
 		errs.Addf("-partitions: %v", err)
@@ -174,6 +181,7 @@ func run(args []string, log *slog.Logger) error {
 		SnapshotEvery:    o.snapshotEvery,
 		MessageRetention: o.retention,
 		MaxBatch:         o.maxBatch,
+		KeyPackagePool:   o.keyPackagePool,
 		Metrics:          converge.NewMetrics(reg),
 		Logger:           log,
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -37,8 +38,13 @@ func TestConfigErrors(t *testing.T) {
 	}
 	t.Setenv("FABRIC_MASTER_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
 	o, key, err := parse([]string{"-worker-id", "w1", "-partitions", "0-7"})
-	if err != nil || len(key) != 32 || o.workerID != "w1" {
+	if err != nil || len(key) != 32 || o.workerID != "w1" || o.keyPackagePool != 1 {
 		t.Fatalf("parse: %v", err)
+	}
+	for _, bad := range []string{"0", "101"} {
+		if _, _, err := parse([]string{"-key-package-pool", bad}); err == nil || !strings.Contains(err.Error(), "-key-package-pool") {
+			t.Fatalf("-key-package-pool %s: %v", bad, err)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/allinone"
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/ops"
 )
@@ -43,11 +44,15 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.Int(fs, &errs, &o.HTTPLimits.MaxConns, "max-conns", 0, "open HTTP connections, WebSockets included (0: the open-file limit less a reserve for NATS and JetStream, -1: none)")
 	config.Int(fs, &errs, &o.HTTPLimits.MaxConnsPerAddr, "max-conns-per-addr", ops.DefaultMaxConnsPerAddr, "open HTTP connections of one remote address (-1: none)")
 	config.Duration(fs, &errs, &o.HTTPLimits.IdleTimeout, "idle-timeout", ops.DefaultIdleTimeout, "how long an idle keep-alive HTTP connection stays open")
+	config.Int(fs, &errs, &o.KeyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	config.ValidateListen(&errs, o.Listen)
 	config.ValidateListen(&errs, o.NATSListen)
+	if o.KeyPackagePool < 1 || o.KeyPackagePool > clientstore.MaxKeyPackages {
+		errs.Addf("-key-package-pool: %d; use 1 to %d", o.KeyPackagePool, clientstore.MaxKeyPackages)
+	}
 	if o.Production || authFlags.SecretFile != "" || os.Getenv("FABRIC_JWT_SECRET") != "" {
 		o.JWTSecret = config.Secret(&errs, "FABRIC_JWT_SECRET", authFlags.SecretFile, auth.MinSecretLen)
 	}

@@ -79,6 +79,10 @@ type Options struct {
 	// ConvergeNow is converge's clock (converge.Config.Now), time.Now when
 	// nil: tests of disappearing messages (META-063) hold it.
 	ConvergeNow func() time.Time
+	// KeyPackagePool is converge's KeyPackage pool size
+	// (converge.Config.KeyPackagePool): clientstore.DefaultKeyPackagePool
+	// when zero.
+	KeyPackagePool int
 	// HTTPLimits bound the HTTP connections (idle timeout, a total and a
 	// per-address bound); the total defaults to the descriptor limit less
 	// a reserve for NATS and JetStream's files.
@@ -217,7 +221,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, Metrics: converge.NewMetrics(reg), Logger: o.Logger, Now: o.ConvergeNow})
+	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, KeyPackagePool: o.KeyPackagePool, Metrics: converge.NewMetrics(reg), Logger: o.Logger, Now: o.ConvergeNow})
 	if err != nil {
 		return nil, err
 	}

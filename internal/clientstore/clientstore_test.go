@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -762,7 +763,7 @@ func TestConsumeKeyPackageRetiresOnlyThatOne(t *testing.T) {
 	}
 	ctx := context.Background()
 	for range 2 {
-		if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, ci.ClientID, used); err != nil {
+		if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, ci.ClientID, used, DefaultKeyPackagePool); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := s.Lookup(ctx, tenant, ci.ClientID)
@@ -787,7 +788,69 @@ func TestConsumeKeyPackageRetiresOnlyThatOne(t *testing.T) {
 		}
 	}
 	// A client that is gone has nothing to retire.
-	if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, strings.Repeat("ab", 32), used); err != nil {
+	if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, strings.Repeat("ab", 32), used, DefaultKeyPackagePool); err != nil {
 		t.Fatalf("unknown client: %v", err)
+	}
+}
+
+// Issue 19: the KeyPackage pool refills itself when a join consumes one.
+// Retiring the used KeyPackage tops the client up to the pool's size with
+// fresh KeyPackages, each indexed to the client and listed by GET
+// …/key-packages beside the ones it still held; the used one is listed
+// nowhere. Retiring it again (a retried transaction) makes nothing new.
+func TestConsumedKeyPackageRefillsThePool(t *testing.T) {
+	e := newEnv(t)
+	s, srv := e.store()
+	ci := register(t, srv, tenant, RegisterRequest{InboxID: inboxOf(4)})
+	used, err := engine.KeyPackageRef(ci.KeyPackages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func() [][]byte {
+		t.Helper()
+		var ans KeyPackagesAnswer
+		if status, raw := do(t, http.MethodGet, clientURL(srv.URL, tenant, ci.ClientID)+"/key-packages", adminToken(t, tenant), nil, &ans); status != http.StatusOK {
+			t.Fatalf("GET key-packages: %d %s", status, raw)
+		}
+		var refs [][]byte
+		for _, kp := range ans.KeyPackages {
+			ref, err := engine.KeyPackageRef(kp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs = append(refs, ref)
+		}
+		return refs
+	}
+	if refs := listed(); len(refs) != 1 || !bytes.Equal(refs[0], used) {
+		t.Fatalf("before the join GET lists %d KeyPackages, want the registered one", len(refs))
+	}
+	const pool = 3
+	ctx := context.Background()
+	var first [][]byte
+	for i := range 2 {
+		if err := ConsumeKeyPackage(ctx, s.Clients(), e.vault, tenant, ci.ClientID, used, pool); err != nil {
+			t.Fatal(err)
+		}
+		refs := listed()
+		if len(refs) != pool {
+			t.Fatalf("after the join GET lists %d KeyPackages, want the pool's %d", len(refs), pool)
+		}
+		for _, ref := range refs {
+			if bytes.Equal(ref, used) {
+				t.Fatal("the used KeyPackage is still listed")
+			}
+			if id, err := LookupKeyPackage(ctx, s.Clients(), tenant, hex.EncodeToString(ref)); err != nil || id != ci.ClientID {
+				t.Fatalf("fresh KeyPackage index: %q %v", id, err)
+			}
+		}
+		if i == 0 {
+			first = refs
+		} else if !slices.EqualFunc(first, refs, bytes.Equal) {
+			t.Fatal("retiring the same KeyPackage again changed the pool")
+		}
+	}
+	if _, err := LookupKeyPackage(ctx, s.Clients(), tenant, hex.EncodeToString(used)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("used KeyPackage still indexed: %v", err)
 	}
 }

@@ -217,6 +217,10 @@ func (s *Store) installation(account []byte, imp *ImportMaterial) (*engine.Insta
 
 // indexKeyPackages records <tenant>.kp.<ref> → client for each KeyPackage.
 func (s *Store) indexKeyPackages(ctx context.Context, tenant, clientID string, kps [][]byte) error {
+	return indexKeyPackages(ctx, s.clients, tenant, clientID, kps)
+}
+
+func indexKeyPackages(ctx context.Context, kv jetstream.KeyValue, tenant, clientID string, kps [][]byte) error {
 	for _, kp := range kps {
 		ref, err := engine.KeyPackageRef(kp)
 		if err != nil {
@@ -226,7 +230,7 @@ func (s *Store) indexKeyPackages(ctx context.Context, tenant, clientID string, k
 		if err != nil {
 			return fmt.Errorf("clientstore: key package key: %w", err)
 		}
-		if _, err := s.clients.Put(ctx, key, []byte(clientID)); err != nil {
+		if _, err := kv.Put(ctx, key, []byte(clientID)); err != nil {
 			return fmt.Errorf("clientstore: index key package: %w", err)
 		}
 	}
@@ -311,6 +315,21 @@ func (s *Store) keyPackages(r *http.Request, c call) (int, any, error) {
 	ans := KeyPackagesAnswer{KeyPackages: make([]schema.Bytes, len(kps))}
 	for i, kp := range kps {
 		ans.KeyPackages[i] = kp
+	}
+	return http.StatusOK, ans, nil
+}
+
+// listKeyPackages answers GET …/key-packages: the client's pool, every
+// KeyPackage it holds that no join has consumed, in KeyPackageRef order.
+func (s *Store) listKeyPackages(_ *http.Request, c call) (int, any, error) {
+	inst, err := s.vault.Open(c.client.Installation)
+	if err != nil {
+		return 0, nil, fmt.Errorf("clientstore: open installation: %w", err)
+	}
+	ans := KeyPackagesAnswer{KeyPackages: []schema.Bytes{}}
+	for _, ref := range inst.KeyPackageRefs() {
+		kp, _ := inst.KeyPackageMessage(ref)
+		ans.KeyPackages = append(ans.KeyPackages, kp)
 	}
 	return http.StatusOK, ans, nil
 }

@@ -154,6 +154,7 @@ func (s *Store) Handler() http.Handler {
 //	GET  /v1/tenants/{tenant}/clients
 //	GET  /v1/tenants/{tenant}/clients/{client_id}
 //	POST /v1/tenants/{tenant}/clients/{client_id}/key-packages
+//	GET  /v1/tenants/{tenant}/clients/{client_id}/key-packages
 //	PUT  /v1/tenants/{tenant}/clients/{client_id}/consent
 //	GET  /v1/tenants/{tenant}/clients/{client_id}/consent/{entity_kind}/{entity}
 //	PUT  /v1/tenants/{tenant}/clients/{client_id}/hmac-keys
@@ -167,6 +168,7 @@ func (s *Store) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+c, s.handle(s.listClients))
 	mux.HandleFunc("GET "+c+"/{client_id}", s.handle(s.getClient))
 	mux.HandleFunc("POST "+c+"/{client_id}/key-packages", s.handle(s.keyPackages))
+	mux.HandleFunc("GET "+c+"/{client_id}/key-packages", s.handle(s.listKeyPackages))
 	mux.HandleFunc("PUT "+c+"/{client_id}/consent", s.handle(s.putConsent))
 	mux.HandleFunc("GET "+c+"/{client_id}/consent/{entity_kind}/{entity}", s.handle(s.getConsent))
 	mux.HandleFunc("PUT "+c+"/{client_id}/hmac-keys", s.handle(s.putHMACKey))

@@ -16,13 +16,14 @@ import (
 type kvDirectory struct {
 	kv    jetstream.KeyValue
 	vault *engine.Vault // nil without EngineMLS: nothing to retire
+	pool  int           // Config.KeyPackagePool
 }
 
 func (d kvDirectory) consumeKeyPackage(ctx context.Context, tenant, clientID string, ref []byte) error {
 	if d.vault == nil {
 		return nil
 	}
-	if err := clientstore.ConsumeKeyPackage(ctx, d.kv, d.vault, tenant, clientID, ref); err != nil {
+	if err := clientstore.ConsumeKeyPackage(ctx, d.kv, d.vault, tenant, clientID, ref, d.pool); err != nil {
 		return fmt.Errorf("retire key package: %w", err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"testing"
@@ -65,5 +66,64 @@ func TestJoinRetiresItsKeyPackage(t *testing.T) {
 	}
 	if evs := e.waitEvents(h.rec.ClientID, 1); len(evs) != 1 {
 		t.Fatalf("%d events, want only the first join", len(evs))
+	}
+}
+
+// Issue 19: a KeyPackage pool that refills itself when a join consumes
+// one. With a pool of three, the client's one KeyPackage is consumed by a
+// join and the client holds three fresh ones again, each routed to it; a
+// Welcome of another group to one of them joins the client too.
+func TestJoinRefillsKeyPackagePool(t *testing.T) {
+	e := newEnv(t)
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	const pool = 3
+	e.worker("w1", func(c *Config) { c.KeyPackagePool = pool })
+	used := must[[]byte](t)(engine.KeyPackageRef(h.kps[0]))
+
+	_, welcome := e.invited(peer(t, "alice"), h)
+	e.publish(welcome)
+	e.waitEvents(h.rec.ClientID, 1)
+	held := func() [][]byte {
+		rec, err := e.store.Lookup(e.ctx, tenant, h.rec.ClientID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := e.vault.Open(rec.Installation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kps [][]byte
+		for _, ref := range inst.KeyPackageRefs() {
+			if bytes.Equal(ref, used) {
+				return nil
+			}
+			kp, _ := inst.KeyPackageMessage(ref)
+			kps = append(kps, kp)
+		}
+		return kps
+	}
+	var fresh [][]byte
+	for deadline := time.Now().Add(10 * time.Second); len(fresh) != pool; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the client holds %d KeyPackages after the join, want the pool's %d without the used one", len(fresh), pool)
+		}
+		fresh = held()
+	}
+	for _, kp := range fresh {
+		ref := must[[]byte](t)(engine.KeyPackageRef(kp))
+		if id, err := clientstore.LookupKeyPackage(e.ctx, e.store.Clients(), tenant, hex.EncodeToString(ref)); err != nil || id != h.rec.ClientID {
+			t.Fatalf("a fresh KeyPackage's index: %q %v", id, err)
+		}
+	}
+
+	// A second group invites one of the fresh KeyPackages.
+	second := hosted{rec: h.rec, kps: fresh[1:2]}
+	_, again := e.invited(peer(t, "carol"), second)
+	e.publish(again)
+	if o := e.settledOutcome(again.ID); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("Welcome to a fresh KeyPackage: %+v", o)
+	}
+	if j := e.waitEvents(h.rec.ClientID, 2)[1].Event.ConversationJoined; j == nil || j.Origin != schema.OriginWelcomed {
+		t.Fatal("the client did not join from the Welcome to a fresh KeyPackage")
 	}
 }

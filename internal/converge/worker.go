@@ -16,6 +16,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
 )
 
@@ -77,6 +78,11 @@ type Config struct {
 	// bus.DefaultMaxBatch (the servers' default) when zero; it must
 	// not exceed what the servers allow.
 	MaxBatch int
+	// KeyPackagePool is how many unconsumed KeyPackages a hosted client
+	// holds again after a join consumed one (issue 19): fresh ones are
+	// made when it holds fewer. clientstore.DefaultKeyPackagePool when
+	// zero, at most clientstore.MaxKeyPackages.
+	KeyPackagePool int
 	// Metrics receives measurements; a fresh unregistered set when nil.
 	Metrics *Metrics
 	// Logger receives diagnostics; slog.Default when nil.
@@ -166,6 +172,12 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = bus.DefaultMaxBatch
 	}
+	if cfg.KeyPackagePool <= 0 {
+		cfg.KeyPackagePool = clientstore.DefaultKeyPackagePool
+	}
+	if cfg.KeyPackagePool > clientstore.MaxKeyPackages {
+		return nil, fmt.Errorf("converge: key package pool %d above %d", cfg.KeyPackagePool, clientstore.MaxKeyPackages)
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
@@ -195,6 +207,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if e, ok := cfg.MLS.(EngineMLS); ok {
 		w.vault, w.dir.vault = e.Vault, e.Vault
 	}
+	w.dir.pool = cfg.KeyPackagePool
 	// A blob part leaves room under the server's max_payload for the
 	// message's subject and headers.
 	w.partBytes = max(int(cfg.JS.Conn().MaxPayload())-blobPartHeadroom, minBlobPart)
