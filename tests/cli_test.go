@@ -24,17 +24,18 @@ func TestCommandLineHelpAndErrorsFollowConventions(t *testing.T) {
 		if code != 0 {
 			t.Errorf("fabric %s: exit status %d", strings.Join(args, " "), code)
 		}
-		for _, cmd := range []string{"run", "provision", "demo", "tail", "load", "help"} {
+		for _, cmd := range []string{"run", "provision", "demo", "tail", "load", "bridge", "help"} {
 			if !strings.Contains(out, "\n  "+cmd+" ") {
 				t.Errorf("fabric %s does not list %s on a line of its own:\n%s", strings.Join(args, " "), cmd, out)
 			}
 		}
 	}
-	for _, args := range [][]string{{"tail", "-h"}, {"help", "tail"}, {"run", "-h"}, {"help", "run"}} {
+	for _, args := range [][]string{{"tail", "-h"}, {"help", "tail"}, {"run", "-h"}, {"help", "run"}, {"bridge", "-h"}} {
 		out, code := runToExit(t, fabric, nil, args...)
-		want := map[string]string{"tail": "-client", "run": "-nats-listen"}[args[len(args)-1]]
+		flags := map[string]string{"tail": "-client", "run": "-nats-listen", "bridge": "-to"}
+		want := flags[args[len(args)-1]]
 		if args[1] == "-h" {
-			want = map[string]string{"tail": "-client", "run": "-nats-listen"}[args[0]]
+			want = flags[args[0]]
 		}
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("fabric %s: exit status %d, want 0 and the flag %s:\n%s", strings.Join(args, " "), code, want, out)
@@ -49,6 +50,7 @@ func TestCommandLineHelpAndErrorsFollowConventions(t *testing.T) {
 		{"fabric", []string{"tail", "-bogus"}, "-bogus"},
 		{"fabric", []string{"bogus"}, `"bogus"`},
 		{"fabric", []string{"tail", "stray"}, `"stray"`},
+		{"fabric", []string{"bridge", "-bogus"}, "-bogus"},
 		{"ingest", []string{"-bogus"}, "-bogus"},
 		{"converge", []string{"-bogus"}, "-bogus"},
 		{"fanout", []string{"-bogus"}, "-bogus"},

@@ -300,6 +300,10 @@ func (f *Fabric) Token(ttl time.Duration, scopes ...auth.Scope) (string, error) 
 	return auth.Mint(f.secret, auth.Claims{Tenant: DevTenant, Scopes: scopes, Clients: []string{auth.AllClients}, ExpiresAt: time.Now().Add(ttl)})
 }
 
+// DataDir is the fabric's data directory (Options.DataDir): its
+// generated secrets and NATS passwords (NATSPasswordFile) are there.
+func (f *Fabric) DataDir() string { return f.opts.DataDir }
+
 // Stopped is closed when the fabric has stopped; Err then says why.
 func (f *Fabric) Stopped() <-chan struct{} { return f.stopped }
 

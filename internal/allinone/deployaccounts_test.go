@@ -44,6 +44,9 @@ func deployPermissions() map[string]*server.Permissions {
 	}
 	api.Publish = &server.SubjectPermission{Allow: pub}
 	perms[UserAPI] = &api
+	// A bridge is per tenant and per destination: docs/outbound.md gives
+	// its user; the deploy runs none.
+	delete(perms, UserBridge)
 	return perms
 }
 

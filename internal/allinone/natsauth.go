@@ -22,10 +22,11 @@ const (
 	UserAPI      = "api"      // client registration, the client stores, signals
 	UserConverge = "converge" // MLS, events, checkpoints, converge state
 	UserFanout   = "fanout"   // the gateway: reads events
+	UserBridge   = "bridge"   // fabric bridge: reads the outbound subjects
 )
 
 // NATSUsers are every user the embedded server knows.
-var NATSUsers = []string{UserAdmin, UserIngest, UserAPI, UserConverge, UserFanout}
+var NATSUsers = []string{UserAdmin, UserIngest, UserAPI, UserConverge, UserFanout, UserBridge}
 
 // InboxPrefix is the reply-subject prefix of user's connections.
 func InboxPrefix(user string) string { return "_INBOX_" + user }
@@ -161,5 +162,23 @@ func rolePermissions() map[string]*server.Permissions {
 			// whether a client exists: its record only (<tenant>.<client>),
 			// whose private parts the gateway cannot unseal
 			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketClients) + "." + streams.KVSubject(streams.BucketClients, "*.*")}),
+		UserBridge: bridgePermissions(in(UserBridge), outbound),
+	}
+}
+
+// bridgePermissions let fabric bridge (internal/bridge) create its durable
+// consumers on FABRIC_EVENTS, of any name but filtered to outbound subjects
+// only (the filter is part of the create subject), and read and
+// acknowledge them; never ingest's consumer, never the events.
+func bridgePermissions(inbox []string, ingestOutbound string) *server.Permissions {
+	consumers := streams.StreamEvents + ".*"
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{
+			Allow: []string{bus.PermConsumerCreate + consumers + "." + subject.OutboundPattern, bus.PermConsumerInfo + consumers,
+				bus.PermConsumerNext + consumers, bus.PermAck + consumers + ".>"},
+			Deny: []string{bus.PermConsumerCreate + ingestOutbound + ".>", bus.PermConsumerInfo + ingestOutbound,
+				bus.PermConsumerNext + ingestOutbound, bus.PermAck + ingestOutbound + ".>"},
+		},
+		Subscribe: &server.SubjectPermission{Allow: inbox},
 	}
 }

@@ -1,0 +1,261 @@
+package bridge
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// destination is a fake transport endpoint: answer decides each post's
+// status from the payloads it carries; what it answers 200 is recorded.
+type destination struct {
+	*httptest.Server
+	mu       sync.Mutex
+	posts    int
+	accepted []string // payloads, in the order answered 200
+	answer   func(post int, payloads []string) (status int, code string)
+}
+
+func newDestination(t *testing.T, answer func(post int, payloads []string) (int, string)) *destination {
+	d := &destination{answer: answer}
+	d.Server = httptest.NewServer(http.HandlerFunc(d.serve))
+	t.Cleanup(d.Close)
+	return d
+}
+
+func (d *destination) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/tenants/dev/transport" || r.Header.Get("Authorization") != "Bearer tok" || r.Header.Get("Content-Type") != "application/msgpack" {
+		http.Error(w, "bad request line", http.StatusTeapot)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var batch map[string][]msgpack.RawMessage
+	if err := msgpack.Unmarshal(body, &batch); err != nil || len(batch) != 1 {
+		http.Error(w, "not a batch", http.StatusTeapot)
+		return
+	}
+	var payloads []string
+	for _, raw := range batch["messages"] {
+		var tm schema.TransportMessage
+		if err := tm.UnmarshalMsgpack(raw); err != nil {
+			http.Error(w, "not a transport message", http.StatusTeapot)
+			return
+		}
+		payloads = append(payloads, string(tm.Payload))
+	}
+	d.mu.Lock()
+	d.posts++
+	status, code := d.answer(d.posts, payloads)
+	if status == http.StatusOK {
+		d.accepted = append(d.accepted, payloads...)
+	}
+	d.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.WriteHeader(status)
+	if status != http.StatusOK {
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": "refused by the test"}})
+		return
+	}
+	results := make([]result, len(payloads))
+	for i, p := range payloads {
+		id := sha256.Sum256([]byte(p))
+		results[i] = result{MessageID: id[:], Status: schema.OutcomeStatus("queued")}
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
+}
+
+func (d *destination) got() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.accepted)
+}
+
+// publishOutbound stores payloads on the dev tenant's outbound subject of
+// one group, as converge does.
+func publishOutbound(t *testing.T, env *natstest.Env, payloads ...string) {
+	t.Helper()
+	for _, p := range payloads {
+		tm := schema.TransportMessage{V: schema.TransportVersion, Group: []byte{0x0f, 0xf0}, Kind: schema.TransportMLS, Payload: []byte(p)}
+		b, err := tm.MarshalMsgpack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sha256.Sum256([]byte(p))
+		msg := &nats.Msg{Subject: "fabric.out.dev.0ff0", Data: b, Header: nats.Header{}}
+		msg.Header.Set(bus.HeaderMessageID, hex.EncodeToString(id[:]))
+		if _, err := env.JS.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type running struct {
+	b      *Bridge
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startBridge(t *testing.T, env *natstest.Env, url string) *running {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	b, err := New(Config{JS: env.JS, Tenant: "dev", Destination: url, Token: func(context.Context) (string, error) { return "tok", nil },
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, AckWait: 2 * time.Second, Registerer: reg,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{b: b, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	select {
+	case <-b.Started():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the bridge made no consumer")
+	}
+	return r
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+	}
+}
+
+// settled reports whether the bridge's consumer has acknowledged (or
+// terminated) every outbound message.
+func settled(t *testing.T, env *natstest.Env) bool {
+	info, err := env.JS.Consumer(context.Background(), streams.StreamEvents, DefaultDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := info.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Stream > 0
+}
+
+// Issue 19, fabric bridge: a post the destination does not take (503,
+// 429) is retried with backoff, the messages held meanwhile; they are
+// acknowledged only once answered, and arrive in the order stored.
+func TestBridgeRetriesUntilTheDestinationAccepts(t *testing.T) {
+	env := natstest.Start(t)
+	dst := newDestination(t, func(post int, _ []string) (int, string) {
+		switch post {
+		case 1:
+			return http.StatusServiceUnavailable, "unavailable"
+		case 2:
+			return http.StatusTooManyRequests, "rate_limited"
+		}
+		return http.StatusOK, ""
+	})
+	publishOutbound(t, env, "m1", "m2", "m3")
+	r := startBridge(t, env, dst.URL)
+	eventually(t, "the destination accepted three messages", func() bool { return len(dst.got()) == 3 })
+	if got := dst.got(); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("the destination accepted %q", got)
+	}
+	eventually(t, "every message acknowledged", func() bool { return settled(t, env) })
+	publishOutbound(t, env, "m4")
+	eventually(t, "the next message forwarded", func() bool { return len(dst.got()) == 4 })
+	if n := testutil.ToFloat64(r.b.metrics.retries.WithLabelValues("unavailable")); n != 1 {
+		t.Errorf("retries after a 503: %v", n)
+	}
+	if n := testutil.ToFloat64(r.b.metrics.retries.WithLabelValues("rate_limited")); n != 1 {
+		t.Errorf("retries after a 429: %v", n)
+	}
+	if n := testutil.ToFloat64(r.b.metrics.messages.WithLabelValues("queued", "")); n != 4 {
+		t.Errorf("fabric_bridge_messages_total queued: %v", n)
+	}
+}
+
+// A batch the destination refuses as a request (400) is posted again one
+// message at a time: only the message refused is dropped, counted by its
+// code; the others arrive in order and the bridge goes on.
+func TestBridgeDropsOnlyTheMessageRefused(t *testing.T) {
+	env := natstest.Start(t)
+	dst := newDestination(t, func(_ int, payloads []string) (int, string) {
+		if slices.Contains(payloads, "bad") {
+			return http.StatusBadRequest, "bad_request"
+		}
+		return http.StatusOK, ""
+	})
+	publishOutbound(t, env, "m1", "bad", "m2")
+	r := startBridge(t, env, dst.URL)
+	eventually(t, "every message settled", func() bool { return settled(t, env) && len(dst.got()) == 2 })
+	if got := dst.got(); !slices.Equal(got, []string{"m1", "m2"}) {
+		t.Fatalf("the destination accepted %q", got)
+	}
+	if n := testutil.ToFloat64(r.b.metrics.refused.WithLabelValues("bad_request")); n != 1 {
+		t.Errorf("fabric_bridge_refused_total bad_request: %v", n)
+	}
+}
+
+// A destination that refuses the bridge itself (401: the token) stops it
+// with an error naming the refusal; nothing is acknowledged, so a bridge
+// started with the right token forwards every message.
+func TestBridgeStopsWhenTheDestinationRefusesItsToken(t *testing.T) {
+	env := natstest.Start(t)
+	var allow sync.Mutex
+	refuse := true
+	dst := newDestination(t, func(int, []string) (int, string) {
+		allow.Lock()
+		defer allow.Unlock()
+		if refuse {
+			return http.StatusUnauthorized, "unauthenticated"
+		}
+		return http.StatusOK, ""
+	})
+	publishOutbound(t, env, "m1", "m2")
+	r := startBridge(t, env, dst.URL)
+	var err error
+	select {
+	case err = <-r.done:
+		r.done <- err // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("the bridge went on after a 401")
+	}
+	var refused *RefusedError
+	if !errors.As(err, &refused) || refused.Status != http.StatusUnauthorized || refused.Code != "unauthenticated" || !refused.Fatal() {
+		t.Fatalf("Run returned %v, want the 401 refusal", err)
+	}
+	allow.Lock()
+	refuse = false
+	allow.Unlock()
+	startBridge(t, env, dst.URL)
+	eventually(t, "both messages forwarded after the fix", func() bool { return len(dst.got()) == 2 && settled(t, env) })
+}
