@@ -185,7 +185,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
 				b.log.Warn("bridge: fetch", "err", err)
-				_ = sleep(ctx, time.Second)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 			}
 			continue
 		}
@@ -334,8 +337,10 @@ func (b *Bridge) post(ctx context.Context, chunk []jetstream.Msg) error {
 		for _, m := range chunk {
 			_ = m.InProgress()
 		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, b.cfg.MaxBackoff)
 	}
@@ -347,15 +352,4 @@ type result struct {
 	MessageID schema.Bytes         `json:"message_id"`
 	Status    schema.OutcomeStatus `json:"status"`
 	Category  schema.Category      `json:"category,omitempty"`
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
