@@ -34,7 +34,22 @@ func (s *Service) startOutbound(ctx context.Context) (jetstream.Consumer, error)
 // stores an input once (its subject is its dedup record), so a message
 // submitted twice (a lost ack, two ingests) is stored once. A message that
 // cannot be stored now is left unacknowledged and comes again.
-func (s *Service) runOutbound(ctx context.Context, c jetstream.Consumer) {
+//
+// The consumer is created here, retried until it is, not in Start: a
+// clustered meta leader under load can take longer than one API timeout,
+// and intake does not wait on it (an outbound message waits in its stream).
+func (s *Service) runOutbound(ctx context.Context) {
+	var c jetstream.Consumer
+	for c == nil {
+		var err error
+		if c, err = s.startOutbound(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("ingest: outbound consumer, retrying", "err", err)
+			_ = sleepCtx(ctx, time.Second)
+		}
+	}
 	for ctx.Err() == nil {
 		batch, err := c.Fetch(outboundBatch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {

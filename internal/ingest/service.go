@@ -140,16 +140,8 @@ func (s *Service) Start(ctx context.Context) error {
 		stop()
 		return fmt.Errorf("ingest: %w", err)
 	}
-	outbound, err := s.startOutbound(ctx)
-	if err != nil {
-		_ = kw.Stop()
-		_ = gw.Stop()
-		s.pub.stop()
-		stop()
-		return fmt.Errorf("ingest: outbound consumer: %w", err)
-	}
 	s.bg.Add(4)
-	go func() { defer s.bg.Done(); s.runOutbound(runCtx, outbound) }()
+	go func() { defer s.bg.Done(); s.runOutbound(runCtx) }()
 	go func() { defer s.bg.Done(); s.watchKV(runCtx, kw, s.applyGroupKeys, keysReady) }()
 	go func() { defer s.bg.Done(); s.watchKV(runCtx, gw, s.applyGroup, groupsReady) }()
 	go func() { defer s.bg.Done(); s.runRetries(runCtx) }()
