@@ -173,7 +173,11 @@ func (a *API) siblings(ctx context.Context, c call, rec *readmodel.Conversation)
 	if err != nil {
 		return nil, err
 	}
-	got, err := readmodel.Scan(ctx, a.cfg.JS, streams.StreamEvents, filter, 1, maxSiblings)
+	last, err := readmodel.LastSeq(ctx, a.cfg.JS, streams.StreamEvents, filter)
+	if err != nil {
+		return nil, err
+	}
+	got, err := readmodel.ScanCurrent(ctx, a.cfg.JS, streams.StreamEvents, filter, 1, maxSiblings, last)
 	if err != nil {
 		return nil, err
 	}

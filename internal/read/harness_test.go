@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,9 @@ type fixture struct {
 	reader *client.Reader
 	token  string // scope read
 	data   string // the fabric's data directory
+	// jwtSecret and masterKey are the fabric's, so a test starts another
+	// API instance beside it.
+	jwtSecret, masterKey []byte
 }
 
 func start(t testing.TB) *fixture { return startWith(t, allinone.Options{}) }
@@ -50,6 +54,12 @@ func startWith(t testing.TB, o allinone.Options) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o.DataDir, o.Listen, o.NATSListen, o.Logger = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	for _, k := range []*[]byte{&o.JWTSecret, &o.MasterKey} {
+		if *k == nil {
+			*k = make([]byte, 32)
+			_, _ = rand.Read(*k)
+		}
+	}
 	f, err := allinone.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +78,7 @@ func startWith(t testing.TB, o allinone.Options) *fixture {
 		}
 		return v
 	}
-	fx := &fixture{f: f, data: o.DataDir, token: tok(auth.ScopeRead)}
+	fx := &fixture{f: f, data: o.DataDir, token: tok(auth.ScopeRead), jwtSecret: o.JWTSecret, masterKey: o.MasterKey}
 	fx.api = &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: tok(auth.ScopeAdmin), IngestToken: tok(auth.ScopeIngest)}
 	account := make([]byte, 32)
 	_, _ = rand.Read(account)
@@ -81,6 +91,17 @@ func startWith(t testing.TB, o allinone.Options) *fixture {
 	t.Cleanup(func() { _ = fx.events.Close() })
 	fx.reader = client.NewReader(f.URL, allinone.DevTenant, fx.token)
 	return fx
+}
+
+// heldClock is a converge clock (allinone.Options.ConvergeNow) a test
+// holds: the time held (unix ms), the real time while it holds 0.
+func heldClock(held *atomic.Int64) func() time.Time {
+	return func() time.Time {
+		if ms := held.Load(); ms != 0 {
+			return time.UnixMilli(ms)
+		}
+		return time.Now()
+	}
 }
 
 // post plays transport messages and checks each is queued.

@@ -18,15 +18,18 @@ import (
 // spread, whatever the number of records.
 func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]readmodel.Stored, bool, error) {
 	js := a.cfg.JS
+	// The leader's newest record: every scan below is answered by a copy
+	// that holds it (readmodel.ScanCurrent), so no page misses a change an
+	// event already reported (EVENT-010).
+	last, err := readmodel.LastSeq(ctx, js, streams.StreamEvents, filter)
+	if err != nil || last == 0 {
+		return nil, false, err
+	}
 	hi := upTo
 	if hi == 0 {
-		last, err := readmodel.Last(ctx, a.cfg.JS, filter)
-		if err != nil || last.Seq == 0 {
-			return nil, false, err
-		}
-		hi = last.Seq + 1
+		hi = last + 1
 	}
-	oldest, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, 1, 1)
+	oldest, err := readmodel.ScanCurrent(ctx, js, streams.StreamEvents, filter, 1, 1, last)
 	if err != nil || len(oldest) == 0 || oldest[0].Seq >= hi {
 		return nil, false, err
 	}
@@ -42,7 +45,7 @@ func (a *API) newest(ctx context.Context, filter string, upTo uint64, n int) ([]
 		// Read [l, top) forward, keeping the newest.
 		var part []readmodel.Stored
 		for from := l; from < top; {
-			recs, err := readmodel.Scan(ctx, js, streams.StreamEvents, filter, from, chunk)
+			recs, err := readmodel.ScanCurrent(ctx, js, streams.StreamEvents, filter, from, chunk, last)
 			if err != nil {
 				return nil, false, err
 			}

@@ -67,13 +67,8 @@ func TestMETA063ExpiredMessageReadsExpired(t *testing.T) {
 	// Converge's clock stops before the message is stored and runs again
 	// once it was read delivered: a busy machine processing it after its
 	// expiry (1 s from when the stream stored it) would never deliver it.
-	var held atomic.Int64 // unix ms; 0 for the real time
-	fx := startWith(t, allinone.Options{ConvergeNow: func() time.Time {
-		if ms := held.Load(); ms != 0 {
-			return time.UnixMilli(ms)
-		}
-		return time.Now()
-	}})
+	var held atomic.Int64
+	fx := startWith(t, allinone.Options{ConvergeNow: heldClock(&held)})
 	ch := fx.collect(t)
 	ctx := context.Background()
 	_, a, b := joinedGroup(t, fx, ch, components.Set{Retention: &components.RetentionState{DisappearingSecs: 1}})
@@ -110,15 +105,7 @@ func TestRollbackReadsInvalidatedAndWinnerState(t *testing.T) {
 	ch := fx.collect(t)
 	ctx := context.Background()
 	alice, a, _ := joinedGroup(t, fx, ch, components.Set{Profile: &components.ProfileState{Name: "start"}})
-	other, err := a.Clone()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admins := []components.AccountID{alice.AccountID()}
-	cA, err := a.SetComponents(components.Set{Profile: &components.ProfileState{Name: "loser"}, Admins: admins})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cA, winner := branches(t, alice, a)
 	fx.post(t, cA)
 	await(t, ch, schema.KindMetadataChanged)
 	mA, err := a.SendText("on the branch that loses")
@@ -130,15 +117,7 @@ func TestRollbackReadsInvalidatedAndWinnerState(t *testing.T) {
 	if c, err := fx.reader.Conversation(ctx, fx.hosted.ClientID, a.ID()); err != nil || *c.Components.GroupName != "loser" {
 		t.Fatalf("before the rollback: %+v %v", c, err)
 	}
-	cB1, err := other.SetComponents(components.Set{Profile: &components.ProfileState{Name: "winner"}, Admins: admins})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cB2, err := other.Commit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fx.post(t, cB1, cB2)
+	fx.post(t, winner...)
 	inv := await(t, ch, schema.KindMessageInvalidated)
 	if !bytes.Equal(inv.MessageInvalidated.MessageID, mA.ID) {
 		t.Fatalf("invalidated %x", inv.MessageInvalidated.MessageID)
@@ -156,6 +135,30 @@ func TestRollbackReadsInvalidatedAndWinnerState(t *testing.T) {
 	if err != nil || len(p.Messages) != 1 || p.Messages[0].State != schema.MessageStateInvalidated || p.Messages[0].Content != nil {
 		t.Fatalf("page after the rollback: %+v %v", p, err)
 	}
+}
+
+// branches forks alice's group a: it returns the commit that renames it
+// "loser" on a, and the two commits of a clone of a, the first renaming
+// it "winner": the deeper branch, which wins (Marmot convergence).
+func branches(t testing.TB, alice *testpeer.Peer, a *testpeer.Group) (loser testpeer.Message, winner []testpeer.Message) {
+	t.Helper()
+	other, err := a.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins := []components.AccountID{alice.AccountID()}
+	if loser, err = a.SetComponents(components.Set{Profile: &components.ProfileState{Name: "loser"}, Admins: admins}); err != nil {
+		t.Fatal(err)
+	}
+	w1, err := other.SetComponents(components.Set{Profile: &components.ProfileState{Name: "winner"}, Admins: admins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := other.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loser, []testpeer.Message{w1, w2}
 }
 
 // TestConversationTypesPausedAndFilters: a group and a DM read with their

@@ -7,11 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/refusal"
 )
 
 // Stored is one stored record: its stream sequence, subject and body.
@@ -77,13 +79,85 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, fr
 	return out, nil
 }
 
+// ErrBehind: the copy of a stream that answered a page stayed behind what
+// its leader stored for longer than behindWait.
+var ErrBehind = refusal.New(refusal.Unavailable, "replica_behind", "the stream's copy that answered is behind its leader; retry")
+
+// behindWait bounds how long ScanCurrent asks again for an answer as new
+// as the leader's.
+const behindWait = 2 * time.Second
+
+// LastSeq reads from stream's leader the sequence of its newest message on
+// filter (wildcards allowed); 0 when there is none.
+func LastSeq(ctx context.Context, js jetstream.JetStream, stream, filter string) (uint64, error) {
+	m, err := bus.GetMsg(ctx, js, stream, bus.MsgRequest{LastBySubject: filter})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the leader's last: %w", err)
+	}
+	return m.Sequence, nil
+}
+
+// ScanCurrent is Scan answered by a copy of the stream that holds
+// sequence leaderLast, the newest message on filter the stream's leader
+// stored (LastSeq) before the scan: 0 takes any answer. A batched direct
+// get is answered by any replica, or a mirror with MirrorDirect, and a
+// copy may lag the leader, so a page read once an event arrived could miss
+// the change the event reports (EVENT-010). A copy applies the stream in
+// order, so one that holds leaderLast holds every change before it: an
+// answer that reaches the end of filter without leaderLast came from a
+// copy behind it and is asked again, until behindWait (ErrBehind).
+func ScanCurrent(ctx context.Context, js jetstream.JetStream, stream, filter string, from uint64, n int, leaderLast uint64) ([]Stored, error) {
+	wait, deadline := time.Millisecond, time.Now().Add(behindWait)
+	for {
+		got, err := Scan(ctx, js, stream, filter, from, n)
+		if err != nil || !behind(got, from, leaderLast) {
+			return got, err
+		}
+		if time.Now().After(deadline) {
+			return nil, ErrBehind
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// behind reports whether a scan from sequence from reached the end of its
+// filter without leaderLast. A scan that ends before the end (its last
+// message has more pending: its count or byte bound) shows nothing either
+// way.
+func behind(got []Stored, from, leaderLast uint64) bool {
+	if leaderLast == 0 || leaderLast < from {
+		return false
+	}
+	if len(got) == 0 {
+		return true
+	}
+	end := got[len(got)-1]
+	return end.Pending == 0 && end.Seq < leaderLast
+}
+
 // ScanKV reads up to n entries of a KV bucket whose keys start with
 // prefix + ".", in the order they were last written, at or after bucket
 // sequence from: each Stored's Subject is the rest of its key; a deleted
-// key has no Data.
+// key has no Data. The answer holds every write the bucket's leader had
+// stored under the prefix when the scan began (ScanCurrent).
 func ScanKV(ctx context.Context, js jetstream.JetStream, bucket, prefix string, from uint64, n int) ([]Stored, error) {
 	subj := streams.KVSubject(bucket, prefix+".")
-	got, err := Scan(ctx, js, streams.KVStream(bucket), subj+">", from, n)
+	stream := streams.KVStream(bucket)
+	last, err := LastSeq(ctx, js, stream, subj+">")
+	if err != nil {
+		return nil, err
+	}
+	got, err := ScanCurrent(ctx, js, stream, subj+">", from, n, last)
 	for i := range got {
 		got[i].Subject = strings.TrimPrefix(got[i].Subject, subj)
 	}
