@@ -118,6 +118,7 @@ type result struct {
 	perSec    float64 // delivered events/s
 	cpuPerEv  float64 // µs of server CPU per delivered event
 	gwCPU     float64 // the first process's share
+	genCPU    float64 // µs of the load generator's own CPU (publishers, subscribers) per delivered event
 	p50, p99  time.Duration
 	lagged    int64
 	delivered int64
@@ -133,7 +134,12 @@ func runLoad(o options) error {
 		}
 		counts = append(counts, n)
 	}
-	systems := []system{&fabricSystem{json: o.json, profile: o.profile}}
+	stop, err := startCPUProfile(o.selfProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	systems := []system{&fabricSystem{json: o.json, profile: o.profile, natsProfile: o.natsProfile}}
 	if lo.centrifugo != "" {
 		systems = append(systems, &centrifugoSystem{bin: lo.centrifugo})
 	}
@@ -151,8 +157,8 @@ func runLoad(o options) error {
 				}
 				key := fmt.Sprintf("%s/%d", sys.name(), n)
 				results[key] = append(results[key], res)
-				fmt.Printf("round %d %-10s %6d subs: idle %6.1f KB/sub (first process %5.1f)  %8.0f ev/s  %5.1f µs CPU/ev (first process %5.1f)  p50 %v p99 %v at %d/s  lagged %d\n",
-					r+1, sys.name(), n, res.idleRSS/1024, res.gwRSS/1024, res.perSec, res.cpuPerEv, res.gwCPU,
+				fmt.Printf("round %d %-10s %6d subs: idle %6.1f KB/sub (first process %5.1f)  %8.0f ev/s  %5.1f µs CPU/ev (first process %5.1f, load generator %5.1f)  p50 %v p99 %v at %d/s  lagged %d\n",
+					r+1, sys.name(), n, res.idleRSS/1024, res.gwRSS/1024, res.perSec, res.cpuPerEv, res.gwCPU, res.genCPU,
 					res.p50.Round(10*time.Microsecond), res.p99.Round(10*time.Microsecond), lo.rate, res.lagged)
 			}
 		}
@@ -265,7 +271,8 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	}
 
 	// Throughput: -burst events round-robin, as fast as accepted.
-	cpu0, gw0 := cpuTime(pids), cpuTime(pids[:1])
+	self := []int{os.Getpid()}
+	cpu0, gw0, gen0 := cpuTime(pids), cpuTime(pids[:1]), cpuTime(self)
 	t0 := time.Now()
 	if err := publishLoad(ctx, sys, n, lo.burst, 0, lo.publishers); err != nil {
 		return res, err
@@ -276,6 +283,7 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	res.perSec = float64(res.delivered) / last.Sub(t0).Seconds()
 	res.cpuPerEv = float64(cpuTime(pids)-cpu0) / float64(time.Microsecond) / float64(max(1, res.delivered))
 	res.gwCPU = float64(cpuTime(pids[:1])-gw0) / float64(time.Microsecond) / float64(max(1, res.delivered))
+	res.genCPU = float64(cpuTime(self)-gen0) / float64(time.Microsecond) / float64(max(1, res.delivered))
 	if res.delivered+res.lagged < int64(lo.burst) {
 		return res, fmt.Errorf("%d of %d events delivered", res.delivered+res.lagged, lo.burst)
 	}
@@ -372,15 +380,16 @@ func cpuTime(pids []int) time.Duration {
 
 // fabricSystem is nats-server and the gateway, each a child process.
 type fabricSystem struct {
-	json    bool
-	profile string // the gateway's CPU profile, overwritten by each round
-	secret  []byte
-	nats    *child
-	gw      *child
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	clients []string
-	seq     atomic.Uint64
+	json        bool
+	profile     string // the gateway's CPU profile, overwritten by each round
+	natsProfile string // the nats-server's, likewise
+	secret      []byte
+	nats        *child
+	gw          *child
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	clients     []string
+	seq         atomic.Uint64
 }
 
 func (f *fabricSystem) name() string { return "fabric" }
@@ -388,7 +397,7 @@ func (f *fabricSystem) name() string { return "fabric" }
 func (f *fabricSystem) start(ctx context.Context, n int) error {
 	f.secret = bytes.Repeat([]byte("fanout-load-secret-"), 3)
 	var err error
-	if f.nats, err = startProcess(ctx, f.secret, "-child-nats"); err != nil {
+	if f.nats, err = startProcess(ctx, f.secret, "-child-nats", "-nats-cpuprofile", f.natsProfile); err != nil {
 		return err
 	}
 	if f.nc, err = nats.Connect(f.nats.first); err != nil {
@@ -457,31 +466,48 @@ func (f *fabricSystem) dial(ctx context.Context, i int) (*websocket.Conn, error)
 // credit, well inside the 1024 bound.
 const creditEvery = 256
 
+// Event frames are read as lightly as Centrifugo's pushes are (its frame
+// below): the op and the event id are found in the bytes, not decoded, so
+// both systems' subscribers cost the load generator alike. wire.Append
+// writes op first and event_id before the event.
+var (
+	// eventOp is what follows the map header of an event frame.
+	eventOp = map[wire.Encoding][]byte{
+		wire.Msgpack: wire.Append(wire.Msgpack, nil, &wire.Frame{Op: wire.OpEvent})[1:],
+		wire.JSON:    []byte(`"op":"event"`),
+	}
+	// eventIDKey is what precedes an event id's hex digits.
+	eventIDKey = map[wire.Encoding][]byte{
+		wire.Msgpack: []byte("\xa8event_id\xd9\x40"), // the key, then a str8 of 64 bytes
+		wire.JSON:    []byte(`"event_id":"`),
+	}
+)
+
 func (f *fabricSystem) frame(st *subscriber, b []byte) {
-	fr, err := wire.Decode(f.enc(), b)
-	if err != nil {
+	enc := f.enc()
+	if len(b) < 1 || !bytes.HasPrefix(b[1:], eventOp[enc]) {
+		fr, err := wire.Decode(enc, b)
+		if err == nil && fr.Op == wire.OpSubscribed {
+			st.sub = fr.Sub
+			st.ready()
+		}
 		return
 	}
-	switch fr.Op {
-	case wire.OpSubscribed:
-		st.sub = fr.Sub
-		st.ready()
-	case wire.OpEvent:
-		if fr.EventID == "" { // lagged
-			st.m.lagged.Add(1)
-		} else {
-			stamp, _ := strconv.ParseInt(fr.EventID[:16], 16, 64)
-			st.m.event(stamp)
+	if k := bytes.Index(b, eventIDKey[enc]); k < 0 || len(b) < k+len(eventIDKey[enc])+16 { // lagged
+		st.m.lagged.Add(1)
+	} else {
+		id := b[k+len(eventIDKey[enc]):]
+		stamp, _ := strconv.ParseInt(string(id[:16]), 16, 64)
+		st.m.event(stamp)
+	}
+	if st.uncredited++; st.uncredited >= creditEvery {
+		typ := websocket.MessageBinary
+		if f.json {
+			typ = websocket.MessageText
 		}
-		if st.uncredited++; st.uncredited >= creditEvery {
-			typ := websocket.MessageBinary
-			if f.json {
-				typ = websocket.MessageText
-			}
-			c := wire.Append(f.enc(), nil, &wire.Frame{Op: wire.OpCredit, Sub: st.sub, N: st.uncredited})
-			st.uncredited = 0
-			_ = st.ws.Write(context.Background(), typ, c)
-		}
+		c := wire.Append(enc, nil, &wire.Frame{Op: wire.OpCredit, Sub: st.sub, N: st.uncredited})
+		st.uncredited = 0
+		_ = st.ws.Write(context.Background(), typ, c)
 	}
 }
 
@@ -532,7 +558,12 @@ func (f *fabricSystem) stop() {
 
 // runNATS is the -child-nats process: nats-server with the fabric's
 // streams. It prints its URL and serves until stdin closes.
-func runNATS() error {
+func runNATS(profile string) error {
+	stop, err := startCPUProfile(profile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	ctx := context.Background()
 	ns, _, closeNATS, err := startNATS(ctx)
 	if err != nil {

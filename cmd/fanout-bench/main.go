@@ -68,6 +68,10 @@ type options struct {
 	child   bool
 	natsURL string
 	profile string
+	// natsProfile and selfProfile are the CPU profiles of the -load
+	// nats-server child and of the load generator itself.
+	natsProfile string
+	selfProfile string
 
 	soakMode    bool
 	loadMode    bool
@@ -90,6 +94,8 @@ func main() {
 	flag.BoolVar(&o.child, "child-gateway", false, "internal: run only the gateway")
 	flag.StringVar(&o.natsURL, "nats-url", "", "internal: NATS for -child-gateway")
 	flag.StringVar(&o.profile, "gateway-cpuprofile", "", "write the gateway's CPU profile to this file")
+	flag.StringVar(&o.natsProfile, "nats-cpuprofile", "", "load: write the nats-server child's CPU profile to this file")
+	flag.StringVar(&o.selfProfile, "cpuprofile", "", "load: write the load generator's own CPU profile (publishers and subscribers) to this file")
 	flag.BoolVar(&o.soakMode, "soak", false, "hold -idle-conns connections and -replay-subs resuming subscriptions for -duration while measuring a probe client")
 	flag.IntVar(&o.soak.idleConns, "idle-conns", 20000, "soak: WebSocket connections, the replay ones included")
 	flag.IntVar(&o.soak.replaySubs, "replay-subs", 1000, "soak: subscriptions resuming from after_seq=1")
@@ -124,7 +130,7 @@ func main() {
 	case o.childHolder:
 		err = runHolder(o)
 	case o.childNATS:
-		err = runNATS()
+		err = runNATS(o.natsProfile)
 	case o.loadMode:
 		err = runLoad(o)
 	case o.soakMode:
@@ -142,17 +148,11 @@ func main() {
 // memory after a collection. It prints its address and serves until stdin
 // closes.
 func runGateway(o options) error {
-	if o.profile != "" {
-		f, err := os.Create(o.profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(o.profile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	v, err := auth.NewVerifier([]byte(os.Getenv(envSecret)))
 	if err != nil {
 		return err
@@ -190,6 +190,23 @@ func runGateway(o options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(gerr, srv.Shutdown(ctx))
+}
+
+// startCPUProfile writes this process's CPU profile to path until stop;
+// nothing when path is empty.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 type memReport struct {
