@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -26,30 +27,75 @@ import (
 const maxCredit = 1 << 20
 
 type wsSink struct {
-	ws    *websocket.Conn
-	typ   websocket.MessageType
-	guard *time.Timer // closes the connection at the write deadline
+	ws  *websocket.Conn
+	typ websocket.MessageType
+
+	// deadline is the write deadline of the batch being written, in unix
+	// nanoseconds; 0 between batches. The guard timer reads it when it
+	// fires, so a batch costs two stores, not a timer reset and stop.
+	deadline atomic.Int64
+	mu       sync.Mutex
+	guard    *time.Timer // closes the connection past a pending deadline
+	armed    bool        // guard is set to fire; under mu
 }
 
 // writeFrame writes without a context: the deadline is the guard's, so a
 // write does not set up and tear down a context timer per frame.
 func (s *wsSink) writeFrame(b []byte) error { return s.ws.Write(context.Background(), s.typ, b) }
 
+// setDeadline arms the guard only when it is not armed already: deadlines
+// only grow, so an armed guard fires no later than t and then re-arms for
+// the deadline pending then (check).
 func (s *wsSink) setDeadline(t time.Time) {
 	if t.IsZero() {
-		if s.guard != nil {
-			s.guard.Stop()
-		}
+		s.deadline.Store(0)
 		return
 	}
+	s.deadline.Store(t.UnixNano())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.armed {
+		return
+	}
+	s.armed = true
 	if s.guard == nil {
-		s.guard = time.AfterFunc(time.Until(t), func() { _ = s.ws.CloseNow() })
+		s.guard = time.AfterFunc(time.Until(t), s.check)
 		return
 	}
 	s.guard.Reset(time.Until(t))
 }
 
+// check is the guard: a batch still being written past its deadline closes
+// the connection, which fails the write; a later deadline re-arms it; none
+// leaves it unarmed until the next batch.
+func (s *wsSink) check() {
+	s.mu.Lock()
+	d := s.deadline.Load()
+	switch {
+	case d == 0:
+		s.armed = false
+	case time.Now().UnixNano() >= d:
+		s.armed = false
+		s.mu.Unlock()
+		_ = s.ws.CloseNow()
+		return
+	default:
+		s.guard.Reset(time.Until(time.Unix(0, d)))
+	}
+	s.mu.Unlock()
+}
+
 func (s *wsSink) ping(ctx context.Context) error { return s.ws.Ping(ctx) }
+
+// stopGuard stops the guard once the connection's writer has returned.
+func (s *wsSink) stopGuard() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.guard != nil {
+		s.guard.Stop()
+	}
+	s.armed = true // nothing arms it again
+}
 
 // authorize verifies the request's bearer token and the events scope.
 func (g *Gateway) authorize(r *http.Request) (auth.Claims, error) {
@@ -125,7 +171,9 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		}
 		defer g.releaseConn(claims.Tenant)
 	}
-	c := newConn(g, enc, false, claims, &wsSink{ws: ws, typ: typ})
+	sink := &wsSink{ws: ws, typ: typ}
+	defer sink.stopGuard()
+	c := newConn(g, enc, false, claims, sink)
 	if !g.addConn(c) {
 		_ = ws.Close(websocket.StatusGoingAway, "gateway is draining")
 		return
