@@ -53,8 +53,12 @@ type conn struct {
 	claims auth.Claims
 	out    sink
 
-	wake chan struct{} // capacity 1: "there is something to write"
-	stop chan struct{} // closed by abort: stop writing now
+	// wake (capacity 1) says "look again": something to write, a ping due,
+	// or abort. The writer waits on it alone, a cheaper wait per batch
+	// than a select over several channels.
+	wake    chan struct{}
+	aborted atomic.Bool // set by abort: stop writing now
+	pingDue atomic.Bool // set by the writer's ping timer
 
 	mu       sync.Mutex
 	subs     map[uint64]*subscription
@@ -65,14 +69,12 @@ type conn struct {
 	draining bool     // refuse new subscriptions
 	reason   string   // why it drains
 	closing  bool     // write the control frames, then close
-	stopOnce sync.Once
 }
 
 func newConn(g *Gateway, enc wire.Encoding, sse bool, claims auth.Claims, out sink) *conn {
 	return &conn{
 		g: g, enc: enc, sse: sse, claims: claims, out: out,
 		wake: make(chan struct{}, 1),
-		stop: make(chan struct{}),
 		subs: make(map[uint64]*subscription),
 	}
 }
@@ -273,7 +275,8 @@ func (c *conn) drain(reason string) {
 
 // abort makes the writer return at once.
 func (c *conn) abort() {
-	c.stopOnce.Do(func() { close(c.stop) })
+	c.aborted.Store(true)
+	c.signal()
 }
 
 // maxControl bounds the control frames waiting to be written: a peer that
@@ -341,9 +344,20 @@ func (c *conn) writeLoop(ctx context.Context) error {
 		ctrl  [][]byte
 		drain bool
 	)
-	ticker := time.NewTicker(c.g.cfg.PingInterval)
-	defer ticker.Stop()
+	stopOnDone := context.AfterFunc(ctx, c.abort)
+	defer stopOnDone()
+	pinger := time.AfterFunc(c.g.cfg.PingInterval, func() {
+		c.pingDue.Store(true)
+		c.signal()
+	})
+	defer pinger.Stop()
 	for {
+		if c.aborted.Load() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return context.Canceled
+		}
 		c.mu.Lock()
 		ctrl, batch, drain = c.take(batch[:0], defaultWriterBatch)
 		c.mu.Unlock()
@@ -369,20 +383,17 @@ func (c *conn) writeLoop(ctx context.Context) error {
 		if drain {
 			return nil
 		}
-		select {
-		case <-c.wake:
-		case <-c.stop:
-			return context.Canceled
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ticker.C:
+		if c.pingDue.Swap(false) {
 			pctx, cancel := context.WithTimeout(ctx, c.g.cfg.WriteTimeout)
 			err := c.out.ping(pctx)
 			cancel()
 			if err != nil {
 				return err
 			}
+			pinger.Reset(c.g.cfg.PingInterval)
+			continue
 		}
+		<-c.wake
 	}
 }
 
