@@ -88,7 +88,7 @@ func main() {
 	flag.IntVar(&o.events, "events", 10000, "events to publish, spread over the clients")
 	flag.IntVar(&o.clients, "clients", 0, "distinct client ids (default subs/10)")
 	flag.IntVar(&o.conns, "conns", 0, "WebSocket connections (default subs/100, at least 1)")
-	flag.DurationVar(&o.duration, "duration", 60*time.Second, "upper bound on the whole run")
+	flag.DurationVar(&o.duration, "duration", 60*time.Second, "upper bound on the whole run (-load: 30m)")
 	flag.IntVar(&o.rate, "rate", 2000, "events published per second; 0 publishes as fast as the stream takes them")
 	flag.BoolVar(&o.json, "json", false, "use the JSON subprotocol instead of msgpack")
 	flag.BoolVar(&o.child, "child-gateway", false, "internal: run only the gateway")
@@ -121,6 +121,11 @@ func main() {
 	flag.IntVar(&o.holder.n, "holder-conns", 0, "internal: connections of -child-holder")
 	flag.IntVar(&o.holder.replayConns, "holder-replay-conns", 0, "internal: connections of -child-holder with resuming subscriptions")
 	flag.Parse()
+	if o.loadMode && !flagSet("duration") {
+		// Rounds of both systems at 10,000 subscribers take minutes on a
+		// loaded machine; the 60 s default is the single run's.
+		o.duration = 30 * time.Minute
+	}
 	o.soak.maxRSS <<= 20
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	var err error
@@ -190,6 +195,13 @@ func runGateway(o options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(gerr, srv.Shutdown(ctx))
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // startCPUProfile writes this process's CPU profile to path until stop;
