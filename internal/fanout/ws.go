@@ -1,10 +1,13 @@
 package fanout
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -153,24 +156,38 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			httpapi.WriteError(w, r, err)
 			return
 		}
-		defer g.releaseConn(claims.Tenant)
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
 	if err != nil {
+		if byHeader {
+			g.releaseConn(claims.Tenant)
+		}
 		return // Accept has answered the request
 	}
+	// The connection is served on a goroutine of its own and the handler
+	// returns, so net/http's state for the request (its serving goroutine's
+	// stack, the request, its 4 KiB buffers) is not held for the
+	// connection's life. The connection owns the goroutine: it ends with
+	// the connection, which a drain or abort closes (Shutdown).
+	go g.serveConn(ws, enc, claims, byHeader)
+}
+
+// serveConn serves an accepted WebSocket until it ends. A connection
+// authenticated by header was admitted to its tenant's quota already; one
+// without authenticates with its connect frame first.
+func (g *Gateway) serveConn(ws *websocket.Conn, enc wire.Encoding, claims auth.Claims, admitted bool) {
 	ws.SetReadLimit(hardFrameLimit)
 	typ := websocket.MessageText
 	if enc == wire.Msgpack {
 		typ = websocket.MessageBinary
 	}
-	if !byHeader {
+	if !admitted {
 		var ok bool
 		if claims, ok = g.connectFrame(ws, enc, typ); !ok {
 			return
 		}
-		defer g.releaseConn(claims.Tenant)
 	}
+	defer g.releaseConn(claims.Tenant)
 	sink := &wsSink{ws: ws, typ: typ}
 	defer sink.stopGuard()
 	c := newConn(g, enc, false, claims, sink)
@@ -205,6 +222,39 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// a write in progress. A drain has already closed it with its handshake.
 	_ = ws.CloseNow()
 	wg.Wait()
+}
+
+// Buffer sizes of an accepted WebSocket: a frame larger than them is read
+// or written past the buffer, not refused.
+const (
+	wsReadBuffer  = 512  // app frames: subscribe, credit, unsubscribe
+	wsWriteBuffer = 2048 // a frame header and most events in one write
+)
+
+// smallBuffers is the ResponseWriter websocket.Accept hijacks: it hands the
+// connection over with buffers of wsReadBuffer and wsWriteBuffer bytes
+// instead of net/http's 4 KiB each, which are dropped with the request.
+type smallBuffers struct{ http.ResponseWriter }
+
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		_ = nc.Close()
+		return nil, nil, fmt.Errorf("flush before hijack: %w", err)
+	}
+	// What the app sent right behind its upgrade request is in net/http's
+	// buffer: it moves, still buffered, to the new one.
+	n := brw.Reader.Buffered()
+	early, _ := brw.Reader.Peek(n)
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), nc), max(wsReadBuffer, n))
+	if _, err := br.Peek(n); err != nil {
+		_ = nc.Close()
+		return nil, nil, fmt.Errorf("move buffered bytes: %w", err)
+	}
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, wsWriteBuffer)), nil
 }
 
 // connectFrame authenticates a connection opened without an Authorization

@@ -1,7 +1,11 @@
 package fanout
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +13,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
+	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
 // wsPair returns the gateway side of a real WebSocket connection and a
@@ -95,4 +102,100 @@ func TestWriteDeadlineOfFinishedBatchKeepsConnection(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the connection stayed open past the write deadline of the batch being written")
 	}
+}
+
+// A frame the app sends in the same write as its upgrade request reaches
+// the gateway's buffer before the connection is handed over: it is still
+// read (the subscribe is answered), and, like every frame after it, an
+// event too large for the connection's buffers is written whole.
+func TestFrameSentWithUpgradeRequestIsRead(t *testing.T) {
+	e := newEnv(t)
+	nc, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	sub := wire.Append(wire.JSON, nil, &wire.Frame{Op: wire.OpSubscribe, ID: 1, ClientID: client1,
+		Filter: &schema.EventFilter{Kinds: recvKinds}})
+	req := "GET /v1/events HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" +
+		"Sec-WebSocket-Protocol: " + wire.SubprotocolJSON + "\r\n" +
+		"Authorization: Bearer " + token(t, tenantA, client1) + "\r\n\r\n"
+	if _, err := nc.Write(append([]byte(req), maskedText(sub)...)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %s", resp.Status)
+	}
+	f, err := wire.Decode(wire.JSON, readServerFrame(t, br))
+	if err != nil || f.Op != wire.OpSubscribed || f.ID != 1 {
+		t.Fatalf("first frame %+v (%v), want subscribed 1", f, err)
+	}
+	big := received(groupA, 1, nil)
+	big.MessageReceived.SenderInboxID = strings.Repeat("x", 3*wsWriteBuffer)
+	e.publish(tenantA, client1, published{ev: big})
+	f, err = wire.Decode(wire.JSON, readServerFrame(t, br))
+	if err != nil || f.Op != wire.OpEvent {
+		t.Fatalf("second frame %+v (%v), want the event", f, err)
+	}
+	if ev := decodeJSONEvent(t, f.Event); ev.MessageReceived == nil || ev.MessageReceived.SenderInboxID != big.MessageReceived.SenderInboxID {
+		t.Fatalf("event %+v, want the large one whole", ev)
+	}
+}
+
+// maskedText is one client text frame (RFC 6455 §5.2) carrying p.
+func maskedText(p []byte) []byte {
+	key := [4]byte{1, 2, 3, 4}
+	b := []byte{0x81}
+	switch n := len(p); {
+	case n < 126:
+		b = append(b, 0x80|byte(n))
+	default:
+		b = append(b, 0x80|126, byte(n>>8), byte(n))
+	}
+	b = append(b, key[:]...)
+	for i, c := range p {
+		b = append(b, c^key[i%4])
+	}
+	return b
+}
+
+// readServerFrame reads one unfragmented, unmasked server frame's payload.
+func readServerFrame(t *testing.T, br *bufio.Reader) []byte {
+	t.Helper()
+	var h [2]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var l [2]byte
+		if _, err := io.ReadFull(br, l[:]); err != nil {
+			t.Fatal(err)
+		}
+		n = uint64(binary.BigEndian.Uint16(l[:]))
+	case 127:
+		var l [8]byte
+		if _, err := io.ReadFull(br, l[:]); err != nil {
+			t.Fatal(err)
+		}
+		n = binary.BigEndian.Uint64(l[:])
+	}
+	if h[0] != 0x81 || n > 1<<20 {
+		t.Fatalf("frame header %x, length %d: want one text frame", h, n)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(br, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
