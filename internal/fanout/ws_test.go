@@ -63,10 +63,17 @@ func TestWriteDeadlineClosesConnectionStillWriting_EVENT033(t *testing.T) {
 	s := &wsSink{ws: ws, typ: websocket.MessageText}
 	defer s.stopGuard()
 	s.setDeadline(time.Now().Add(50 * time.Millisecond))
+	awaitClosed(t, ended, "a batch still being written")
+}
+
+// awaitClosed fails unless ended closes: the guard closed the connection
+// past the deadline of batch.
+func awaitClosed(t *testing.T, ended <-chan struct{}, batch string) {
+	t.Helper()
 	select {
 	case <-ended:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the connection stayed open past the write deadline of a batch still being written")
+		t.Fatalf("the connection stayed open past the write deadline of %s", batch)
 	}
 }
 
@@ -97,11 +104,7 @@ func TestWriteDeadlineOfFinishedBatchKeepsConnection(t *testing.T) {
 	s.setDeadline(time.Now().Add(20 * time.Millisecond))
 	s.setDeadline(time.Time{})
 	s.setDeadline(time.Now().Add(80 * time.Millisecond))
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection stayed open past the write deadline of the batch being written")
-	}
+	awaitClosed(t, ended, "the batch being written")
 }
 
 // A frame the app sends in the same write as its upgrade request reaches
