@@ -165,12 +165,12 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	if err := p.settle(t); err != nil {
 		return err
 	}
-	return t.ownCommitOutcomes()
+	return p.ownCommitOutcomes(ctx, t)
 }
 
 // tick cuts off every pass that is due at t.now and applies every frozen
 // one.
-func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
+func (p marmot) tick(ctx context.Context, t *txn) (bool, error) {
 	if t.g.Due == 0 || t.g.Due > t.now {
 		return false, nil
 	}
@@ -200,7 +200,7 @@ func (p marmot) tick(_ context.Context, t *txn) (bool, error) {
 	if err := p.settle(t); err != nil {
 		return false, err
 	}
-	return changed, t.ownCommitOutcomes()
+	return changed, p.ownCommitOutcomes(ctx, t)
 }
 
 // leaveRequest notes a proposal that removes its sender's own leaf

@@ -30,19 +30,41 @@ type ownCommit struct {
 	OperationID []byte               `msgpack:"operation_id"`
 	ClientID    string               `msgpack:"client_id"`
 	Kind        schema.OperationKind `msgpack:"kind"`
-	// MessageIDs are what the operation produced (the commit, then its
-	// Welcomes), named again in its final record.
+	// MessageIDs are what the operation produced (each attempt's commit,
+	// then its Welcomes), named again in its records.
 	MessageIDs [][]byte `msgpack:"message_ids"`
 	// Epoch is the commit's parent epoch; Lost is set once the canonical
-	// state moved past it without the commit: the operation was reported
-	// failed, and is reported done should the commit still win.
+	// state moved past it without the commit and no attempt is left: the
+	// operation was reported failed, and is reported done should the
+	// commit still win.
 	Epoch uint64 `msgpack:"epoch"`
 	Lost  bool   `msgpack:"lost,omitempty"`
+	// Intent is what the operation asks, made again on the canonical
+	// state when the commit loses; Attempts counts the commits made for
+	// it. A state written before retries has no intent: its lost commit
+	// fails the operation.
+	Intent   *commitIntent `msgpack:"intent,omitempty"`
+	Attempts int           `msgpack:"attempts,omitempty"`
+}
+
+// commitIntent is an operation's change of the group, from which each
+// attempt's commit is made on the state it is made on.
+type commitIntent struct {
+	// Kind is the change: add_members (a create's adds too),
+	// remove_member, update_conversation or self_update.
+	Kind        schema.OperationKind `msgpack:"kind"`
+	KeyPackages [][]byte             `msgpack:"key_packages,omitempty"`
+	InboxID     string               `msgpack:"inbox_id,omitempty"`
+	Patch       *bus.ComponentsPatch `msgpack:"patch,omitempty"`
 }
 
 // maxOwnCommits bounds the own commits a group state waits for; an older
 // one's operation stays pending.
 const maxOwnCommits = 64
+
+// maxCommitAttempts bounds the commits made for one operation: an
+// operation whose last commit also loses fails with stale_epoch.
+const maxCommitAttempts = 3
 
 // operationFailure is an operation that fails with a category: nothing is
 // sent, its record says why.
@@ -105,16 +127,9 @@ func (p marmot) operate(ctx context.Context, t *txn, in input) error {
 // execute runs the operation for its client and returns its status and the
 // ids of what it sent.
 func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.OperationRequest) (schema.OperationStatus, [][]byte, error) {
-	c, err := t.dir.Client(ctx, t.tenant, req.ClientID)
-	if errors.Is(err, clientstore.ErrNotFound) {
-		return "", nil, refuse(schema.CategoryWrongRecipient, err)
-	}
+	c, inst, err := p.installation(ctx, t, req.ClientID)
 	if err != nil {
 		return "", nil, err
-	}
-	inst, err := p.vault.Open(c.Sealed)
-	if err != nil {
-		return "", nil, fmt.Errorf("open installation: %w", err)
 	}
 	kind := req.Kind
 	if kind == schema.OpCreateConversation {
@@ -126,16 +141,7 @@ func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.Operation
 		}
 		kind = schema.OpAddMembers // the members join by the commit that follows
 	}
-	m := t.g.Members[req.ClientID]
-	if m == nil || m.Removed {
-		return "", nil, refuse(schema.CategoryUnknownGroup, errNotMember)
-	}
-	cg, err := p.group(t, m)
-	if err != nil {
-		return "", nil, err
-	}
-	tip := cg.Tip()
-	key, err := tip.GroupEventKey()
+	m, cg, key, err := p.member(t, req.ClientID)
 	if err != nil {
 		return "", nil, err
 	}
@@ -143,7 +149,7 @@ func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.Operation
 	case schema.OpSendMessage:
 		return p.send(t, in, req, m, cg, inst, key)
 	case schema.OpLeave:
-		msg, err := tip.Leave(inst)
+		msg, err := cg.Tip().Leave(inst)
 		if err != nil {
 			return "", nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 		}
@@ -153,49 +159,138 @@ func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.Operation
 		}
 		return schema.OperationDone, [][]byte{id}, nil
 	}
+	oc := ownCommit{OperationID: req.ID, ClientID: req.ClientID, Kind: req.Kind,
+		Intent: &commitIntent{Kind: kind, KeyPackages: req.KeyPackages, InboxID: req.InboxID, Patch: req.Patch}}
+	cr, err := commitRequest(cg, *oc.Intent, false)
+	if err != nil {
+		return "", nil, err
+	}
+	ids, err := p.commit(t, oc, cr, m, cg, inst, key)
+	if err != nil {
+		return "", nil, err
+	}
+	return schema.OperationPending, ids, nil
+}
+
+// installation opens a hosted client's installation.
+func (p marmot) installation(ctx context.Context, t *txn, clientID string) (Client, *engine.Installation, error) {
+	c, err := t.dir.Client(ctx, t.tenant, clientID)
+	if errors.Is(err, clientstore.ErrNotFound) {
+		return Client{}, nil, refuse(schema.CategoryWrongRecipient, err)
+	}
+	if err != nil {
+		return Client{}, nil, err
+	}
+	inst, err := p.vault.Open(c.Sealed)
+	if err != nil {
+		return Client{}, nil, fmt.Errorf("open installation: %w", err)
+	}
+	return c, inst, nil
+}
+
+// member returns a client's active membership, its convergence state and
+// the group event key of its canonical state.
+func (p marmot) member(t *txn, clientID string) (*hostedMember, *convergence.Group, [binding.KeySize]byte, error) {
+	var key [binding.KeySize]byte
+	m := t.g.Members[clientID]
+	if m == nil || m.Removed {
+		return nil, nil, key, refuse(schema.CategoryUnknownGroup, errNotMember)
+	}
+	cg, err := p.group(t, m)
+	if err != nil {
+		return nil, nil, key, err
+	}
+	key, err = cg.Tip().GroupEventKey()
+	return m, cg, key, err
+}
+
+// commitRequest makes an intent's commit request on the member's
+// canonical state. Made again after a lost commit (retry), it asks only
+// what that state does not hold yet (Marmot convergence: the intent is
+// regenerated on the selected branch): the KeyPackages of inboxes not yet
+// members, a removal of an inbox still a member, a change of components
+// that changes them; errNothingLeft when nothing is left to ask.
+func commitRequest(cg *convergence.Group, in commitIntent, retry bool) (cr engine.CommitRequest, err error) {
+	tip := cg.Tip()
 	// Proposals the member's view holds (a leave request) go with the
 	// commit, by reference.
-	cr := engine.CommitRequest{Proposals: cg.TipProposals()}
-	switch kind {
+	cr = engine.CommitRequest{Proposals: cg.TipProposals()}
+	switch in.Kind {
 	case schema.OpAddMembers:
-		cr.Add = req.KeyPackages
+		cr.Add = in.KeyPackages
+		if retry {
+			members := tip.InboxIDs()
+			cr.Add = slices.DeleteFunc(slices.Clone(in.KeyPackages), func(kp []byte) bool {
+				inbox, err := engine.KeyPackageInboxID(kp)
+				return err == nil && slices.Contains(members, inbox)
+			})
+			if len(cr.Add) == 0 {
+				return cr, errNothingLeft
+			}
+		}
 	case schema.OpRemoveMember:
-		cr.Remove = []string{req.InboxID}
+		if retry && !slices.Contains(tip.InboxIDs(), in.InboxID) {
+			return cr, errNothingLeft
+		}
+		cr.Remove = []string{in.InboxID}
 	case schema.OpUpdateConversation:
 		set, _, err := tip.Components()
 		if err != nil {
-			return "", nil, err
+			return cr, err
 		}
-		if set, err = applyPatch(set, req.Patch); err != nil {
-			return "", nil, refuse(schema.CategoryInvalidEncoding, err)
+		next, err := applyPatch(set, in.Patch)
+		if err != nil {
+			return cr, refuse(schema.CategoryInvalidEncoding, err)
 		}
-		cr.Components = &set
+		if retry {
+			a, errA := components.Encode(set)
+			b, errB := components.Encode(next)
+			if errA == nil && errB == nil && bytes.Equal(a, b) {
+				return cr, errNothingLeft
+			}
+		}
+		cr.Components = &next
 	}
+	return cr, nil
+}
+
+// errNothingLeft: a lost commit's intent is held by the canonical state
+// already; its operation is done without another commit.
+var errNothingLeft = errors.New("the canonical state holds the intent")
+
+// commit makes an own commit of cr on the member's canonical state, adds
+// it and its Welcomes to the transaction's batch, and waits for its
+// outcome as oc's next attempt. It returns the ids of what it sent.
+func (p marmot) commit(t *txn, oc ownCommit, cr engine.CommitRequest, m *hostedMember, cg *convergence.Group, inst *engine.Installation, key [binding.KeySize]byte) ([][]byte, error) {
+	tip := cg.Tip()
 	out, err := tip.Commit(inst, cr)
 	if err != nil {
-		return "", nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
+		return nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 	}
 	// The tip now keeps the state after the commit: written with this
 	// transaction, so the commit applies when it comes back.
 	t.dirty[m.ClientID] = true
-	id, err := t.outbound(req.ID, out.Commit, schema.ClassCommit, &key)
+	id, err := t.outbound(oc.OperationID, out.Commit, schema.ClassCommit, &key)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	ids := [][]byte{id}
 	for _, w := range out.Welcomes {
 		// A joiner has no group event key yet: Welcomes go in the clear.
-		wid, err := t.outbound(req.ID, w, schema.ClassWelcome, nil)
+		wid, err := t.outbound(oc.OperationID, w, schema.ClassWelcome, nil)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		ids = append(ids, wid)
 	}
-	t.g.OwnCommits = append(t.g.OwnCommits, ownCommit{CommitID: id, OperationID: req.ID, ClientID: req.ClientID, Kind: req.Kind, MessageIDs: ids, Epoch: tip.Epoch()})
+	oc.CommitID, oc.Epoch, oc.Lost = id, tip.Epoch(), false
+	oc.MessageIDs = append(slices.Clip(oc.MessageIDs), ids...)
+	oc.Attempts++
+	t.g.OwnCommits = append(t.g.OwnCommits, oc)
 	if n := len(t.g.OwnCommits); n > maxOwnCommits {
 		t.g.OwnCommits = slices.Delete(t.g.OwnCommits, 0, n-maxOwnCommits)
 	}
-	return schema.OperationPending, ids, nil
+	return ids, nil
 }
 
 // applyPatch changes the components a patch names; the result must encode.
@@ -344,17 +439,21 @@ func (t *txn) opRecord(rec schema.Operation) error {
 }
 
 // ownCommitOutcomes finishes the operations whose own commits the
-// transaction settled: accepted on the canonical branch is done; stale or
-// rejected is failed with the outcome's category. A commit still deferred
-// while the canonical state moved past its parent epoch lost a race to a
-// competing commit: its operation is failed with stale_epoch, not retried
-// (the commit may still win inside the rollback horizon, and then the
-// operation is done).
-func (t *txn) ownCommitOutcomes() error {
+// transaction settled: accepted on the canonical branch is done; rejected
+// is failed with the outcome's category. A commit not accepted while the
+// canonical state moved past its parent epoch (or stale) lost a race to a
+// competing commit: its operation's intent is made again on the canonical
+// state (retry), in this transaction, so the new commit is stored with the
+// state that selected the winner, exactly once. After maxCommitAttempts,
+// or when the new state refuses the intent (authorization_failed when the
+// winner took the client's admin rights), the operation is failed; its
+// last commit may still win inside the rollback horizon, and then the
+// operation is done.
+func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	if len(t.g.OwnCommits) == 0 {
 		return nil
 	}
-	keep := t.g.OwnCommits[:0]
+	var keep, lost []ownCommit
 	for _, oc := range t.g.OwnCommits {
 		var note *outcomeNote
 		for i := range t.notes {
@@ -362,21 +461,24 @@ func (t *txn) ownCommitOutcomes() error {
 				note = &t.notes[i]
 			}
 		}
-		rec := schema.Operation{ID: oc.OperationID, Kind: oc.Kind, ClientID: oc.ClientID, GroupID: t.g.GroupID, Status: schema.OperationDone, Time: time.UnixMilli(t.now).UTC()}
-		for _, id := range oc.MessageIDs {
-			rec.MessageIDs = append(rec.MessageIDs, schema.Bytes(id))
+		// The committer's own canonical state, not the group's lead
+		// member's: another member may be ahead (a joiner of the commit).
+		epoch, holds, err := p.tipEpoch(t, oc.ClientID)
+		if err != nil {
+			return err
 		}
+		rec := t.ownRecord(oc, schema.OperationDone)
+		stale := note != nil && note.Disposition == schema.DispositionStale
 		switch {
 		case note != nil && note.Disposition == schema.DispositionAccepted:
+		case !oc.Lost && (stale || !holds || epoch > oc.Epoch):
+			lost = append(lost, oc)
+			continue
 		case note != nil && note.Disposition != schema.DispositionDeferred:
 			rec.Status, rec.Category = schema.OperationFailed, note.Category
 			if rec.Category == "" {
 				rec.Category = schema.CategoryStaleEpoch
 			}
-		case !oc.Lost && t.g.Epoch > oc.Epoch:
-			oc.Lost = true
-			rec.Status, rec.Category = schema.OperationFailed, schema.CategoryStaleEpoch
-			keep = append(keep, oc)
 		default:
 			keep = append(keep, oc)
 			continue
@@ -386,5 +488,82 @@ func (t *txn) ownCommitOutcomes() error {
 		}
 	}
 	t.g.OwnCommits = keep
+	for _, oc := range lost {
+		// One commit of a client at a time: the intent of a second lost
+		// one is made again once the first is settled, on the state after
+		// it, so the two do not race again.
+		if slices.ContainsFunc(t.g.OwnCommits, func(o ownCommit) bool { return o.ClientID == oc.ClientID && !o.Lost }) {
+			t.g.OwnCommits = append(t.g.OwnCommits, oc)
+			continue
+		}
+		if err := p.retry(ctx, t, oc); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// tipEpoch is the epoch of a client's canonical state; holds is false when
+// it holds none (removed).
+func (p marmot) tipEpoch(t *txn, clientID string) (epoch uint64, holds bool, err error) {
+	m := t.g.Members[clientID]
+	if m == nil || m.Removed {
+		return 0, false, nil
+	}
+	cg, err := p.group(t, m)
+	if err != nil {
+		return 0, false, err
+	}
+	return cg.TipEpoch(), true, nil
+}
+
+// retry makes a lost commit's intent again on the client's canonical
+// state and records what became of its operation: pending with the new
+// commit, done when the state holds the intent already, or failed.
+func (p marmot) retry(ctx context.Context, t *txn, oc ownCommit) error {
+	if oc.Intent == nil || oc.Attempts >= maxCommitAttempts {
+		oc.Lost = true
+		t.g.OwnCommits = append(t.g.OwnCommits, oc)
+		rec := t.ownRecord(oc, schema.OperationFailed)
+		rec.Category = schema.CategoryStaleEpoch
+		return t.opRecord(rec)
+	}
+	err := func() error {
+		_, inst, err := p.installation(ctx, t, oc.ClientID)
+		if err != nil {
+			return err
+		}
+		m, cg, key, err := p.member(t, oc.ClientID)
+		if err != nil {
+			return err
+		}
+		cr, err := commitRequest(cg, *oc.Intent, true)
+		if err != nil {
+			return err
+		}
+		ids, err := p.commit(t, oc, cr, m, cg, inst, key)
+		oc.MessageIDs = append(slices.Clip(oc.MessageIDs), ids...)
+		return err
+	}()
+	rec := t.ownRecord(oc, schema.OperationPending)
+	var f *operationFailure
+	switch {
+	case errors.Is(err, errNothingLeft):
+		rec.Status = schema.OperationDone
+	case errors.As(err, &f):
+		rec.Status, rec.Category = schema.OperationFailed, f.cat
+	case err != nil:
+		return err
+	}
+	return t.opRecord(rec)
+}
+
+// ownRecord is the record of an own commit's operation with a status,
+// naming what it sent.
+func (t *txn) ownRecord(oc ownCommit, status schema.OperationStatus) schema.Operation {
+	rec := schema.Operation{ID: oc.OperationID, Kind: oc.Kind, ClientID: oc.ClientID, GroupID: t.g.GroupID, Status: status, Time: time.UnixMilli(t.now).UTC()}
+	for _, id := range oc.MessageIDs {
+		rec.MessageIDs = append(rec.MessageIDs, schema.Bytes(id))
+	}
+	return rec
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
@@ -311,60 +312,49 @@ func TestHostedClientsCommitAndAreRefused(t *testing.T) {
 	}
 }
 
-// Issue 19: two hosted admins of one group rename it at once: both own
-// commits leave from the same epoch. Branch selection accepts one; its
-// operation is done, the other's failed with the loser's category, and
-// both admins end on the winner's state: nothing is half-applied, and a
-// send after it reaches the other admin.
-func TestRacingOwnCommitsOneWins(t *testing.T) {
-	e := newEnv(t)
-	e.worker("w1", nil)
-	e.startIngest()
-	a := e.register(sha256.Sum256([]byte("admin-a")), 1)
-	b := e.register(sha256.Sum256([]byte("admin-b")), 1)
-	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: a.rec.ClientID, KeyPackages: b.kps})
-	group := bus.OperationGroupID(create)
-	e.operation(create, schema.OperationDone)
-	e.waitEvents(b.rec.ClientID, 1) // joined
-	both := []string{a.rec.InboxID, b.rec.InboxID}
-	slices.Sort(both)
-	admins := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: a.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: both}})
-	e.operation(admins, schema.OperationDone)
-
-	nameA, nameB := "by a", "by b"
+// Issue 19, Marmot convergence ("queue, then regenerate; never reuse a
+// pre-selection staged commit"): two hosted admins of one group change it
+// at once, one its name, the other its description: both own commits leave
+// from the same epoch. Branch selection accepts one; the other operation
+// is retried on the winner's state, its new commit accepted, and both
+// operations are done. Nothing is lost: the final components hold both
+// changes on both admins' conversations, and a send after it reaches the
+// other admin.
+func TestRacingOwnCommitsOneWinsTheOtherIsRetried(t *testing.T) {
+	e, a, b, group := twoAdmins(t)
+	name, description := "by a", "by b"
 	// Both are stored before either commit comes back: each is made from
 	// the same epoch.
-	opA := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: a.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &nameA}})
-	opB := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: b.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &nameB}})
-	final := func(id []byte) schema.Operation {
-		t.Helper()
-		var rec schema.Operation
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if rec = e.lastOperation(id); rec.Status == schema.OperationDone || rec.Status == schema.OperationFailed {
-				return rec
-			}
+	opA := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: a.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	opB := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: b.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Description: &description}})
+	ra, rb := e.finalOperation(opA), e.finalOperation(opB)
+	if ra.Status != schema.OperationDone || rb.Status != schema.OperationDone {
+		t.Fatalf("records %+v and %+v: want both done", ra, rb)
+	}
+	// The loser's record names both its commits, the lost one first; the
+	// last one of each operation is accepted.
+	winner, loser := ra, rb
+	if len(ra.MessageIDs) > len(rb.MessageIDs) {
+		winner, loser = rb, ra
+	}
+	if len(winner.MessageIDs) != 1 || len(loser.MessageIDs) != 2 {
+		t.Fatalf("records %+v and %+v: want one commit and two", winner, loser)
+	}
+	if o := e.outcome(loser.MessageIDs[0]); o.Disposition != schema.DispositionDeferred {
+		t.Fatalf("the lost commit's outcome %+v", o)
+	}
+	for _, id := range [][]byte{winner.MessageIDs[0], loser.MessageIDs[1]} {
+		if o := e.settledOutcome(id); o.Disposition != schema.DispositionAccepted {
+			t.Fatalf("commit %x outcome %+v, want accepted", id[:4], o)
 		}
-		for _, m := range rec.MessageIDs {
-			t.Logf("commit %x outcome %+v", m[:4], e.outcome(m))
+	}
+	for _, h := range []hosted{a, b} {
+		set := e.conversationComponents(group, h.rec.ClientID)
+		if set.Profile == nil || set.Profile.Name != name || set.Profile.Description != description {
+			t.Fatalf("%s's conversation holds %+v, want both changes", h.rec.ClientID, set.Profile)
 		}
-		t.Fatalf("operation %+v never finished", rec)
-		return rec
 	}
-	ra, rb := final(opA), final(opB)
-	if (ra.Status == schema.OperationDone) == (rb.Status == schema.OperationDone) {
-		t.Fatalf("records %+v and %+v: want one done, one failed", ra, rb)
-	}
-	loser := ra
-	if ra.Status == schema.OperationDone {
-		loser = rb
-	}
-	if loser.Category == "" || len(loser.MessageIDs) != 1 {
-		t.Fatalf("the losing operation %+v names no reason or no commit", loser)
-	}
-	if o := e.settledOutcome(loser.MessageIDs[0]); o.Disposition == schema.DispositionAccepted {
-		t.Fatalf("the losing commit's outcome %+v", o)
-	}
-	// Both admins are on the winner's state: a text from b reaches a.
+	// Both admins are on the same state: a text from b reaches a.
 	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: b.rec.ClientID, GroupID: group, Payload: textOf(t, "after the race")})
 	e.operation(send, schema.OperationDone)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -376,6 +366,144 @@ func TestRacingOwnCommitsOneWins(t *testing.T) {
 			t.Fatalf("a's events %v: b's text never arrived", kinds(e.events(a.rec.ClientID)))
 		}
 	}
+}
+
+// twoAdmins makes a group of two hosted admins through operations, lo
+// the one of the lower inbox id: it wins a race of two privileged commits
+// from one epoch (Marmot branch selection: lower committer).
+func twoAdmins(t *testing.T) (e *env, lo, hi hosted, group []byte) {
+	e = newEnv(t)
+	e.worker("w1", nil)
+	e.startIngest()
+	lo = e.register(sha256.Sum256([]byte("admin-a")), 1)
+	hi = e.register(sha256.Sum256([]byte("admin-b")), 1)
+	if lo.rec.InboxID > hi.rec.InboxID {
+		lo, hi = hi, lo
+	}
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: lo.rec.ClientID, KeyPackages: hi.kps})
+	group = bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+	e.waitEvents(hi.rec.ClientID, 1) // joined
+	admins := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID, hi.rec.InboxID}}})
+	e.operation(admins, schema.OperationDone)
+	return e, lo, hi, group
+}
+
+// Issue 19, Marmot convergence (authorization is judged on the parent
+// state): the admin of the lower inbox takes the other's admin rights
+// while the other renames the group, both from one epoch. The admin change
+// wins; the rename is made again on the winner's state, where its client
+// is no admin: the operation is failed with authorization_failed, and
+// nothing more is sent for it.
+func TestRacingOwnCommitLosesAdminRightsIsRefused(t *testing.T) {
+	e, lo, hi, group := twoAdmins(t)
+	name := "by the former admin"
+	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}})
+	opHi := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: hi.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	if rec := e.finalOperation(opLo); rec.Status != schema.OperationDone || len(rec.MessageIDs) != 1 {
+		t.Fatalf("the admin change %+v, want done with one commit", rec)
+	}
+	rec := e.finalOperation(opHi)
+	if rec.Status != schema.OperationFailed || rec.Category != schema.CategoryAuthorizationFailed || len(rec.MessageIDs) != 1 {
+		t.Fatalf("the rename %+v, want failed authorization_failed with only its lost commit", rec)
+	}
+	set := e.conversationComponents(group, hi.rec.ClientID)
+	if set.Profile != nil && set.Profile.Name == name || len(set.Admins) != 1 {
+		t.Fatalf("components %+v", set)
+	}
+}
+
+// Issue 19: both admins give the group the same name from one epoch. The
+// loser's intent is held by the winner's state: its operation is done
+// without another commit.
+func TestRacingOwnCommitAlreadyHeldIsDone(t *testing.T) {
+	e, lo, hi, group := twoAdmins(t)
+	name := "the same"
+	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	opHi := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: hi.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	for _, op := range [][]byte{opLo, opHi} {
+		if rec := e.finalOperation(op); rec.Status != schema.OperationDone || len(rec.MessageIDs) != 1 {
+			t.Fatalf("record %+v, want done with one commit", rec)
+		}
+	}
+	if o := e.outcome(e.lastOperation(opHi).MessageIDs[0]); o.Disposition != schema.DispositionDeferred {
+		t.Fatalf("the higher inbox's commit won: %+v", o)
+	}
+	// Nothing else was sent: the add and its Welcome, the admins, the two
+	// renames.
+	out := e.outboundMsgs(group, 5)
+	if out[3].opID != hex.EncodeToString(opLo) || out[4].opID != hex.EncodeToString(opHi) {
+		t.Fatalf("outbound %+v", out)
+	}
+}
+
+// Issue 19: one admin changes the group three times at once: its three
+// commits leave from one epoch and race each other. One wins; the other
+// two are made again one at a time (a client has one commit in flight), so
+// they do not race again: all three are done, and the final components
+// hold the three changes.
+func TestOwnCommitsOfOneClientAreRetriedOneAtATime(t *testing.T) {
+	e, lo, _, group := twoAdmins(t)
+	name, description, image := "name", "description", "https://example.com/a.png"
+	patches := []bus.ComponentsPatch{{Name: &name}, {Description: &description}, {ImageURL: &image}}
+	var ops [][]byte
+	for _, p := range patches {
+		ops = append(ops, e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &p}))
+	}
+	commits := 0
+	for _, op := range ops {
+		rec := e.finalOperation(op)
+		if rec.Status != schema.OperationDone {
+			t.Fatalf("record %+v, want done", rec)
+		}
+		commits += len(rec.MessageIDs)
+	}
+	if commits > 5 {
+		t.Fatalf("%d commits for three changes, want at most 5 (one winner, two retried once)", commits)
+	}
+	set := e.conversationComponents(group, lo.rec.ClientID)
+	if set.Profile == nil || set.Profile.Name != name || set.Profile.Description != description || set.Avatar == nil || set.Avatar.URL != image {
+		t.Fatalf("components %+v %+v, want the three changes", set.Profile, set.Avatar)
+	}
+}
+
+// finalOperation waits for an operation's record to be done or failed.
+func (e *env) finalOperation(id []byte) schema.Operation {
+	e.t.Helper()
+	var rec schema.Operation
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if rec = e.lastOperation(id); rec.Status == schema.OperationDone || rec.Status == schema.OperationFailed {
+			return rec
+		}
+	}
+	for _, m := range rec.MessageIDs {
+		e.t.Logf("message %x outcome %+v", m[:4], e.outcome(m))
+	}
+	e.t.Fatalf("operation %+v never finished", rec)
+	return rec
+}
+
+// conversationComponents reads the components of a client's readable
+// conversation record.
+func (e *env) conversationComponents(group []byte, clientID string) components.Set {
+	e.t.Helper()
+	subj, err := readmodel.ConversationSubject(tenant, hex.EncodeToString(group), clientID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rec, err := readmodel.Last(e.ctx, e.js, subj)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var c readmodel.Conversation
+	if err := schema.UnmarshalMsgpack(rec.Data, &c); err != nil {
+		e.t.Fatal(err)
+	}
+	set, err := components.Decode(c.Components)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return set
 }
 
 // lastOperation reads an operation's current record, or the zero record.
