@@ -209,6 +209,12 @@ type Gateway struct {
 	conns    map[*conn]struct{}
 	draining bool
 	connWG   sync.WaitGroup
+	// served counts the goroutines serving accepted WebSockets (serveConn),
+	// connected or still waiting for their connect frame; stopping ends
+	// that wait when the gateway drains.
+	served       sync.WaitGroup
+	stopping     context.Context
+	stopStarting context.CancelFunc
 
 	done     chan struct{} // closed by Shutdown: background work stops
 	stopOnce sync.Once
@@ -246,6 +252,7 @@ func New(cfg Config) (*Gateway, error) {
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
 	}
+	g.stopping, g.stopStarting = context.WithCancel(context.Background())
 	if g.dm == nil {
 		g.dm = &KVDMKeys{JetStream: cfg.JetStream, Timeout: cfg.RequestTimeout}
 	}
@@ -349,12 +356,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.connsMu.Unlock()
 	g.stopOnce.Do(func() { close(g.done) })
+	g.stopStarting()
 	g.bg.Wait()
 	for _, c := range conns {
 		c.drain(wire.ReasonShutdown)
 	}
 	done := make(chan struct{})
-	go func() { g.connWG.Wait(); close(done) }()
+	go func() { g.connWG.Wait(); g.served.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -410,6 +418,22 @@ func (g *Gateway) admitConn(tenant string) error {
 }
 
 func (g *Gateway) releaseConn(tenant string) { g.quotas.releaseConn(tenant) }
+
+// serve runs serveConn for an accepted WebSocket on a goroutine Shutdown
+// waits for, unless the gateway is draining.
+func (g *Gateway) serve(fn func()) bool {
+	g.connsMu.Lock()
+	defer g.connsMu.Unlock()
+	if g.draining {
+		return false
+	}
+	g.served.Add(1)
+	go func() {
+		defer g.served.Done()
+		fn()
+	}()
+	return true
+}
 
 // addConn registers a connection unless the gateway is draining.
 func (g *Gateway) addConn(c *conn) bool {

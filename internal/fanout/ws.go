@@ -167,9 +167,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// The connection is served on a goroutine of its own and the handler
 	// returns, so net/http's state for the request (its serving goroutine's
 	// stack, the request, its 4 KiB buffers) is not held for the
-	// connection's life. The connection owns the goroutine: it ends with
-	// the connection, which a drain or abort closes (Shutdown).
-	go g.serveConn(ws, enc, claims, byHeader)
+	// connection's life.
+	if !g.serve(func() { g.serveConn(ws, enc, claims, byHeader) }) {
+		if byHeader {
+			g.releaseConn(claims.Tenant)
+		}
+		_ = ws.Close(websocket.StatusGoingAway, "gateway is draining")
+	}
 }
 
 // serveConn serves an accepted WebSocket until it ends. A connection
@@ -274,7 +278,8 @@ func (g *Gateway) connectFrame(ws *websocket.Conn, enc wire.Encoding, typ websoc
 	timeout := time.AfterFunc(g.cfg.ConnectTimeout, func() {
 		refuse(wire.CloseConnectTimeout, fmt.Sprintf("no connect frame within %s", g.cfg.ConnectTimeout))
 	})
-	mt, data, err := ws.Read(context.Background())
+	// A drain ends the wait: the read's context closes the connection.
+	mt, data, err := ws.Read(g.stopping)
 	if !timeout.Stop() {
 		return auth.Claims{}, false
 	}

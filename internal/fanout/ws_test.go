@@ -202,3 +202,24 @@ func readServerFrame(t *testing.T, br *bufio.Reader) []byte {
 	}
 	return p
 }
+
+// A drain does not wait out the connect timeout of a connection still
+// owing its connect frame: Shutdown closes it and returns once the goroutine
+// serving it is done (every goroutine the gateway starts ends before Run
+// returns).
+func TestShutdownEndsConnectionAwaitingConnectFrame(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ConnectTimeout = time.Minute })
+	ws, _, err := websocket.Dial(e.ctx, e.wsURL(), &websocket.DialOptions{Subprotocols: []string{wire.SubprotocolJSON}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.g.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a connection awaiting its connect frame: %v", err)
+	}
+	if _, _, err := ws.Read(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("the connection stayed open after the drain: %v", err)
+	}
+}
