@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus"
-	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/components"
@@ -246,19 +244,8 @@ func clientEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, ten
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, streams.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []bus.Delivered
-	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range storedOn(t, ctx, js, subj) {
 		d, err := bus.DecodeStored(m)
 		if err != nil {
 			t.Fatal(err)
@@ -266,8 +253,8 @@ func clientEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, ten
 		if d.Event.Kind != schema.KindIdentityRegistered {
 			out = append(out, d)
 		}
-		seq = m.Sequence + 1
 	}
+	return out
 }
 
 // checkClient: joined first, then every message exactly once in send order.

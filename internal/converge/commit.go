@@ -68,6 +68,9 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			}
 			ckSeq, err = commitBatch(ctx, w.js, w.cfg.MaxBatch, tenant, groupHex, g.ckSeq, next, nil, first)
 		}
+		if batchAckHook != nil {
+			err = batchAckHook(t.name, err)
+		}
 		delete(part.groups, key)
 		if err != nil && !errors.Is(err, ErrFenced) {
 			// The batch may have been stored even so (a lost ack): the
@@ -80,10 +83,13 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			continue
 		}
 		w.metrics.Batches.WithLabelValues("1").Inc()
-		// An outcome that did not reach FABRIC_OUTCOMES fails the input;
-		// its retry finds the transaction done and publishes them again.
+		// When what follows the batch fails (an outcome record, the
+		// group's entries), the group is loaded again from its
+		// checkpoint: an input's retry finds the transaction done and
+		// publishes them again; for a cleanup pass, the load does.
 		ow, err := w.committed(ctx, part, g, t, next, ckSeq, events)
 		if err != nil {
+			delete(part.groups, key)
 			return err
 		}
 		if lg := part.groups[key]; lg != nil {
@@ -91,10 +97,19 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 				return err
 			}
 		}
-		return ow.await(ctx)
+		if err := ow.await(ctx); err != nil {
+			delete(part.groups, key)
+			return err
+		}
+		return nil
 	}
 	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
 }
+
+// batchAckHook, when set by a test, is given the name of each transaction
+// whose batch was published and the publish's error, and returns the error
+// the worker sees: an error for a stored batch is an ack lost on the way.
+var batchAckHook func(txn string, err error) error
 
 // newTxn starts a transaction over a loaded group.
 func (w *Worker) newTxn(ctx context.Context, tenant string, g *loadedGroup) *txn {

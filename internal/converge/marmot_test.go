@@ -3,9 +3,14 @@ package converge
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
@@ -41,6 +46,15 @@ func sameEpochFork(t *testing.T, e *env) (h hosted, win, lose testpeer.Message, 
 	_, stop = e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(h.rec.ClientID, 1)
+	win, lose, field = publishFork(t, e, alice, g)
+	return h, win, lose, field, stop
+}
+
+// publishFork publishes two competing commits from g's epoch: one renames
+// the group, the other sets its description. It returns the winner, the
+// loser and the metadata field the winner changes.
+func publishFork(t *testing.T, e *env, alice *testpeer.Peer, g *testpeer.Group) (win, lose testpeer.Message, field string) {
+	t.Helper()
 	fork := must[[]testpeer.Message](t)(g.Branch(
 		setProfile(components.ProfileState{Name: "x"}, alice.AccountID()),
 		setProfile(components.ProfileState{Description: "d"}, alice.AccountID())))
@@ -52,7 +66,7 @@ func sameEpochFork(t *testing.T, e *env) (h hosted, win, lose testpeer.Message, 
 	if bytes.Equal(win.ID, fork[1].ID) {
 		field = components.FieldDescription
 	}
-	return h, win, lose, field, stop
+	return win, lose, field
 }
 
 // wantFork checks the events of a same-epoch fork: joined, then the
@@ -300,4 +314,54 @@ func TestCommitBeyondAnchorIsStale(t *testing.T) {
 		t.Fatalf("late commit %+v, want stale stale_epoch BeyondAnchor", o)
 	}
 	settled(t, e, h.rec.ClientID, 1)
+}
+
+// A cleanup pass whose atomic batch is stored but whose ack is lost (the
+// "publish batch … ack failed: nats: timeout" of a loaded server) has what
+// follows its batch published all the same: its outcome records (and the
+// group's entries, KeyPackages retired). The pass that settles a
+// same-epoch race runs without input, so no redelivery publishes them
+// again: the winner's outcome stayed deferred for good. The group goes on:
+// a sealed message of the winner's epoch, through ingest, is delivered;
+// no event is stored twice (EVENT-001).
+func TestCleanupPassWithLostAckIsPublished(t *testing.T) {
+	e := newEnv(t)
+	submit := e.startIngest()
+	// Every cleanup transaction's ack is lost: the one that cuts the
+	// pass off and the one that applies it.
+	var lost atomic.Int32
+	batchAckHook = func(txn string, err error) error {
+		if err == nil && strings.HasPrefix(txn, cleanupTxn) {
+			lost.Add(1)
+			return fmt.Errorf("bus: publish batch: %w", nats.ErrTimeout)
+		}
+		return err
+	}
+	t.Cleanup(func() { batchAckHook = nil })
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	e.worker("w1", nil)
+	alice, g := groupWithHosted(t, e, components.Set{}, h)
+	e.waitEvents(h.rec.ClientID, 1)
+	win, lose, field := publishFork(t, e, alice, g)
+	wantFork(t, e.waitEvents(h.rec.ClientID, 2), field)
+	e.waitOutcome(win.ID, schema.DispositionAccepted)
+	e.waitOutcome(lose.ID, schema.DispositionDeferred)
+	if lost.Load() == 0 {
+		t.Fatal("no cleanup pass was stored")
+	}
+
+	// Alice goes on on the winner's epoch, sealed, through ingest.
+	if err := g.Adopt(win); err != nil {
+		t.Fatal(err)
+	}
+	g.SetSealed(true)
+	m := must[testpeer.Message](t)(g.SendText("after the pass"))
+	if r := submit(m.Transport); r.Status != schema.StatusQueued {
+		t.Fatalf("ingest answers %+v for a message of the new epoch, want queued", r)
+	}
+	evs := e.waitEvents(h.rec.ClientID, 3)
+	if r := evs[2].Event.MessageReceived; r == nil || !r.MessageID.Equal(m.ID) {
+		t.Fatalf("third event %v, want alice's message", kinds(evs))
+	}
+	uniqueIDs(t, evs)
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -510,6 +511,9 @@ func (w *Worker) republish(ctx context.Context, g *loadedGroup) error {
 	return w.consumeKeyPackages(ctx, g.tenant, g.ck.Consumed)
 }
 
+// cleanupTxn begins the name of a cleanup transaction (checkpoint.Txn).
+const cleanupTxn = "exp:"
+
 // cleanupRounds bounds the transactions one group gets in one cleanup
 // round: a convergence pass is cut off in one and applied in the next. An
 // expiry that does not fit one transaction goes on for as long as it
@@ -529,12 +533,13 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 			continue
 		}
 		for round := 0; ; round++ {
-			if at := part.expiry[key]; at == 0 || at > now {
+			at := part.expiry[key]
+			if at == 0 || at > now {
 				break
 			}
 			expired := false
 			err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, _ *loadedGroup) (bool, error) {
-				t.now, t.name = now, "exp:"+strconv.FormatInt(now, 10)+"."+strconv.Itoa(round)
+				t.now, t.name = now, cleanupTxn+strconv.FormatInt(now, 10)+"."+strconv.Itoa(round)
 				var err error
 				expired, err = t.expire(func(secs, from uint64) ([]expiryEntry, uint64, error) {
 					return w.readPage(ctx, tenant, groupHex, secs, from)
@@ -547,6 +552,10 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 			})
 			if err != nil {
 				w.log.Warn("converge: cleanup pass failed", "err", err)
+				// Still due, even when its batch was stored and moved the
+				// due time: the next round loads the group from its
+				// checkpoint and publishes what follows the batch.
+				part.setExpiry(key, at)
 				break
 			}
 			if expired {
@@ -629,6 +638,17 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 	part.setExpiry(key, ck.NextExpiry)
 	if err := w.drain(ctx, part, g); err != nil {
 		return nil, err
+	}
+	// A cleanup pass has no input that is delivered again: when its ack
+	// was lost or its worker died after the batch, only this load
+	// publishes its outcome records and the group's entries (a new
+	// epoch's group key, without which ingest defers the group's input).
+	// Publishing them again is idempotent.
+	if strings.HasPrefix(g.ck.Txn, cleanupTxn) {
+		if err := w.republish(ctx, g); err != nil {
+			delete(part.groups, key)
+			return nil, err
+		}
 	}
 	return g, nil
 }
