@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -189,7 +191,11 @@ func TestBridgedFabricsHoldOneConversation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, b := newSide(t, ctx), newSide(t, ctx)
-	startBridge(t, a.f, b.f, nil)
+	// A to B is the command, as an operator runs it; B to A the component.
+	listen := freeAddr(t)
+	start(t, filepath.Join(binaries(t), "fabric"), nil, "bridge", "-nats-url", a.f.NATSURL, "-from-data", a.f.DataDir(),
+		"-to", b.f.URL, "-to-data", b.f.DataDir(), "-listen", listen)
+	waitReady(t, "http://"+listen+"/readyz", 30*time.Second)
 	startBridge(t, b.f, a.f, nil)
 	group := joinAcross(t, ctx, a, b)
 
@@ -237,6 +243,11 @@ func TestBridgedFabricsHoldOneConversation(t *testing.T) {
 	}
 	if mc := next(t, a.sub, schema.KindMembershipChanged).MembershipChanged; !slices.Equal(mc.RemovedInboxIDs, []string{b.hosted.InboxID}) {
 		t.Fatalf("A's membership_changed %+v, want B's inbox removed", mc)
+	}
+	metrics := httpGet(t, "http://"+listen+"/metrics")
+	checkDocumentedMetrics(t, metrics, "bridge")
+	if !regexp.MustCompile(`(?m)^fabric_bridge_messages_total\{category="",status="queued"\} [1-9]`).Match(metrics) {
+		t.Errorf("the command counts no queued message:\n%s", metrics)
 	}
 }
 

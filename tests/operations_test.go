@@ -97,7 +97,7 @@ func TestSDKCreatesConversationAndSends(t *testing.T) {
 }
 
 // operationDone waits for an operation's record to say done.
-func operationDone(t *testing.T, ctx context.Context, ops *client.Operations, clientID string, id []byte) schema.Operation {
+func operationDone(t testing.TB, ctx context.Context, ops *client.Operations, clientID string, id []byte) schema.Operation {
 	t.Helper()
 	var rec schema.Operation
 	var err error
@@ -110,7 +110,7 @@ func operationDone(t *testing.T, ctx context.Context, ops *client.Operations, cl
 	return rec
 }
 
-func ok[T any](t *testing.T) func(T, error) T {
+func ok[T any](t testing.TB) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
 		if err != nil {
@@ -122,7 +122,7 @@ func ok[T any](t *testing.T) func(T, error) T {
 
 // startInProcess starts the all-in-one in this process on free loopback
 // ports and shuts it down when the test ends.
-func startInProcess(t *testing.T, ctx context.Context) *allinone.Fabric {
+func startInProcess(t testing.TB, ctx context.Context) *allinone.Fabric {
 	t.Helper()
 	f, err := allinone.Start(ctx, allinone.Options{DataDir: t.TempDir(), Listen: freeAddr(t), NATSListen: "127.0.0.1:0"})
 	if err != nil {

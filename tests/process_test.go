@@ -176,7 +176,7 @@ func (p *process) waitMatch(t *testing.T, what string, timeout time.Duration, ma
 }
 
 // waitReady polls url until it answers 200.
-func waitReady(t *testing.T, url string, timeout time.Duration) {
+func waitReady(t testing.TB, url string, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

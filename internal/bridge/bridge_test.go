@@ -10,12 +10,17 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
@@ -23,6 +28,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -33,6 +39,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // status from the payloads it carries; what it answers 200 is recorded.
 type destination struct {
 	*httptest.Server
+	tenant   string
 	mu       sync.Mutex
 	posts    int
 	accepted []string // payloads, in the order answered 200
@@ -40,14 +47,14 @@ type destination struct {
 }
 
 func newDestination(t *testing.T, answer func(post int, payloads []string) (int, string)) *destination {
-	d := &destination{answer: answer}
+	d := &destination{tenant: "dev", answer: answer}
 	d.Server = httptest.NewServer(http.HandlerFunc(d.serve))
 	t.Cleanup(d.Close)
 	return d
 }
 
 func (d *destination) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/tenants/dev/transport" || r.Header.Get("Authorization") != "Bearer tok" || r.Header.Get("Content-Type") != "application/msgpack" {
+	if r.URL.Path != "/v1/tenants/"+d.tenant+"/transport" || r.Header.Get("Authorization") != "Bearer tok" || r.Header.Get("Content-Type") != "application/msgpack" {
 		http.Error(w, "bad request line", http.StatusTeapot)
 		return
 	}
@@ -100,6 +107,11 @@ func (d *destination) got() []string {
 // one group, as converge does.
 func publishOutbound(t *testing.T, env *natstest.Env, payloads ...string) {
 	t.Helper()
+	publishTenant(t, env.JS, "dev", payloads...)
+}
+
+func publishTenant(t *testing.T, js jetstream.JetStream, tenant string, payloads ...string) {
+	t.Helper()
 	for _, p := range payloads {
 		tm := schema.TransportMessage{V: schema.TransportVersion, Group: []byte{0x0f, 0xf0}, Kind: schema.TransportMLS, Payload: []byte(p)}
 		b, err := tm.MarshalMsgpack()
@@ -107,9 +119,9 @@ func publishOutbound(t *testing.T, env *natstest.Env, payloads ...string) {
 			t.Fatal(err)
 		}
 		id := sha256.Sum256([]byte(p))
-		msg := &nats.Msg{Subject: "fabric.out.dev.0ff0", Data: b, Header: nats.Header{}}
+		msg := &nats.Msg{Subject: "fabric.out." + tenant + ".0ff0", Data: b, Header: nats.Header{}}
 		msg.Header.Set(bus.HeaderMessageID, hex.EncodeToString(id[:]))
-		if _, err := env.JS.PublishMsg(context.Background(), msg); err != nil {
+		if _, err := js.PublishMsg(context.Background(), msg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,4 +270,96 @@ func TestBridgeStopsWhenTheDestinationRefusesItsToken(t *testing.T) {
 	allow.Unlock()
 	startBridge(t, env, dst.URL)
 	eventually(t, "both messages forwarded after the fix", func() bool { return len(dst.got()) == 2 && settled(t, env) })
+}
+
+// docs/outbound.md gives a deployment's bridge user of tenant acme (its
+// permissions read from the doc here): under it, the bridge of acme with
+// consumer bridge-acme forwards acme's outbound messages and no other
+// tenant's; the user can make no consumer on another tenant's outbound
+// subjects or on the events, and cannot read ingest's consumer.
+func TestBridgeRunsUnderItsTenantUserOfTheDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/outbound.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, _ := strings.Cut(string(doc), "{ user: acme-bridge")
+	block, _, _ = strings.Cut(block, "```")
+	var pub, sub []string
+	for _, m := range regexp.MustCompile(`"([^"]+)"`).FindAllStringSubmatch(block, -1) {
+		if strings.HasPrefix(m[1], "_INBOX") {
+			sub = append(sub, m[1])
+		} else {
+			pub = append(pub, m[1])
+		}
+	}
+	if len(pub) != 4 || len(sub) != 1 {
+		t.Fatalf("docs/outbound.md's acme-bridge user: publish %q subscribe %q", pub, sub)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), InProcess: true, Users: []*server.User{
+		{Username: "admin", Password: "admin-pw"},
+		{Username: "acme-bridge", Password: "bridge-pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: pub}, Subscribe: &server.SubjectPermission{Allow: sub}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	admin, err := s.Connect(nats.UserInfo("admin", "admin-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ajs, _ := jetstream.New(admin)
+	if err := streams.Ensure(ctx, ajs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	publishTenant(t, ajs, "other", "not acme's")
+	publishTenant(t, ajs, "acme", "a1", "a2")
+	nc, err := s.Connect(nats.UserInfo("acme-bridge", "bridge-pw"), nats.CustomInboxPrefix("_INBOX_acme-bridge"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	dst := newDestination(t, func(int, []string) (int, string) { return http.StatusOK, "" })
+	dst.tenant = "acme"
+	b, err := New(Config{JS: js, Tenant: "acme", Durable: "bridge-acme", Destination: dst.URL, Token: func(context.Context) (string, error) { return "tok", nil },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(rctx) }()
+	eventually(t, "acme's messages forwarded", func() bool { return len(dst.got()) == 2 })
+	rcancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := dst.got(); !slices.Equal(got, []string{"a1", "a2"}) {
+		t.Fatalf("forwarded %q", got)
+	}
+	for _, cfg := range []jetstream.ConsumerConfig{
+		{Durable: "bridge-acme", FilterSubject: "fabric.out.other.*"},
+		{Durable: "bridge-acme", FilterSubject: "fabric.ev.>"},
+		{Durable: "spy", FilterSubject: "fabric.out.acme.*"},
+	} {
+		cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := js.CreateOrUpdateConsumer(cctx, streams.StreamEvents, cfg)
+		ccancel()
+		if err == nil {
+			t.Errorf("acme-bridge made consumer %s on %s", cfg.Durable, cfg.FilterSubject)
+		}
+	}
+	if _, err := ajs.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.out.>", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer ccancel()
+	if _, err := js.Consumer(cctx, streams.StreamEvents, streams.ConsumerOutbound); err == nil {
+		t.Error("acme-bridge reads ingest's consumer")
+	}
 }

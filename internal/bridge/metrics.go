@@ -40,6 +40,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Outbound messages stored on the source and not yet delivered to the bridge's consumer, as of the last acknowledged batch.",
 		}),
 	}
+	// The label values known up front, at zero from the start.
+	for _, sc := range [][2]string{{"queued", ""}, {"rejected", "duplicate"}, {"deferred", "transport_deferred"}} {
+		m.messages.WithLabelValues(sc[0], sc[1])
+	}
+	for _, code := range []string{"bad_request", "body_too_large", "batch_too_large", "message_too_large"} {
+		m.refused.WithLabelValues(code)
+	}
+	for _, reason := range []string{"network", "unavailable", "rate_limited", "bad_reply", "token"} {
+		m.retries.WithLabelValues(reason)
+	}
+	for _, status := range []string{"2xx", "4xx", "5xx", "error"} {
+		m.requests.WithLabelValues(status)
+	}
 	if reg == nil {
 		return m, nil
 	}
