@@ -74,14 +74,7 @@ type runningBridge struct {
 // user bridge, with the destination's ingest token.
 func startBridge(t *testing.T, from, to *allinone.Fabric, hc *http.Client) *runningBridge {
 	t.Helper()
-	pw := ok[[]byte](t)(os.ReadFile(allinone.NATSPasswordFile(from.DataDir(), allinone.UserBridge)))
-	nc, err := nats.Connect(from.NATSURL, nats.UserInfo(allinone.UserBridge, strings.TrimSpace(string(pw))),
-		nats.CustomInboxPrefix(allinone.InboxPrefix(allinone.UserBridge)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js := ok[jetstream.JetStream](t)(jetstream.New(nc))
+	js := connectAsBridge(t, from)
 	reg := prometheus.NewRegistry()
 	b, err := bridge.New(bridge.Config{JS: js, Tenant: allinone.DevTenant, Destination: to.URL, HTTPClient: hc,
 		Token:      func(context.Context) (string, error) { return to.Token(time.Hour, auth.ScopeIngest) },
@@ -106,6 +99,20 @@ func startBridge(t *testing.T, from, to *allinone.Fabric, hc *http.Client) *runn
 		t.Fatal("the bridge made no consumer")
 	}
 	return r
+}
+
+// connectAsBridge connects to an all-in-one's NATS as its user bridge,
+// closed when the test ends.
+func connectAsBridge(t testing.TB, f *allinone.Fabric) jetstream.JetStream {
+	t.Helper()
+	pw := ok[[]byte](t)(os.ReadFile(allinone.NATSPasswordFile(f.DataDir(), allinone.UserBridge)))
+	nc, err := nats.Connect(f.NATSURL, nats.UserInfo(allinone.UserBridge, strings.TrimSpace(string(pw))),
+		nats.CustomInboxPrefix(allinone.InboxPrefix(allinone.UserBridge)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return ok[jetstream.JetStream](t)(jetstream.New(nc))
 }
 
 // until reads sub up to the first event of kind; the events before it

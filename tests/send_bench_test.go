@@ -5,14 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/allinone"
@@ -60,14 +57,7 @@ func benchSendThroughAPI(b *testing.B, callers int) {
 
 	// The outbound subject is read as a bridge reads it, as the NATS user
 	// bridge.
-	pw := ok[[]byte](b)(os.ReadFile(allinone.NATSPasswordFile(f.DataDir(), allinone.UserBridge)))
-	nc, err := nats.Connect(f.NATSURL, nats.UserInfo(allinone.UserBridge, strings.TrimSpace(string(pw))),
-		nats.CustomInboxPrefix(allinone.InboxPrefix(allinone.UserBridge)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	js := ok[jetstream.JetStream](b)(jetstream.New(nc))
+	js := connectAsBridge(b, f)
 	subj := ok[string](b)(subject.Outbound(allinone.DevTenant, hex.EncodeToString(created.GroupID)))
 	c := ok[jetstream.Consumer](b)(js.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{
 		Durable: "bench", FilterSubject: subj, AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverNewPolicy}))

@@ -160,23 +160,14 @@ func (b *Bridge) Ready(context.Context) error {
 	}
 }
 
-// Run forwards until ctx ends (nil) or the destination refuses the
-// bridge itself: a 401, 403 or 404 (the token, its tenant or the URL is
-// wrong) returns a *RefusedError, nothing of the batch acknowledged.
+// Run makes the consumer (retried until it exists) and forwards until ctx
+// ends (nil) or the destination refuses the bridge itself: a 401, 403 or
+// 404 (the token, its tenant or the URL is wrong) returns a *RefusedError,
+// nothing of the batch acknowledged.
 func (b *Bridge) Run(ctx context.Context) error {
-	c, err := b.cfg.JS.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{
-		Durable:       b.cfg.Durable,
-		FilterSubject: b.filter,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       b.cfg.AckWait,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		MaxAckPending: 4 * b.cfg.MaxBatch,
-	})
+	c, err := b.consumer(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("bridge: consumer %s on %s: %w", b.cfg.Durable, streams.StreamEvents, err)
+		return nil // ctx ended
 	}
 	close(b.started)
 	b.log.Info("bridge started", "destination", b.url)
@@ -197,6 +188,37 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// consumer creates or binds the bridge's durable consumer, retrying with
+// backoff until ctx ends: a source that answers late (a loaded meta
+// leader) or not yet is waited for, not fatal. A permission the bridge's
+// NATS user lacks is retried too, and logged at each attempt.
+func (b *Bridge) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	backoff := b.cfg.MinBackoff
+	for {
+		c, err := b.cfg.JS.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{
+			Durable:       b.cfg.Durable,
+			FilterSubject: b.filter,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       b.cfg.AckWait,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			MaxAckPending: 4 * b.cfg.MaxBatch,
+		})
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		b.log.Warn("bridge: no consumer yet; retrying", "stream", streams.StreamEvents, "filter", b.filter, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, b.cfg.MaxBackoff)
+	}
 }
 
 // drain forwards a fetch's messages as they arrive: what has arrived is

@@ -215,6 +215,37 @@ func TestBridgeRetriesUntilTheDestinationAccepts(t *testing.T) {
 	}
 }
 
+// A source whose stream is not there yet (not provisioned, or its meta
+// leader answering late) is waited for: the bridge retries its consumer
+// and forwards once it can make it.
+func TestBridgeWaitsForTheSourceStream(t *testing.T) {
+	env := natstest.Start(t, natstest.WithoutStreams())
+	dst := newDestination(t, func(int, []string) (int, string) { return http.StatusOK, "" })
+	b, err := New(Config{JS: env.JS, Tenant: "dev", Destination: dst.URL, Token: func(context.Context) (string, error) { return "tok", nil },
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // a few attempts fail first; nothing to await
+	if err := b.Ready(ctx); err == nil {
+		t.Fatal("ready without a stream")
+	}
+	if err := streams.Ensure(ctx, env.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	publishOutbound(t, env, "m1")
+	eventually(t, "the message forwarded once the stream exists", func() bool { return len(dst.got()) == 1 })
+}
+
 // A batch the destination refuses as a request (400) is posted again one
 // message at a time: only the message refused is dropped, counted by its
 // code; the others arrive in order and the bridge goes on.
