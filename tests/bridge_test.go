@@ -256,6 +256,7 @@ func TestBridgedFabricsHoldOneConversation(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^fabric_bridge_messages_total\{category="",status="queued"\} [1-9]`).Match(metrics) {
 		t.Errorf("the command counts no queued message:\n%s", metrics)
 	}
+	promtool(t, metrics, "check", "metrics")
 }
 
 // outcomeOf reads an input's outcome record from a fabric's intake.
