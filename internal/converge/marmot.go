@@ -122,7 +122,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		m      *hostedMember
 		cg     *convergence.Group
 		lead   bool
-		before view
+		before *engine.State // the tip before the input
 		res    convergence.Result
 		err    error
 	}
@@ -138,7 +138,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		if _, err := p.pass(s, m, cg, now); err != nil {
 			return err
 		}
-		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: tipView(cg)})
+		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: cg.Tip()})
 	}
 	parallel(len(ads), func(i int) {
 		a := ads[i]
@@ -241,7 +241,7 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 	if cg.Forked() || (holdFrozen != nil && holdFrozen()) {
 		return false, nil
 	}
-	before := tipView(cg)
+	before := cg.Tip()
 	res, err := cg.Apply(c, now)
 	if err != nil {
 		return false, fmt.Errorf("apply pass: %w", err)
@@ -253,7 +253,11 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 // effects turns one member's convergence result into its events and the
 // step's outcome notes, in the order docs/convergence.md gives: what no
 // longer holds, then what now holds.
-func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
+//
+// tip is the member's canonical state before the input: a state is never
+// changed but for its secret tree, so its view is read only when a commit
+// is applied, not for every message (most inputs apply none).
+func (s *step) effects(m *hostedMember, tip *engine.State, res convergence.Result) {
 	t := s.t
 	gid := t.g.GroupID
 	for _, sup := range res.Superseded {
@@ -274,8 +278,12 @@ func (s *step) effects(m *hostedMember, before view, res convergence.Result) {
 		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
 		s.rollBack(id)
 	}
+	before, viewed := view{gone: tip == nil}, false
 	for _, c := range res.Steps() {
 		if a := c.Commit; a != nil {
+			if !viewed {
+				before, viewed = viewOf(tip), true
+			}
 			before = s.applied(m, before, *a)
 			continue
 		}
@@ -303,10 +311,13 @@ type view struct {
 	gone    bool
 }
 
-// tipView is the view of a member's canonical state.
-func tipView(cg *convergence.Group) view {
-	v := view{comps: tipComponents(cg), gone: cg.Tip() == nil}
-	if st := cg.Tip(); st != nil {
+// viewOf is the view of a member's canonical state st; nil is gone.
+func viewOf(st *engine.State) view {
+	v := view{gone: st == nil}
+	if st != nil {
+		if set, _, err := st.Components(); err == nil {
+			v.comps = set
+		}
 		v.inboxes = st.InboxIDs()
 	}
 	return v
@@ -473,16 +484,6 @@ func noteOf(o convergence.Outcome, at int64) outcomeNote {
 		return rejectedNote(id, o.Class, cat, at)
 	}
 	return outcomeNote{MessageID: id, Class: o.Class, Status: schema.StatusQueued, Disposition: o.Disposition, Category: o.Category, Named: o.NamedOutcome, Time: at}
-}
-
-// tipComponents are the components of a member's canonical state.
-func tipComponents(cg *convergence.Group) components.Set {
-	if st := cg.Tip(); st != nil {
-		if set, _, err := st.Components(); err == nil {
-			return set
-		}
-	}
-	return components.Set{}
 }
 
 // branchPrefix marks a member blob that holds a whole convergence state,

@@ -240,6 +240,29 @@ func TestLinearCommitsAndMessages(t *testing.T) {
 	}
 }
 
+// DESIGN §3: the group event key is the epoch's exporter output. It is
+// remembered per epoch, so it must follow every commit, and a retained
+// state of an older epoch keeps its own.
+func TestGroupEventKeyFollowsEachEpoch(t *testing.T) {
+	w := newWorld(t)
+	for i := range 3 {
+		prev := w.state
+		before := must[[32]byte](t)(prev.GroupEventKey())
+		if before != w.alice.EventKey() {
+			t.Fatalf("commit %d: key differs from the remote member's before it", i)
+		}
+		upd := must[testpeer.Message](t)(w.alice.Commit())
+		w.apply(t, upd)
+		after := must[[32]byte](t)(w.state.GroupEventKey())
+		if after != w.alice.EventKey() || after == before {
+			t.Fatalf("commit %d: key not the new epoch's", i)
+		}
+		if again := must[[32]byte](t)(prev.GroupEventKey()); again != before {
+			t.Fatalf("commit %d: the retained state's key changed", i)
+		}
+	}
+}
+
 // Component changes are privileged: an ordinary member's rename is
 // authorization_failed; an admin's is applied and named per EVENT-019.
 func TestUnauthorizedComponentChange(t *testing.T) {

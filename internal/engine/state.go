@@ -40,6 +40,17 @@ type State struct {
 	// inboxes remembers InboxIDs for one tree: the tree changes only by
 	// a commit, which moves the epoch (RFC 9420 §12.4).
 	inboxes atomic.Pointer[inboxMemo]
+	// eventKey remembers GroupEventKey for one epoch: an exporter secret
+	// is one epoch's (RFC 9420 §8.5), and converge asks every hosted
+	// member's states for theirs after each input.
+	eventKey atomic.Pointer[eventKeyMemo]
+}
+
+// eventKeyMemo is GroupEventKey of g at epoch.
+type eventKeyMemo struct {
+	g     *group.Group
+	epoch uint64
+	key   [32]byte
 }
 
 // inboxMemo is InboxIDs of the tree of g at epoch.
@@ -91,11 +102,16 @@ func (s *State) Exporter(label string, context []byte, length int) ([]byte, erro
 // that seals this epoch's transport messages (DESIGN §3).
 func (s *State) GroupEventKey() ([32]byte, error) {
 	var k [32]byte
+	epoch := s.Epoch()
+	if m := s.eventKey.Load(); m != nil && m.g == s.g && m.epoch == epoch {
+		return m.key, nil
+	}
 	out, err := s.Exporter(GroupEventLabel, []byte(GroupEventContext), 32)
 	if err != nil {
 		return k, err
 	}
 	copy(k[:], out)
+	s.eventKey.Store(&eventKeyMemo{g: s.g, epoch: epoch, key: k})
 	return k, nil
 }
 
