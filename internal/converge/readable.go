@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/converge/project"
@@ -141,11 +140,8 @@ func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*n
 	// repointed only by a delivery after a rollback, and read last), so
 	// only a record that replaces one is a rollup.
 	putMessage := func(subj string, v any, replaces bool) error {
-		m, err := readmodel.RecordMsgTTL(subj, v, w.cfg.MessageRetention)
+		m, err := readmodel.RecordMsgTTL(subj, v, w.cfg.MessageRetention, replaces)
 		if err == nil {
-			if !replaces {
-				m.Header.Del(jetstream.MsgRollup)
-			}
 			out = append(out, m)
 		}
 		return err

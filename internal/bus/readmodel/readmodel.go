@@ -13,6 +13,7 @@
 package readmodel
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -127,21 +128,48 @@ func SiblingFilter(tenant string, dmKey []byte, clientHex string) (string, error
 // RecordMsg is the message that stores record v on subj: msgpack, a
 // rollup of the subject (it replaces the record before it) that never
 // expires with the stream's MaxAge.
-func RecordMsg(subj string, v any) (*nats.Msg, error) { return RecordMsgTTL(subj, v, 0) }
+func RecordMsg(subj string, v any) (*nats.Msg, error) { return RecordMsgTTL(subj, v, 0, true) }
 
 // RecordMsgTTL is RecordMsg for a record the stream removes ttl after it
-// is stored (whole seconds; 0 never).
-func RecordMsgTTL(subj string, v any, ttl time.Duration) (*nats.Msg, error) {
-	b, err := msgpack.Marshal(v)
+// is stored (whole seconds; 0 never), a rollup of its subject only when
+// replaces: a record on a new subject has nothing to replace, and the
+// stream does less to store it.
+func RecordMsgTTL(subj string, v any, ttl time.Duration, replaces bool) (*nats.Msg, error) {
+	b, err := encode(v)
 	if err != nil {
 		return nil, fmt.Errorf("readmodel: encode record: %w", err)
 	}
-	m := nats.NewMsg(subj)
-	m.Data = b
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+	never := neverTTL
 	if s := int64(ttl / time.Second); s > 0 {
-		m.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(s, 10)+"s")
+		never = []string{strconv.FormatInt(s, 10) + "s"}
 	}
-	return m, nil
+	h := nats.Header{jetstream.MsgTTLHeader: never}
+	if replaces {
+		h[jetstream.MsgRollup] = rollupSubject
+	}
+	return &nats.Msg{Subject: subj, Header: h, Data: b}, nil
+}
+
+// The header values of every record, shared, not made per record: a
+// value is only read (an added value is appended to a copy: capacity 1).
+var (
+	neverTTL      = []string{streams.CheckpointTTL}
+	rollupSubject = []string{jetstream.MsgRollupSubject}
+)
+
+// recordSize is room for one record's encoding: a message's record with
+// its content is a few hundred bytes.
+const recordSize = 512
+
+// encode is msgpack.Marshal into a buffer sized for a record, so the
+// encoding does not grow it several times.
+func encode(v any) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, recordSize))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
