@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,14 +29,23 @@ import (
 var (
 	benchMessages      = flag.Int("read-bench-messages", 100_000, "BenchmarkReadPages: messages of the long conversation")
 	benchConversations = flag.Int("read-bench-conversations", 10_000, "BenchmarkReadPages: conversations of the client")
-	benchRate          = flag.Int("read-bench-rate", 1000, "BenchmarkReadPages: messages/s converge ingests meanwhile")
+	benchRate          = flag.Int("read-bench-rate", 1000, "BenchmarkReadPages: messages/s offered to intake meanwhile")
+	benchGroups        = flag.Int("read-bench-groups", 4, "BenchmarkReadPages: groups the offered messages go to")
+	benchSync          = flag.Duration("read-bench-sync", 0, "BenchmarkReadPages: JetStream's fsync interval (allinone.Options.SyncInterval); 0 fsyncs every write")
 )
+
+// benchPosters bounds the intake requests the load has in flight: intake
+// answers a request once it stored every message (an fsync by default),
+// so one poster at a time would bound the offered rate by that latency.
+const benchPosters = 8
 
 // BenchmarkReadPages measures GET …/conversations/{group_id}/messages?limit=50
 // on a conversation of -read-bench-messages messages and GET
 // …/conversations?limit=50 on a client with -read-bench-conversations
-// conversations, while converge ingests -read-bench-rate real messages/s
-// (bob's, through intake, into a real group the client holds).
+// conversations, while -read-bench-rate real messages/s are offered to
+// intake (bob's, in -read-bench-groups real groups the client holds, the
+// MLS messages made before the clock starts), and reports the rate intake
+// took and the rate converge delivered (message.received events).
 //
 // The long conversation and the many conversations are seeded directly:
 // the records converge writes (readmodel.RecordMsg on the same subjects,
@@ -45,7 +56,7 @@ var (
 func BenchmarkReadPages(b *testing.B) {
 	master := make([]byte, 32)
 	_, _ = rand.Read(master)
-	fx := startWith(b, allinone.Options{MasterKey: master})
+	fx := startWith(b, allinone.Options{MasterKey: master, SyncInterval: *benchSync})
 	ctx := context.Background()
 	js := fx.natsAs(b, allinone.UserConverge)
 	vault, err := engine.NewVault(master)
@@ -67,17 +78,37 @@ func BenchmarkReadPages(b *testing.B) {
 	me := fx.hosted.ClientID
 	tenant := allinone.DevTenant
 
-	// The live group converge ingests into during the reads.
+	// The live groups converge ingests into during the reads, and their
+	// messages, round robin.
 	ch := fx.collect(b)
-	_, _, bob := joinedGroup(b, fx, ch, components.Set{Profile: &components.ProfileState{Name: "live"}})
+	var bobs []*testpeer.Group
+	for i := range *benchGroups {
+		alice, err := testpeer.New("alice")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _, bob, welcome := invitedBy(b, fx, alice, components.Set{Profile: &components.ProfileState{Name: fmt.Sprintf("live %d", i)}}, fx.keyPackage(b))
+		fx.post(b, welcome)
+		await(b, ch, schema.KindConversationJoined)
+		bobs = append(bobs, bob)
+	}
 	live := make([]testpeer.Message, 0, 20*(*benchRate))
 	for i := range cap(live) {
-		m, err := bob.SendText(fmt.Sprintf("live %d", i))
+		m, err := bobs[i%len(bobs)].SendText(fmt.Sprintf("live %d", i))
 		if err != nil {
 			b.Fatal(err)
 		}
 		live = append(live, m)
 	}
+	var delivered atomic.Int64 // message.received events
+	// It ends when the subscription's channel closes, at the end.
+	go func() {
+		for ev := range ch {
+			if ev.Kind == schema.KindMessageReceived {
+				delivered.Add(1)
+			}
+		}
+	}()
 
 	// Seed: one conversation of benchMessages messages, and
 	// benchConversations conversations of the client.
@@ -136,38 +167,53 @@ func BenchmarkReadPages(b *testing.B) {
 	}
 	awaitPublished(b, js)
 
-	// Converge ingests the live group's messages at benchRate per second
-	// while the reads run.
+	// Offered to intake at benchRate per second, in requests of a tick's
+	// messages, up to benchPosters in flight, while the reads run.
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	loadDone := make(chan int)
+	var taken atomic.Int64 // messages intake answered queued
+	loadDone := make(chan struct{})
 	go func() {
-		sent := 0
+		defer close(loadDone)
+		var posters sync.WaitGroup
+		defer posters.Wait()
+		sem := make(chan struct{}, benchPosters)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		per := max(*benchRate/100, 1)
-		for sent+per <= len(live) {
+		for sent := 0; sent+per <= len(live); sent += per {
 			select {
 			case <-loadCtx.Done():
-				loadDone <- sent
 				return
 			case <-tick.C:
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-loadCtx.Done():
+				return
 			}
 			var ts []schema.TransportMessage
 			for _, m := range live[sent : sent+per] {
 				ts = append(ts, m.Transport)
 			}
-			if _, err := fx.api.Post(loadCtx, ts...); err != nil && loadCtx.Err() == nil {
-				b.Error(err)
-			}
-			sent += per
+			posters.Go(func() {
+				defer func() { <-sem }()
+				res, err := fx.api.Post(loadCtx, ts...)
+				if err != nil && loadCtx.Err() == nil {
+					b.Error(err)
+				}
+				for _, r := range res {
+					if r.Status == "queued" {
+						taken.Add(1)
+					}
+				}
+			})
 		}
-		loadDone <- sent
 	}()
 
 	var msgLat, convLat []time.Duration
 	var cursor string
 	b.ResetTimer()
-	start := time.Now()
+	start, delivered0 := time.Now(), delivered.Load()
 	for i := range b.N {
 		t0 := time.Now()
 		n := uint64(i*7919)%uint64(*benchMessages-50) + 1
@@ -188,16 +234,17 @@ func BenchmarkReadPages(b *testing.B) {
 		convLat = append(convLat, time.Since(t0))
 		cursor = page.NextCursor
 	}
-	elapsed := time.Since(start)
+	elapsed, deliveredN := time.Since(start), delivered.Load()-delivered0
 	b.StopTimer()
 	stopLoad()
-	sent := <-loadDone
+	<-loadDone
 	b.ReportMetric(ms(percentile(msgLat, 0.50)), "messages-p50-ms")
 	b.ReportMetric(ms(percentile(msgLat, 0.99)), "messages-p99-ms")
 	b.ReportMetric(ms(percentile(convLat, 0.50)), "conversations-p50-ms")
 	b.ReportMetric(ms(percentile(convLat, 0.99)), "conversations-p99-ms")
 	b.ReportMetric(perMessage, "stored-B/message")
-	b.ReportMetric(float64(sent)/elapsed.Seconds(), "ingested-msgs/s")
+	b.ReportMetric(float64(taken.Load())/elapsed.Seconds(), "intake-msgs/s")
+	b.ReportMetric(float64(deliveredN)/elapsed.Seconds(), "delivered-msgs/s")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
