@@ -394,3 +394,36 @@ func TestBridgeRunsUnderItsTenantUserOfTheDocs(t *testing.T) {
 		t.Error("acme-bridge reads ingest's consumer")
 	}
 }
+
+// Whatever the destination answers, the bridge reads it as n results, a
+// refusal or a retry: never a panic, never fewer or more results than
+// messages, never a wait longer than an hour.
+func FuzzReadAnswer(f *testing.F) {
+	f.Add(200, "", []byte(`{"results":[{"message_id":"00","status":"queued"}]}`), 1)
+	f.Add(200, "", []byte(`{"results":[]}`), 1)
+	f.Add(429, "1", []byte(`{"error":{"code":"rate_limited","message":"slow down"}}`), 2)
+	f.Add(429, "-5", []byte(``), 1)
+	f.Add(400, "", []byte(`{"error":{"code":"bad_request","message":"messages[0].payload: want bin"}}`), 1)
+	f.Add(503, "", []byte(`<html>`), 3)
+	f.Fuzz(func(t *testing.T, status int, retryAfter string, reply []byte, n int) {
+		results, err := readAnswer(status, retryAfter, reply, n)
+		var refused *RefusedError
+		var retry *retryError
+		switch {
+		case err == nil:
+			if status != http.StatusOK || len(results) != n {
+				t.Fatalf("status %d: %d results for %d messages", status, len(results), n)
+			}
+		case errors.As(err, &retry):
+			if retry.after < 0 || retry.after > time.Hour {
+				t.Fatalf("waits %v", retry.after)
+			}
+		case errors.As(err, &refused):
+			if refused.Status < 400 || refused.Status >= 500 || refused.Status == http.StatusTooManyRequests || refused.Code == "" {
+				t.Fatalf("refusal %+v", refused)
+			}
+		default:
+			t.Fatalf("error %v of no kind", err)
+		}
+	})
+}

@@ -91,8 +91,14 @@ func (b *Bridge) send(ctx context.Context, body []byte, n int) ([]result, error)
 	if err != nil {
 		return nil, &retryError{reason: "network", err: err}
 	}
-	switch s := resp.StatusCode; {
-	case s == http.StatusOK:
+	return readAnswer(resp.StatusCode, resp.Header.Get("Retry-After"), reply, n)
+}
+
+// readAnswer reads the destination's answer to a post of n messages: its
+// n results, a *RefusedError (a 4xx other than 429) or a *retryError.
+func readAnswer(status int, retryAfter string, reply []byte, n int) ([]result, error) {
+	switch {
+	case status == http.StatusOK:
 		var r struct {
 			Results []result `json:"results"`
 		}
@@ -100,13 +106,13 @@ func (b *Bridge) send(ctx context.Context, body []byte, n int) ([]result, error)
 			return nil, &retryError{reason: "bad_reply", err: fmt.Errorf("%d results for %d messages (%v)", len(r.Results), n, err)}
 		}
 		return r.Results, nil
-	case s == http.StatusTooManyRequests:
-		after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-		return nil, &retryError{reason: "rate_limited", after: time.Duration(after) * time.Second, err: answerError(s, reply)}
-	case s >= 400 && s < 500:
-		return nil, answerError(s, reply)
+	case status == http.StatusTooManyRequests:
+		after, _ := strconv.Atoi(retryAfter)
+		return nil, &retryError{reason: "rate_limited", after: time.Duration(min(max(after, 0), 3600)) * time.Second, err: answerError(status, reply)}
+	case status >= 400 && status < 500:
+		return nil, answerError(status, reply)
 	default:
-		return nil, &retryError{reason: "unavailable", err: answerError(s, reply)}
+		return nil, &retryError{reason: "unavailable", err: answerError(status, reply)}
 	}
 }
 
