@@ -212,9 +212,9 @@ type Gateway struct {
 	// served counts the goroutines serving accepted WebSockets (serveConn),
 	// connected or still waiting for their connect frame; stopping ends
 	// that wait when the gateway drains.
-	served       sync.WaitGroup
-	stopping     context.Context
-	stopStarting context.CancelFunc
+	served        sync.WaitGroup
+	stopping      context.Context
+	beginStopping context.CancelFunc
 
 	done     chan struct{} // closed by Shutdown: background work stops
 	stopOnce sync.Once
@@ -252,7 +252,7 @@ func New(cfg Config) (*Gateway, error) {
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
 	}
-	g.stopping, g.stopStarting = context.WithCancel(context.Background())
+	g.stopping, g.beginStopping = context.WithCancel(context.Background())
 	if g.dm == nil {
 		g.dm = &KVDMKeys{JetStream: cfg.JetStream, Timeout: cfg.RequestTimeout}
 	}
@@ -356,7 +356,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.connsMu.Unlock()
 	g.stopOnce.Do(func() { close(g.done) })
-	g.stopStarting()
+	g.beginStopping()
 	g.bg.Wait()
 	for _, c := range conns {
 		c.drain(wire.ReasonShutdown)
