@@ -121,10 +121,14 @@ func ok[T any](t testing.TB) func(T, error) T {
 }
 
 // startInProcess starts the all-in-one in this process on free loopback
-// ports and shuts it down when the test ends.
-func startInProcess(t testing.TB, ctx context.Context) *allinone.Fabric {
+// ports, its options changed by opts, and shuts it down when the test ends.
+func startInProcess(t testing.TB, ctx context.Context, opts ...func(*allinone.Options)) *allinone.Fabric {
 	t.Helper()
-	f, err := allinone.Start(ctx, allinone.Options{DataDir: t.TempDir(), Listen: freeAddr(t), NATSListen: "127.0.0.1:0"})
+	o := allinone.Options{DataDir: t.TempDir(), Listen: freeAddr(t), NATSListen: "127.0.0.1:0"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	f, err := allinone.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
