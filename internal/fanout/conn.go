@@ -40,6 +40,11 @@ type sink interface {
 	setDeadline(t time.Time)
 	// ping keeps the connection alive and checks the peer still reads.
 	ping(ctx context.Context) error
+	// gather holds the frames written until flush, which writes them at
+	// once: a batch of frames costs one write, not one per frame (as
+	// Centrifugo's writer joins queued messages).
+	gather()
+	flush() error
 }
 
 // conn is one app connection, WebSocket or SSE. Events reach it from taps
@@ -363,19 +368,29 @@ func (c *conn) writeLoop(ctx context.Context) error {
 		c.mu.Unlock()
 		if len(ctrl) > 0 || len(batch) > 0 {
 			c.out.setDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
+			gather := len(ctrl)+len(batch) > 1
+			if gather {
+				c.out.gather()
+			}
 			for _, f := range ctrl {
 				if err := c.out.writeFrame(f); err != nil {
 					return err
 				}
 			}
 			for i := range batch {
-				p := &batch[i]
-				buf = c.eventFrame(buf[:0], p)
+				buf = c.eventFrame(buf[:0], &batch[i])
 				if err := c.out.writeFrame(buf); err != nil {
 					return err
 				}
-				c.wrote(p)
-				p.s, p.item = nil, queue.Item[*event]{}
+			}
+			if gather {
+				if err := c.out.flush(); err != nil {
+					return err
+				}
+			}
+			for i := range batch {
+				c.wrote(&batch[i])
+				batch[i] = popped{}
 			}
 			c.out.setDeadline(time.Time{})
 			continue

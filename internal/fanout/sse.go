@@ -19,14 +19,25 @@ import (
 )
 
 type sseSink struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	gathering bool // frames wait in net/http's buffer until flush
 }
 
 func (s *sseSink) writeFrame(b []byte) error {
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}
+	if s.gathering {
+		return nil
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseSink) gather() { s.gathering = true }
+
+func (s *sseSink) flush() error {
+	s.gathering = false
 	return s.rc.Flush()
 }
 

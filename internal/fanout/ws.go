@@ -32,6 +32,7 @@ const maxCredit = 1 << 20
 type wsSink struct {
 	ws  *websocket.Conn
 	typ websocket.MessageType
+	nc  *corkedConn // under ws's write buffer
 
 	// deadline is the write deadline of the batch being written, in unix
 	// nanoseconds; 0 between batches. The guard timer reads it when it
@@ -89,6 +90,10 @@ func (s *wsSink) check() {
 }
 
 func (s *wsSink) ping(ctx context.Context) error { return s.ws.Ping(ctx) }
+
+func (s *wsSink) gather() { s.nc.cork() }
+
+func (s *wsSink) flush() error { return s.nc.uncork() }
 
 // stopGuard stops the guard once the connection's writer has returned.
 func (s *wsSink) stopGuard() {
@@ -157,7 +162,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
+	hj := &smallBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(hj, r, &websocket.AcceptOptions{Subprotocols: []string{proto}, OriginPatterns: g.cfg.OriginPatterns})
 	if err != nil {
 		if byHeader {
 			g.releaseConn(claims.Tenant)
@@ -168,7 +174,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// returns, so net/http's state for the request (its serving goroutine's
 	// stack, the request, its 4 KiB buffers) is not held for the
 	// connection's life.
-	if !g.serve(func() { g.serveConn(ws, enc, claims, byHeader) }) {
+	if !g.serve(func() { g.serveConn(ws, hj.nc, enc, claims, byHeader) }) {
 		if byHeader {
 			g.releaseConn(claims.Tenant)
 		}
@@ -179,7 +185,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 // serveConn serves an accepted WebSocket until it ends. A connection
 // authenticated by header was admitted to its tenant's quota already; one
 // without authenticates with its connect frame first.
-func (g *Gateway) serveConn(ws *websocket.Conn, enc wire.Encoding, claims auth.Claims, admitted bool) {
+func (g *Gateway) serveConn(ws *websocket.Conn, nc *corkedConn, enc wire.Encoding, claims auth.Claims, admitted bool) {
 	ws.SetReadLimit(hardFrameLimit)
 	typ := websocket.MessageText
 	if enc == wire.Msgpack {
@@ -192,7 +198,7 @@ func (g *Gateway) serveConn(ws *websocket.Conn, enc wire.Encoding, claims auth.C
 		}
 	}
 	defer g.releaseConn(claims.Tenant)
-	sink := &wsSink{ws: ws, typ: typ}
+	sink := &wsSink{ws: ws, typ: typ, nc: nc}
 	defer sink.stopGuard()
 	c := newConn(g, enc, false, claims, sink)
 	if !g.addConn(c) {
@@ -237,10 +243,14 @@ const (
 
 // smallBuffers is the ResponseWriter websocket.Accept hijacks: it hands the
 // connection over with buffers of wsReadBuffer and wsWriteBuffer bytes
-// instead of net/http's 4 KiB each, which are dropped with the request.
-type smallBuffers struct{ http.ResponseWriter }
+// instead of net/http's 4 KiB each, which are dropped with the request,
+// and the write buffer over a corkedConn.
+type smallBuffers struct {
+	http.ResponseWriter
+	nc *corkedConn // set by Hijack
+}
 
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -258,7 +268,78 @@ func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		_ = nc.Close()
 		return nil, nil, fmt.Errorf("move buffered bytes: %w", err)
 	}
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, wsWriteBuffer)), nil
+	w.nc = &corkedConn{Conn: nc}
+	return w.nc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.nc, wsWriteBuffer)), nil
+}
+
+// maxGathered bounds what a corked connection holds: past it a batch is
+// written in parts.
+const maxGathered = 64 << 10
+
+// gathered lends corked connections their buffer for the time of a batch,
+// so an idle connection holds none.
+var gathered = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+
+// corkedConn is an accepted WebSocket's connection under its write buffer.
+// While corked it gathers what the buffer flushes, frame by frame, and
+// uncork writes it at once. A control frame the library's reader writes
+// meanwhile (a pong, the close echo) goes out with the batch.
+type corkedConn struct {
+	net.Conn
+	mu     sync.Mutex
+	corked bool
+	buf    *[]byte // from gathered while corked
+}
+
+func (c *corkedConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return c.Conn.Write(p)
+	}
+	if len(*c.buf)+len(p) > maxGathered {
+		if err := c.writeGathered(); err != nil {
+			return 0, err
+		}
+		if len(p) > maxGathered {
+			return c.Conn.Write(p)
+		}
+	}
+	*c.buf = append(*c.buf, p...)
+	return len(p), nil
+}
+
+func (c *corkedConn) cork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		c.corked = true
+		c.buf = gathered.Get().(*[]byte)
+	}
+}
+
+// uncork writes what was gathered; the writes after it go straight through.
+func (c *corkedConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return nil
+	}
+	err := c.writeGathered()
+	c.corked = false
+	gathered.Put(c.buf)
+	c.buf = nil
+	return err
+}
+
+// writeGathered writes and empties the buffer. c.mu held.
+func (c *corkedConn) writeGathered() error {
+	if len(*c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(*c.buf)
+	*c.buf = (*c.buf)[:0]
+	return err
 }
 
 // connectFrame authenticates a connection opened without an Authorization

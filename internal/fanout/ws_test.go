@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -221,5 +222,60 @@ func TestShutdownEndsConnectionAwaitingConnectFrame(t *testing.T) {
 	}
 	if _, _, err := ws.Read(ctx); err == nil || ctx.Err() != nil {
 		t.Fatalf("the connection stayed open after the drain: %v", err)
+	}
+}
+
+// writesConn records each write that reaches the socket.
+type writesConn struct {
+	net.Conn
+	writes [][]byte
+}
+
+func (w *writesConn) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, bytes.Clone(p))
+	return len(p), nil
+}
+
+// The frames of a batch leave the gateway in one write (as Centrifugo's
+// writer joins queued messages), in order; outside a batch each goes
+// through at once, and a batch past maxGathered is written in parts, in
+// order.
+func TestBatchOfFramesIsOneWrite(t *testing.T) {
+	w := &writesConn{}
+	c := &corkedConn{Conn: w}
+	write := func(p []byte) {
+		t.Helper()
+		if n, err := c.Write(p); err != nil || n != len(p) {
+			t.Fatalf("write: %d, %v", n, err)
+		}
+	}
+	write([]byte("a"))
+	if len(w.writes) != 1 {
+		t.Fatalf("an uncorked frame made %d writes, want 1", len(w.writes))
+	}
+	c.cork()
+	write([]byte("b"))
+	write([]byte("cd"))
+	write([]byte("e"))
+	if len(w.writes) != 1 {
+		t.Fatalf("%d writes before the batch ended, want none", len(w.writes)-1)
+	}
+	if err := c.uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.writes) != 2 || string(w.writes[1]) != "bcde" {
+		t.Fatalf("the batch was written as %q, want one write of \"bcde\"", w.writes[1:])
+	}
+	c.cork()
+	big := bytes.Repeat([]byte("x"), maxGathered)
+	write([]byte("f"))
+	write(big)
+	write(append([]byte(nil), big...))
+	if err := c.uncork(); err != nil {
+		t.Fatal(err)
+	}
+	got := bytes.Join(w.writes[2:], nil)
+	if want := append(append([]byte("f"), big...), big...); !bytes.Equal(got, want) || len(w.writes) > 5 {
+		t.Fatalf("a batch past the bound made %d writes of %d bytes, want its %d bytes in order", len(w.writes)-2, len(got), len(want))
 	}
 }
