@@ -99,14 +99,10 @@ func TestSDKCreatesConversationAndSends(t *testing.T) {
 // operationDone waits for an operation's record to say done.
 func operationDone(t testing.TB, ctx context.Context, ops *client.Operations, clientID string, id []byte) schema.Operation {
 	t.Helper()
-	var rec schema.Operation
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if rec, err = ops.Operation(ctx, clientID, id); err == nil && rec.Status == schema.OperationDone {
-			return rec
-		}
+	rec := operationFinal(t, ctx, ops, clientID, id)
+	if rec.Status != schema.OperationDone {
+		t.Fatalf("operation %+v, want done", rec)
 	}
-	t.Fatalf("operation %+v (%v), want done", rec, err)
 	return rec
 }
 

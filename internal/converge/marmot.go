@@ -432,6 +432,10 @@ func (s *step) emitCommit(id engine.MessageID) {
 		return
 	}
 	t.groupChanged = true
+	// The epoch and roster every conversation record carries moved, for
+	// the members with no event of the commit too (one that joined by its
+	// Welcome first): every record is written again (EVENT-010).
+	t.rd.allActive, t.rd.groupMembers, t.rd.members = true, len(t.g.Members), true
 	t.setComponents(a.Result.Components)
 	if a.State != nil {
 		members := a.State.InboxIDs()
