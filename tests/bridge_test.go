@@ -310,8 +310,8 @@ func (c *crashingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // while the bridge is killed mid-stream after the destination stored a
 // batch and before the bridge acknowledged it; a new bridge on the same
 // durable consumer posts that batch again, the destination answers it
-// duplicate, and B's client receives every text once, in order: none
-// missing, none twice (events and read API).
+// duplicate, and B's client receives every text once: none missing, none
+// twice (events and read API).
 func TestBridgeDeliversOnceAcrossRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -355,8 +355,13 @@ func TestBridgeDeliversOnceAcrossRestart(t *testing.T) {
 		}
 		ids[hex.EncodeToString(mr.MessageID)] = true
 	}
-	if got := texts(t, ctx, b, group); !slices.Equal(got, want) {
-		t.Fatalf("B reads %d texts %q, want the %d sent once each in order", len(got), got, n)
+	// Order is not compared: what the killed bridge held comes again after
+	// newer messages may have passed it (docs/outbound.md, Bridge).
+	got := texts(t, ctx, b, group)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("B reads %d texts %q, want the %d sent, once each", len(got), got, n)
 	}
 	if dup := bridgeMessages(t, second.reg, "rejected", "duplicate"); dup < 1 {
 		t.Errorf("the new bridge posted no message again (fabric_bridge_messages_total duplicate %v): the kill did not land between store and ack", dup)
