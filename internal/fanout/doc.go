@@ -34,8 +34,8 @@
 // one lagged event carrying the count precedes any later event (EVENT-031).
 // Each connection has its own writer goroutine, taking one event per ready
 // subscription in turn, so no subscription or connection waits for another
-// (EVENT-033); a connection that does not read for the write timeout is
-// closed.
+// (EVENT-033); the frames it takes at once leave in one write. A connection
+// that does not read for the write timeout is closed.
 //
 // The WebSocket protocol is package wire's. A subscribe frame may carry
 // after_seq and held to resume a subscription after a reconnect: the events
