@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -59,13 +60,16 @@ func runBridge(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		pw, err := os.ReadFile(allinone.NATSPasswordFile(fromData, allinone.UserBridge))
 		if err != nil {
 			errs.Addf("-from-data: %v", err)
+		} else {
+			n.User, n.Password = allinone.UserBridge, strings.TrimSpace(string(pw))
 		}
-		n.User, n.Password = allinone.UserBridge, strings.TrimSpace(string(pw))
 	}
 	n.Validate(&errs)
 	config.ValidateListen(&errs, listen)
-	if cfg.Destination == "" {
+	if u, err := url.Parse(cfg.Destination); cfg.Destination == "" {
 		errs.Addf("-to is required")
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs.Addf("-to: %q is not an http:// or https:// URL with a host", cfg.Destination)
 	}
 	if cfg.MaxBatch < 1 || cfg.MaxBytes < 1 || cfg.MaxBackoff <= 0 {
 		errs.Addf("-max-batch, -max-bytes and -max-backoff must be positive")
