@@ -307,7 +307,7 @@ func (b *Bridge) deliver(ctx context.Context, chunk []jetstream.Msg) error {
 		md, _ := chunk[0].Metadata()
 		b.log.Error("bridge: the destination refuses a message; it is dropped", "subject", chunk[0].Subject(),
 			"message_id", chunk[0].Headers().Get(bus.HeaderMessageID), "stream_seq", seq(md), "status", refused.Status, "code", refused.Code, "err", refused.Message)
-		b.metrics.refused.WithLabelValues(refused.Code).Inc()
+		b.metrics.refusedWith(refused.Code)
 		_ = chunk[0].Term()
 		return nil
 	}
@@ -339,7 +339,7 @@ func (b *Bridge) post(ctx context.Context, chunk []jetstream.Msg) error {
 		results, err := b.send(ctx, body, len(chunk))
 		if err == nil {
 			for _, r := range results {
-				b.metrics.messages.WithLabelValues(string(r.Status), string(r.Category)).Inc()
+				b.metrics.answered(r)
 			}
 			return nil
 		}

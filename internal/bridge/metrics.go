@@ -2,8 +2,11 @@ package bridge
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // metrics are the bridge's Prometheus collectors (prefix fabric_bridge_).
@@ -41,10 +44,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	// The label values known up front, at zero from the start.
-	for _, sc := range [][2]string{{"queued", ""}, {"rejected", "duplicate"}, {"deferred", "transport_deferred"}} {
-		m.messages.WithLabelValues(sc[0], sc[1])
-	}
-	for _, code := range []string{"bad_request", "body_too_large", "batch_too_large", "message_too_large"} {
+	m.messages.WithLabelValues(string(schema.StatusQueued), "")
+	m.messages.WithLabelValues(string(schema.StatusRejected), string(schema.CategoryDuplicate))
+	m.messages.WithLabelValues(string(schema.StatusDeferred), string(schema.CategoryTransportDeferred))
+	for _, code := range refusalCodes {
 		m.refused.WithLabelValues(code)
 	}
 	for _, reason := range []string{"network", "unavailable", "rate_limited", "bad_reply", "token"} {
@@ -62,4 +65,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// refusalCodes are the codes of the transport endpoint's 4xx refusals of a
+// message (docs/ingest.md, Limits and errors); another is counted as other.
+var refusalCodes = []string{"bad_request", "body_too_large", "batch_too_large", "message_too_large"}
+
+// answered counts one result. Labels come from the destination, so only
+// the spec's statuses and categories are kept; anything else is other.
+func (m *metrics) answered(r result) {
+	status, category := string(r.Status), string(r.Category)
+	if !r.Status.Valid() {
+		status = "other"
+	}
+	if r.Category != "" && !r.Category.Valid() {
+		category = "other"
+	}
+	m.messages.WithLabelValues(status, category).Inc()
+}
+
+// refusedWith counts a message dropped on a refusal with code.
+func (m *metrics) refusedWith(code string) {
+	if !slices.Contains(refusalCodes, code) {
+		code = "other"
+	}
+	m.refused.WithLabelValues(code).Inc()
 }
