@@ -14,6 +14,7 @@
 //	-message-retention how long a message stays readable (default 0: until deleted, expired or invalidated)
 //	-max-batch         the NATS servers' atomic batch limit in messages (default 1000)
 //	-key-package-pool  KeyPackages a hosted client holds again after a join consumed one (default 1)
+//	-self-update-after leaf age after which a hosted member self-updates (default 0: off)
 //	-master-key-file   file with the master key; else FABRIC_MASTER_KEY
 //
 // The master key (64 hex digits) opens the sealed installations and member
@@ -68,6 +69,7 @@ type options struct {
 	retention       time.Duration
 	maxBatch        int
 	keyPackagePool  int
+	selfUpdate      time.Duration
 	masterKeyFile   string
 }
 
@@ -86,6 +88,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", bus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
 	config.Int(fs, &errs, &o.keyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
+	config.Duration(fs, &errs, &o.selfUpdate, "self-update-after", 0, "age of a hosted member's leaf after which converge commits a self-update for it, for post-compromise security (0: off; at least 1m)")
 	config.String(fs, &o.masterKeyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	if err := config.Parse(fs, args); err != nil {
 		return o, nil, err
@@ -103,6 +106,9 @@ func parse(args []string) (options, []byte, error) {
 	}
 	if o.keyPackagePool < 1 || o.keyPackagePool > clientstore.MaxKeyPackages {
 		errs.Addf("-key-package-pool: %d; use 1 to %d", o.keyPackagePool, clientstore.MaxKeyPackages)
+	}
+	if o.selfUpdate != 0 && o.selfUpdate < time.Minute {
+		errs.Addf("-self-update-after: %v; use 0 (off) or 1m or more", o.selfUpdate)
 	}
 	if _, err := parsePartitions(o.partitions); err != nil {
 		errs.Addf("-partitions: %v", err)
@@ -182,6 +188,7 @@ func run(args []string, log *slog.Logger) error {
 		MessageRetention: o.retention,
 		MaxBatch:         o.maxBatch,
 		KeyPackagePool:   o.keyPackagePool,
+		SelfUpdateAfter:  o.selfUpdate,
 		Metrics:          converge.NewMetrics(reg),
 		Logger:           log,
 	})

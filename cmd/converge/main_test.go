@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParsePartitions(t *testing.T) {
@@ -41,10 +42,13 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil || len(key) != 32 || o.workerID != "w1" || o.keyPackagePool != 1 {
 		t.Fatalf("parse: %v", err)
 	}
-	for _, bad := range []string{"0", "101"} {
-		if _, _, err := parse([]string{"-key-package-pool", bad}); err == nil || !strings.Contains(err.Error(), "-key-package-pool") {
-			t.Fatalf("-key-package-pool %s: %v", bad, err)
+	for _, bad := range [][]string{{"-key-package-pool", "0"}, {"-key-package-pool", "101"}, {"-self-update-after", "30s"}, {"-self-update-after", "-1h"}} {
+		if _, _, err := parse(bad); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Fatalf("%s %s: %v", bad[0], bad[1], err)
 		}
+	}
+	if o, _, err := parse([]string{"-self-update-after", "168h"}); err != nil || o.selfUpdate != 7*24*time.Hour {
+		t.Fatalf("-self-update-after 168h: %v", err)
 	}
 }
 

@@ -45,11 +45,15 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.Int(fs, &errs, &o.HTTPLimits.MaxConnsPerAddr, "max-conns-per-addr", ops.DefaultMaxConnsPerAddr, "open HTTP connections of one remote address (-1: none)")
 	config.Duration(fs, &errs, &o.HTTPLimits.IdleTimeout, "idle-timeout", ops.DefaultIdleTimeout, "how long an idle keep-alive HTTP connection stays open")
 	config.Int(fs, &errs, &o.KeyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
+	config.Duration(fs, &errs, &o.SelfUpdateAfter, "self-update-after", 0, "age of a hosted member's leaf after which converge commits a self-update for it, for post-compromise security (0: off; at least 1m)")
 	if err := config.Parse(fs, args); err != nil {
 		return err
 	}
 	config.ValidateListen(&errs, o.Listen)
 	config.ValidateListen(&errs, o.NATSListen)
+	if o.SelfUpdateAfter != 0 && o.SelfUpdateAfter < time.Minute {
+		errs.Addf("-self-update-after: %v; use 0 (off) or 1m or more", o.SelfUpdateAfter)
+	}
 	if o.KeyPackagePool < 1 || o.KeyPackagePool > clientstore.MaxKeyPackages {
 		errs.Addf("-key-package-pool: %d; use 1 to %d", o.KeyPackagePool, clientstore.MaxKeyPackages)
 	}

@@ -83,6 +83,9 @@ type Options struct {
 	// (converge.Config.KeyPackagePool): clientstore.DefaultKeyPackagePool
 	// when zero.
 	KeyPackagePool int
+	// SelfUpdateAfter is converge's self-update schedule
+	// (converge.Config.SelfUpdateAfter): 0, off, when zero.
+	SelfUpdateAfter time.Duration
 	// HTTPLimits bound the HTTP connections (idle timeout, a total and a
 	// per-address bound); the total defaults to the descriptor limit less
 	// a reserve for NATS and JetStream's files.
@@ -221,7 +224,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, KeyPackagePool: o.KeyPackagePool, Metrics: converge.NewMetrics(reg), Logger: o.Logger, Now: o.ConvergeNow})
+	conv, err := converge.New(ctx, converge.Config{JS: jss[UserConverge], MLS: converge.EngineMLS{Vault: vault}, WorkerID: "allinone", MaxBatch: natsserver.DefaultMaxAtomicBatch, KeyPackagePool: o.KeyPackagePool, SelfUpdateAfter: o.SelfUpdateAfter, Metrics: converge.NewMetrics(reg), Logger: o.Logger, Now: o.ConvergeNow})
 	if err != nil {
 		return nil, err
 	}

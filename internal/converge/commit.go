@@ -181,6 +181,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 			delete(t.chunks, m.ClientID)
 		}
 	}
+	t.stampLeaves()
 	// The group state goes last: the loop above counts unsaved ratchets.
 	sb, err := t.g.encode()
 	if err != nil {
@@ -214,7 +215,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	if len(parts) > 0 {
 		next.Parts = parts
 	}
-	next.NextExpiry = t.g.nextExpiry()
+	next.NextExpiry = t.g.nextDue(w.cfg.SelfUpdateAfter)
 	// A group that becomes hosted is made known to ingest before its
 	// events are (EVENT-010): input sent right after conversation.joined
 	// must not meet a group ingest does not know. The record carries the

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -115,6 +116,9 @@ type policy interface {
 	// tick does the work that is due without input at t.now (a
 	// convergence pass) and reports whether it changed anything.
 	tick(ctx context.Context, t *txn) (bool, error)
+	// selfUpdates runs the self-updates due at t.now (a member's leaf
+	// older than period) and reports whether it ran any.
+	selfUpdates(ctx context.Context, t *txn, period time.Duration) (bool, error)
 }
 
 // emit records the events one cause made for one client, in kind-table

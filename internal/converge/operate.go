@@ -471,6 +471,9 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 		stale := note != nil && note.Disposition == schema.DispositionStale
 		switch {
 		case note != nil && note.Disposition == schema.DispositionAccepted:
+			if m := t.g.Members[oc.ClientID]; m != nil {
+				m.LeafAt = t.now // the commit carried the committer's new path
+			}
 		case !oc.Lost && (stale || !holds || epoch > oc.Epoch):
 			lost = append(lost, oc)
 			continue

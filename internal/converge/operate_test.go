@@ -506,6 +506,20 @@ func (e *env) conversationComponents(group []byte, clientID string) components.S
 	return set
 }
 
+// createdWithPeer: a hosted client creates a group with a test peer in
+// it, who joins from the client's Welcome. It returns the client, the
+// group and the peer's view of it.
+func (e *env) createdWithPeer() (hosted, []byte, *testpeer.Group) {
+	e.t.Helper()
+	h := e.register(sha256.Sum256([]byte("host")), 1)
+	bob := peer(e.t, "bob")
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID, KeyPackages: [][]byte{must[[]byte](e.t)(bob.KeyPackage())}})
+	group := bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+	out := e.outboundMsgs(group, 2)
+	return h, group, must[*testpeer.Group](e.t)(bob.Join(out[1].transport))
+}
+
 // lastOperation reads an operation's current record, or the zero record.
 func (e *env) lastOperation(id []byte) schema.Operation {
 	e.t.Helper()
@@ -542,13 +556,7 @@ func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
 			snap := func(c *Config) { c.SnapshotEvery = every }
 			_, stop := e.worker("w1", snap)
 			e.startIngest()
-			h := e.register(sha256.Sum256([]byte("host")), 1)
-			bob := peer(t, "bob")
-			create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID, KeyPackages: [][]byte{must[[]byte](t)(bob.KeyPackage())}})
-			group := bus.OperationGroupID(create)
-			e.operation(create, schema.OperationDone)
-			out := e.outboundMsgs(group, 2)
-			bg := must[*testpeer.Group](t)(bob.Join(out[1].transport))
+			h, group, bg := e.createdWithPeer()
 			send := func(text string) {
 				t.Helper()
 				e.operation(e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, text)}), schema.OperationDone)
@@ -569,7 +577,7 @@ func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
 			for i := range 2 {
 				send(fmt.Sprintf("after %d", i))
 			}
-			out = e.outboundMsgs(group, 7)
+			out := e.outboundMsgs(group, 7)
 			seen := map[string]bool{}
 			var texts []string
 			for _, m := range out[2:] {

@@ -521,8 +521,9 @@ const cleanupTxn = "exp:"
 const cleanupRounds = 2
 
 // cleanup runs what is due without input over the owned groups: the
-// disappearing-messages pass (META-063) and, under branch selection, the
-// convergence passes whose deadline has passed.
+// disappearing-messages pass (META-063), under branch selection the
+// convergence passes whose deadline has passed, and the scheduled
+// self-updates (selfupdate.go).
 func (w *Worker) cleanup(ctx context.Context, part *partition) {
 	now := w.cfg.Now().UnixMilli()
 	pol := w.policy()
@@ -548,7 +549,11 @@ func (w *Worker) cleanup(ctx context.Context, part *partition) {
 					return false, err
 				}
 				ticked, err := pol.tick(ctx, t)
-				return expired || ticked, err
+				if err != nil {
+					return false, err
+				}
+				updated, err := pol.selfUpdates(ctx, t, w.cfg.SelfUpdateAfter)
+				return expired || ticked || updated, err
 			})
 			if err != nil {
 				w.log.Warn("converge: cleanup pass failed", "err", err)

@@ -119,6 +119,13 @@ type hostedMember struct {
 	// FirstN is the first delivery number after the member joined: no
 	// message before it is the member's.
 	FirstN uint64 `msgpack:"first_n,omitempty"`
+	// LeafAt is when the member's leaf was last renewed (unix ms, by
+	// converge's clock): the transaction it first appears in, then each
+	// accepted own commit (a commit carries the committer's new path).
+	// SelfUpdateAsked is when converge last ran a scheduled self-update
+	// for it (Config.SelfUpdateAfter).
+	LeafAt          int64 `msgpack:"leaf_at,omitempty"`
+	SelfUpdateAsked int64 `msgpack:"self_update_asked,omitempty"`
 }
 
 // attributed is how many events one applied commit caused for a member.

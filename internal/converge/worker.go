@@ -78,6 +78,10 @@ type Config struct {
 	// bus.DefaultMaxBatch (the servers' default) when zero; it must
 	// not exceed what the servers allow.
 	MaxBatch int
+	// SelfUpdateAfter is the age of a hosted member's leaf after which
+	// converge runs a self-update operation for it (issue 19,
+	// post-compromise security), by Now. 0, the default, is off.
+	SelfUpdateAfter time.Duration
 	// KeyPackagePool is how many unconsumed KeyPackages a hosted client
 	// holds again after a join consumed one (issue 19): fresh ones are
 	// made when it holds fewer. clientstore.DefaultKeyPackagePool when
