@@ -133,19 +133,22 @@ func rolePermissions() map[string]*server.Permissions {
 		kvRead(streams.BucketGroupKeys), kvRead(streams.BucketGroups))
 	// Intake requests are answered on the requester's reply subject.
 	ingestPerms.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	// The client API also takes operations (issue 19): over HTTP and as
+	// NATS requests (fabric.operate.>), stored on the group's input
+	// subject, their first record on fabric.op.
+	apiPerms := perms(append(in(UserAPI), subject.OperateRequestPattern), all, []string{subject.EventsPattern, subject.InputPattern, subject.OperationPattern, bus.PermMsgGet + streams.StreamEvents},
+		direct(streams.StreamEvents),
+		kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
+		kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
+		// the read API pages consent and identity records, and the
+		// client list the tenant's clients, by sequence
+		[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores), bus.PermDirectGet + streams.KVStream(streams.BucketClients)},
+		kvRead(streams.BucketGroups)) // conversation keys of store and signal events (EVENT-020)
+	apiPerms.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	return map[string]*server.Permissions{
 		UserAdmin:  perms(in(UserAdmin), all, []string{bus.PermAPIInfo, bus.PermStreamCreate + "*"}),
 		UserIngest: ingestPerms,
-		// The client API also takes operations (issue 19): stored on the
-		// group's input subject, their first record on fabric.op.
-		UserAPI: perms(in(UserAPI), all, []string{subject.EventsPattern, subject.InputPattern, subject.OperationPattern, bus.PermMsgGet + streams.StreamEvents},
-			direct(streams.StreamEvents),
-			kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
-			kvRead(streams.BucketStores), kvWrite(streams.BucketStores),
-			// the read API pages consent and identity records, and the
-			// client list the tenant's clients, by sequence
-			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores), bus.PermDirectGet + streams.KVStream(streams.BucketClients)},
-			kvRead(streams.BucketGroups)), // conversation keys of store and signal events (EVENT-020)
+		UserAPI:    apiPerms,
 		UserConverge: perms(in(UserConverge), all,
 			[]string{subject.EventsPattern, subject.CheckpointPattern, subject.OutcomePattern, subject.OutboundPattern, subject.OperationPattern,
 				bus.PermConsumerCreate + streams.StreamInput + ".>", bus.PermConsumerInfo + streams.StreamInput + ".*",

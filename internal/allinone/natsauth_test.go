@@ -74,14 +74,16 @@ func TestNATSRolesAreLeastPrivilege(t *testing.T) {
 		opRecord: {UserAPI, UserConverge},
 	}
 	reads := map[string][]string{ // subject -> the users that may subscribe to it
-		"fabric.live.dev.c0ffee":    {UserFanout},
-		"fabric.intake.dev":         {UserIngest},
-		"fabric.ev.dev.c0ffee":      {},
-		"fabric.in.>":               {},
-		"$KV.fabric-clients.>":      {},
-		"$JS.API.>":                 {},
-		"_INBOX.>":                  {},
-		InboxPrefix(UserAPI) + ".>": {UserAPI},
+		"fabric.live.dev.c0ffee": {UserFanout},
+		"fabric.intake.dev":      {UserIngest},
+		// Operation requests are the client API's (issue 19).
+		"fabric.operate.dev.c0ffee.send_message": {UserAPI},
+		"fabric.ev.dev.c0ffee":                   {},
+		"fabric.in.>":                            {},
+		"$KV.fabric-clients.>":                   {},
+		"$JS.API.>":                              {},
+		"_INBOX.>":                               {},
+		InboxPrefix(UserAPI) + ".>":              {UserAPI},
 	}
 	for _, user := range NATSUsers {
 		t.Run(user, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/operations"
+	"github.com/fabric-mls/fabric/internal/ops"
 	"github.com/fabric-mls/fabric/internal/read"
 	"github.com/fabric-mls/fabric/internal/signals"
 )
@@ -43,6 +44,7 @@ type Config struct {
 // API is the client API of one process.
 type API struct {
 	store *clientstore.Store
+	ops   *operations.API
 	mux   *http.ServeMux
 }
 
@@ -61,11 +63,11 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &API{store: store, mux: http.NewServeMux()}
+	a := &API{store: store, ops: operations.New(operations.Config{JS: cfg.JS, Verifier: cfg.Verifier, Clients: store}), mux: http.NewServeMux()}
 	store.Mount(a.mux)
 	sig.Mount(a.mux)
 	rd.Mount(a.mux)
-	operations.New(operations.Config{JS: cfg.JS, Verifier: cfg.Verifier, Clients: store}).Mount(a.mux)
+	a.ops.Mount(a.mux)
 	return a, nil
 }
 
@@ -76,6 +78,6 @@ func (a *API) Mount(mux interface{ Handle(string, http.Handler) }) {
 	}
 }
 
-// Run runs the client stores' HMAC epoch timer until ctx ends
-// (ops.Component).
-func (a *API) Run(ctx context.Context) error { return a.store.Run(ctx) }
+// Run runs the client stores' HMAC epoch timer and answers operation
+// requests on NATS (fabric.operate.>) until ctx ends (ops.Component).
+func (a *API) Run(ctx context.Context) error { return ops.Run(ctx, a.store, a.ops) }

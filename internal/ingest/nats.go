@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/refusal"
@@ -27,9 +28,9 @@ import (
 const (
 	// HeaderStatus on a reply carries its status: 200, or the reply
 	// status of the refusal in the body (replyStatuses).
-	HeaderStatus = "Fabric-Status"
+	HeaderStatus = bus.HeaderReplyStatus
 	// HeaderError on a refusal's reply carries its code, as in the body.
-	HeaderError = "Fabric-Error"
+	HeaderError = bus.HeaderReplyError
 	// HeaderContentType selects msgpack request and reply bodies when it
 	// is application/msgpack, as Content-Type does on HTTP.
 	HeaderContentType = "Content-Type"

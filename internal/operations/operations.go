@@ -216,17 +216,23 @@ func wrongLast(err error) bool {
 // getOperation answers GET …/operations/{operation_id} with the current
 // record.
 func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
-	c, err := a.authorize(r)
+	rec, err := a.operation(r)
 	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return
 	}
-	notFound := ErrOperationNotFound
-	id := r.PathValue("operation_id")
-	subj, err := subject.Operation(c.tenant, id)
+	httpapi.Write(w, r, http.StatusOK, rec)
+}
+
+// operation reads the current record of the request's operation_id.
+func (a *API) operation(r *http.Request) (schema.Operation, error) {
+	c, err := a.authorize(r)
 	if err != nil {
-		httpapi.WriteError(w, r, refusal.BadRequest("%v", err))
-		return
+		return schema.Operation{}, err
+	}
+	subj, err := subject.Operation(c.tenant, r.PathValue("operation_id"))
+	if err != nil {
+		return schema.Operation{}, refusal.BadRequest("%v", err)
 	}
 	m, err := a.cfg.JS.Stream(r.Context(), streams.StreamEvents)
 	var raw *jetstream.RawStreamMsg
@@ -234,19 +240,16 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
 		raw, err = m.GetLastMsgForSubject(r.Context(), subj)
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		httpapi.WriteError(w, r, notFound)
-		return
+		return schema.Operation{}, ErrOperationNotFound
 	}
 	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
+		return schema.Operation{}, err
 	}
 	rec, err := bus.DecodeOperationRecord(raw.Data)
 	if err != nil || rec.ClientID != c.client {
-		httpapi.WriteError(w, r, notFound)
-		return
+		return schema.Operation{}, ErrOperationNotFound
 	}
-	httpapi.Write(w, r, http.StatusOK, rec)
+	return rec, nil
 }
 
 func (a *API) create(r *http.Request, c call, req *bus.OperationRequest) error {

@@ -117,6 +117,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("fabric.retained.t.00.deferred")
 	f.Add("fabric.intake.t")
 	f.Add("fabric.intake.t.x")
+	f.Add("fabric.operate.t.00.send_message")
 	f.Add("fabric.in.12.t.00")
 	f.Add("t.a.b")
 	f.Add("fabric.in.t.*")
@@ -150,6 +151,11 @@ func FuzzParse(f *testing.F) {
 		if a, err := ParseIntake(s); err == nil {
 			if re, _ := Intake(a); re != s {
 				t.Fatalf("ParseIntake(%q) rebuilds as %q", s, re)
+			}
+		}
+		if a, b, c, err := ParseOperateRequest(s); err == nil {
+			if re, _ := OperateRequest(a, b, c); re != s {
+				t.Fatalf("ParseOperateRequest(%q) rebuilds as %q", s, re)
 			}
 		}
 		if a, b, err := ParseOutcome(s); err == nil {

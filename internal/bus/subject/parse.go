@@ -113,6 +113,22 @@ func ParseIntake(s string) (tenant string, err error) {
 	return toks[0], nil
 }
 
+// ParseOperateRequest reads tenant, client and verb from
+// fabric.operate.<tenant>.<client>.<verb>.
+func ParseOperateRequest(s string) (tenant, clientHex, verb string, err error) {
+	toks, err := split(s, prefixOperate, 3)
+	if err != nil {
+		return "", "", "", err
+	}
+	if err := tenantClient(toks[0], toks[1]); err != nil {
+		return "", "", "", err
+	}
+	if err := ValidReason(toks[2]); err != nil {
+		return "", "", "", err
+	}
+	return toks[0], toks[1], toks[2], nil
+}
+
 // ParseRetained reads tenant, group and reason from
 // fabric.retained.<tenant>.<group>.<reason>.
 func ParseRetained(s string) (tenant, groupHex, reason string, err error) {

@@ -63,6 +63,10 @@ const (
 	OutboundPattern = "fabric.out.*.*"
 	// OperationPattern matches every operation record subject.
 	OperationPattern = "fabric.op.*.*"
+	// OperateRequestPattern matches every operation request subject,
+	// which the client API's instances answer in one queue group (issue
+	// 19). No stream stores it.
+	OperateRequestPattern = "fabric.operate.*.*.*"
 )
 
 const (
@@ -75,6 +79,7 @@ const (
 	prefixIntake   = "fabric.intake."
 	prefixOut      = "fabric.out."
 	prefixOp       = "fabric.op."
+	prefixOperate  = "fabric.operate."
 )
 
 // Token roles named in InvalidTokenError.
@@ -349,6 +354,19 @@ func Operation(tenant, opIDHex string) (string, error) {
 		return "", err
 	}
 	return join(prefixOp, tenant, opIDHex), nil
+}
+
+// OperateRequest is the subject an operation of a hosted client is
+// requested on over NATS: fabric.operate.<tenant>.<client>.<verb>, the
+// verb an operation kind or "operation" (read a record), [a-z0-9_-]{1,32}.
+func OperateRequest(tenant, clientHex, verb string) (string, error) {
+	if err := tenantClient(tenant, clientHex); err != nil {
+		return "", err
+	}
+	if err := ValidReason(verb); err != nil {
+		return "", err
+	}
+	return join(prefixOperate, tenant, clientHex, verb), nil
 }
 
 // Retained is the subject of an object retained for a group for a reason:
