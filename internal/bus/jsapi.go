@@ -103,6 +103,26 @@ func GetMsg(ctx context.Context, js jetstream.JetStream, stream string, req MsgR
 	return &StoredMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Header: hdr, Data: resp.Message.Data, Time: resp.Message.Time}, nil
 }
 
+// KVGetLeader reads a KV bucket's key from the bucket stream's leader, as
+// GetMsg reads a stream: a KV get (KVGet, the KV client's) is a direct get, which any
+// replica (or a mirror with MirrorDirect) may answer from behind, while a
+// compare-and-set needs the revision just written and a read that follows
+// an event the change the event reports (EVENT-010). found is false for a
+// key never written, deleted or purged.
+func KVGetLeader(ctx context.Context, js jetstream.JetStream, bucket, key string) (value []byte, revision uint64, found bool, err error) {
+	m, err := GetMsg(ctx, js, streams.KVStream(bucket), MsgRequest{LastBySubject: streams.KVSubject(bucket, key)})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, m.Sequence, false, nil
+	}
+	return m.Data, m.Sequence, true, nil
+}
+
 // maxMultiLast is the most subjects one batched direct get asks for: the
 // server answers at most 1024 messages per request.
 const maxMultiLast = 1000

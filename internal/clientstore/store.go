@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clientstore: open %s: %w", streams.BucketGroups, err)
 	}
-	s.out = outbox.New(s.stores, s.metrics.counting(outbox.EventBus(cfg.JS, groups)))
+	s.out = outbox.New(cfg.JS, s.stores, s.metrics.counting(outbox.EventBus(cfg.JS, groups)))
 	s.startEpoch = s.epoch(s.clock.Now())
 	return s, nil
 }

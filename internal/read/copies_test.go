@@ -53,7 +53,8 @@ func copyBehind(t *testing.T, js jetstream.JetStream, stream, filter string) (aw
 // with MirrorDirect), and a copy may be behind the leader. With a copy of
 // FABRIC_EVENTS that holds none of the client's records and one of
 // fabric-stores that holds none of its consent, the pages read once the
-// event arrived still hold the change, every time.
+// event arrived still hold the change, every time, and so does the
+// conversation's consent_state, a single key of the client store.
 func TestEVENT010PagesReadPastACopyBehind(t *testing.T) {
 	fx := start(t)
 	ch := fx.collect(t)
@@ -63,8 +64,6 @@ func TestEVENT010PagesReadPastACopyBehind(t *testing.T) {
 	gid := hex.EncodeToString(a.ID())
 	fx.put(t, "/consent", map[string]string{"entity_kind": "conversation", "entity": gid, "state": "allowed"})
 	await(t, ch, schema.KindConsentChanged)
-	// The copies from here: the client store's own writes read their key
-	// by direct get too (outbox), and would not store past this one.
 	eventsCopy := copyBehind(t, admin, streams.StreamEvents, "fabric.ev.>")
 	storesCopy := copyBehind(t, admin, streams.KVStream(streams.BucketStores), streams.KVSubject(streams.BucketStores, "probe"))
 	kv, err := fx.natsAs(t, allinone.UserAPI).KeyValue(ctx, streams.BucketStores)
@@ -90,10 +89,19 @@ func TestEVENT010PagesReadPastACopyBehind(t *testing.T) {
 			t.Fatalf("read %d: conversations %+v %v", i, l, err)
 		}
 	}
+	// A consent change stored past the copy (the store reads its key from
+	// the leader: its compare-and-set fails against a copy behind), read
+	// as a page and as the conversation's consent_state.
+	fx.put(t, "/consent", map[string]string{"entity_kind": "conversation", "entity": gid, "state": "denied"})
+	await(t, ch, schema.KindConsentChanged)
 	for i := range copyReads {
 		c, err := fx.reader.Consent(ctx, fx.hosted.ClientID, client.Page{})
-		if err != nil || len(c.Consent) != 1 || c.Consent[0].State != schema.ConsentAllowed {
+		if err != nil || len(c.Consent) != 1 || c.Consent[0].State != schema.ConsentDenied {
 			t.Fatalf("read %d: consent %+v %v", i, c, err)
+		}
+		conv, err := fx.reader.Conversation(ctx, fx.hosted.ClientID, a.ID())
+		if err != nil || conv.ConsentState != schema.ConsentDenied {
+			t.Fatalf("read %d: the conversation's consent %q %v", i, conv.ConsentState, err)
 		}
 	}
 }

@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signals: open %s: %w", streams.BucketGroups, err)
 	}
-	s.out = outbox.New(s.stores, outbox.EventBus(cfg.JS, groups))
+	s.out = outbox.New(cfg.JS, s.stores, outbox.EventBus(cfg.JS, groups))
 	return s, nil
 }
 

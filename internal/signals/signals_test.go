@@ -625,7 +625,7 @@ func TestEmitFailureThenRetry(t *testing.T) {
 	}
 	ev := signalSamples()[5]
 	real := e.sig.out
-	e.sig.out = outbox.New(e.sig.stores, func(context.Context, outbox.Event) error { return errFailed })
+	e.sig.out = outbox.New(e.js, e.sig.stores, func(context.Context, outbox.Event) error { return errFailed })
 	if _, _, err := e.sig.Report(context.Background(), cl, "f1", ev); err == nil {
 		t.Fatal("report succeeded without a publisher")
 	}

@@ -68,13 +68,15 @@ type Mutation[S any] func(cur S, found bool) (Change[S], error)
 // Outbox is a KV bucket and the publisher its events go to. It is safe for
 // concurrent use.
 type Outbox struct {
+	js      jetstream.JetStream
 	kv      jetstream.KeyValue
 	publish PublishFunc
 }
 
-// New returns an Outbox over kv that emits with publish.
-func New(kv jetstream.KeyValue, publish PublishFunc) *Outbox {
-	return &Outbox{kv: kv, publish: publish}
+// New returns an Outbox over kv, reached through js, that emits with
+// publish.
+func New(js jetstream.JetStream, kv jetstream.KeyValue, publish PublishFunc) *Outbox {
+	return &Outbox{js: js, kv: kv, publish: publish}
 }
 
 type record[S any] struct {
@@ -88,19 +90,22 @@ func Get[S any](ctx context.Context, o *Outbox, key string) (state S, found bool
 	return rec.State, found, err
 }
 
+// load reads key from the bucket's leader (bus.KVGetLeader): a copy behind it
+// would fail every compare-and-set, and a read after an event would miss
+// the change (EVENT-010).
 func load[S any](ctx context.Context, o *Outbox, key string) (record[S], uint64, bool, error) {
 	var rec record[S]
-	e, err := o.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return rec, 0, false, nil
-	}
+	b, rev, found, err := bus.KVGetLeader(ctx, o.js, o.kv.Bucket(), key)
 	if err != nil {
 		return rec, 0, false, fmt.Errorf("outbox: get: %w", err)
 	}
-	if err := decodeRecord(e.Value(), &rec); err != nil {
+	if !found {
+		return rec, 0, false, nil
+	}
+	if err := decodeRecord(b, &rec); err != nil {
 		return rec, 0, false, err
 	}
-	return rec, e.Revision(), true, nil
+	return rec, rev, true, nil
 }
 
 // decodeRecord decodes a stored record into rec.
@@ -221,11 +226,14 @@ func (o *Outbox) flush(ctx context.Context, key string, pending []Event) error {
 func (o *Outbox) drop(ctx context.Context, key string, done map[string]bool) error {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var rec record[msgpack.RawMessage]
-		e, err := o.kv.Get(ctx, key)
+		b, rev, found, err := bus.KVGetLeader(ctx, o.js, o.kv.Bucket(), key)
+		if err == nil && !found {
+			err = jetstream.ErrKeyNotFound
+		}
 		if err != nil {
 			return fmt.Errorf("outbox: get: %w", err)
 		}
-		if err := decodeRecord(e.Value(), &rec); err != nil {
+		if err := decodeRecord(b, &rec); err != nil {
 			return err
 		}
 		n := 0
@@ -236,7 +244,7 @@ func (o *Outbox) drop(ctx context.Context, key string, done map[string]bool) err
 			return nil
 		}
 		rec.Pending = rec.Pending[n:]
-		ok, err := o.write(ctx, key, e.Revision(), true, rec)
+		ok, err := o.write(ctx, key, rev, true, rec)
 		if err != nil || ok {
 			return err
 		}

@@ -104,7 +104,7 @@ func readIDs(t *testing.T, js jetstream.JetStream) []string {
 // order their changes were stored (EVENT-012).
 func TestConcurrentWritersEmitInStoreOrder(t *testing.T) {
 	js, kv := setup(t)
-	o := New(kv, eventBus(t, js))
+	o := New(js, kv, eventBus(t, js))
 	const writers, each = 4, 8
 	var wg sync.WaitGroup
 	for range writers {
@@ -136,7 +136,7 @@ func TestConcurrentWritersEmitInStoreOrder(t *testing.T) {
 // next call on the key publishes them once, with their ids.
 func TestPendingEventsEmittedByNextCall(t *testing.T) {
 	js, kv := setup(t)
-	failing := New(kv, func(context.Context, Event) error { return errors.New("nats down") })
+	failing := New(js, kv, func(context.Context, Event) error { return errors.New("nats down") })
 	st, evs, err := Apply(context.Background(), failing, "acme.abcd.c", increment)
 	if !errors.Is(err, ErrEmit) || st.N != 1 || len(evs) != 1 {
 		t.Fatalf("apply with failing publisher: %v, state %d", err, st.N)
@@ -144,7 +144,7 @@ func TestPendingEventsEmittedByNextCall(t *testing.T) {
 	if ids := readIDs(t, js); len(ids) != 0 {
 		t.Fatal("emitted through a failing publisher")
 	}
-	o := New(kv, eventBus(t, js))
+	o := New(js, kv, eventBus(t, js))
 	for range 2 {
 		if _, evs, err := Apply(context.Background(), o, "acme.abcd.c", unchanged); err != nil || len(evs) != 0 {
 			t.Fatalf("unchanged: %v %d", err, len(evs))
@@ -165,7 +165,7 @@ func TestPendingEventsEmittedByNextCall(t *testing.T) {
 
 func TestMutationErrorStoresNothing(t *testing.T) {
 	js, kv := setup(t)
-	o := New(kv, eventBus(t, js))
+	o := New(js, kv, eventBus(t, js))
 	boom := errors.New("refused")
 	_, _, err := Apply(context.Background(), o, "acme.abcd.e", func(counter, bool) (Change[counter], error) {
 		return Change[counter]{}, boom
@@ -201,7 +201,7 @@ func FuzzRecordDecode(f *testing.F) {
 // key's later events.
 func TestInvalidEventDoesNotBlockTheKey(t *testing.T) {
 	js, kv := setup(t)
-	o := New(kv, eventBus(t, js))
+	o := New(js, kv, eventBus(t, js))
 	_, _, err := Apply(context.Background(), o, "acme.abcd.bad", func(cur counter, _ bool) (Change[counter], error) {
 		ev := Event{Tenant: tenant, ClientID: "NOT-HEX", ID: ID("bad"), Event: schema.ClientEvent{Kind: schema.KindArchiveRestored, ArchiveRestored: &schema.ArchiveRestored{}}}
 		return Change[counter]{State: counter{N: 1}, Store: true, Events: []Event{ev}}, nil
