@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
@@ -194,6 +196,27 @@ func (a *API) siblings(ctx context.Context, c call, rec *readmodel.Conversation)
 	return out, nil
 }
 
+// consentReads bounds the consent records one page reads in parallel.
+const consentReads = 16
+
+// consents reads the client's consent state of each conversation of recs,
+// in parallel: each is a read from the store's leader (EVENT-010).
+func (a *API) consents(ctx context.Context, c call, recs []readmodel.Conversation) ([]schema.ConsentState, error) {
+	out := make([]schema.ConsentState, len(recs))
+	errs := make([]error, len(recs))
+	sem := make(chan struct{}, consentReads)
+	var wg sync.WaitGroup
+	for i := range recs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = a.cfg.Stores.Consent(ctx, c.tenant, c.client, schema.ConsentEntityConversation, hex.EncodeToString(recs[i].GroupID))
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
 // conversationFilter is what GET …/conversations selects.
 type conversationFilter struct {
 	kind    string // group, dm or ""
@@ -272,6 +295,7 @@ func (a *API) listConversations(r *http.Request, c call) (any, error) {
 			break
 		}
 		stop := false
+		var got []readmodel.Conversation
 		for _, st := range recs {
 			var rec readmodel.Conversation
 			if err := schema.UnmarshalMsgpack(st.Data, &rec); err != nil {
@@ -281,12 +305,15 @@ func (a *API) listConversations(r *http.Request, c call) (any, error) {
 				stop = true // older still are older: activity order
 				break
 			}
-			upTo = st.Seq
-			consent, err := a.cfg.Stores.Consent(r.Context(), c.tenant, c.client, schema.ConsentEntityConversation, hex.EncodeToString(rec.GroupID))
-			if err != nil {
-				return nil, err
-			}
-			if conv := conversationOf(&rec, consent); f.match(conv) {
+			got = append(got, rec)
+		}
+		consent, err := a.consents(r.Context(), c, got)
+		if err != nil {
+			return nil, err
+		}
+		for i := range got {
+			upTo = recs[i].Seq
+			if conv := conversationOf(&got[i], consent[i]); f.match(conv) {
 				out.Conversations = append(out.Conversations, conv)
 			}
 		}

@@ -85,27 +85,47 @@ type record[S any] struct {
 }
 
 // Get reads the state at key; found is false when the key holds nothing.
+// It reads from the bucket's leader: a read that follows an event sees
+// the change the event reports on every instance (EVENT-010), where a
+// direct get may be answered by a copy behind.
 func Get[S any](ctx context.Context, o *Outbox, key string) (state S, found bool, err error) {
-	rec, _, found, err := load[S](ctx, o, key)
+	rec, _, found, err := load[S](ctx, o, key, true)
 	return rec.State, found, err
 }
 
-// load reads key from the bucket's leader (bus.KVGetLeader): a copy behind it
-// would fail every compare-and-set, and a read after an event would miss
-// the change (EVENT-010).
-func load[S any](ctx context.Context, o *Outbox, key string) (record[S], uint64, bool, error) {
+// load reads key, from the bucket's leader when leader is set (bus.KVGetLeader),
+// else with the KV client's direct get, which any copy may answer: a
+// compare-and-set that a copy behind made fail reads from the leader when
+// it tries again.
+func load[S any](ctx context.Context, o *Outbox, key string, leader bool) (record[S], uint64, bool, error) {
 	var rec record[S]
-	b, rev, found, err := bus.KVGetLeader(ctx, o.js, o.kv.Bucket(), key)
-	if err != nil {
-		return rec, 0, false, fmt.Errorf("outbox: get: %w", err)
-	}
-	if !found {
-		return rec, 0, false, nil
+	b, rev, found, err := o.read(ctx, key, leader)
+	if err != nil || !found {
+		return rec, 0, false, err
 	}
 	if err := decodeRecord(b, &rec); err != nil {
 		return rec, 0, false, err
 	}
 	return rec, rev, true, nil
+}
+
+// read is one read of key, as load.
+func (o *Outbox) read(ctx context.Context, key string, leader bool) ([]byte, uint64, bool, error) {
+	if leader {
+		b, rev, found, err := bus.KVGetLeader(ctx, o.js, o.kv.Bucket(), key)
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("outbox: get: %w", err)
+		}
+		return b, rev, found, nil
+	}
+	e, err := o.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("outbox: get: %w", err)
+	}
+	return e.Value(), e.Revision(), true, nil
 }
 
 // decodeRecord decodes a stored record into rec.
@@ -123,7 +143,7 @@ func decodeRecord(b []byte, rec any) error {
 // change is stored and its events will follow.
 func Apply[S any](ctx context.Context, o *Outbox, key string, m Mutation[S]) (S, []Event, error) {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		rec, rev, found, err := load[S](ctx, o, key)
+		rec, rev, found, err := load[S](ctx, o, key, attempt > 0)
 		if err != nil {
 			var zero S
 			return zero, nil, err
@@ -165,7 +185,7 @@ func Apply[S any](ctx context.Context, o *Outbox, key string, m Mutation[S]) (S,
 // Flush publishes whatever key still owes. It is what a restarted process
 // calls for a key it knows may hold pending events.
 func Flush[S any](ctx context.Context, o *Outbox, key string) error {
-	rec, _, found, err := load[S](ctx, o, key)
+	rec, _, found, err := load[S](ctx, o, key, true)
 	if err != nil || !found || len(rec.Pending) == 0 {
 		return err
 	}
@@ -226,7 +246,10 @@ func (o *Outbox) flush(ctx context.Context, key string, pending []Event) error {
 func (o *Outbox) drop(ctx context.Context, key string, done map[string]bool) error {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var rec record[msgpack.RawMessage]
-		b, rev, found, err := bus.KVGetLeader(ctx, o.js, o.kv.Bucket(), key)
+		b, rev, found, err := o.read(ctx, key, attempt > 0)
+		if err == nil && !found && attempt == 0 {
+			continue // a copy behind: ask the leader
+		}
 		if err == nil && !found {
 			err = jetstream.ErrKeyNotFound
 		}

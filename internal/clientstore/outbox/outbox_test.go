@@ -157,7 +157,7 @@ func TestPendingEventsEmittedByNextCall(t *testing.T) {
 	if len(ids) != 1 || ids[0] != ID("test", "1") {
 		t.Fatalf("events %v", ids)
 	}
-	rec, _, _, err := load[counter](context.Background(), o, "acme.abcd.c")
+	rec, _, _, err := load[counter](context.Background(), o, "acme.abcd.c", true)
 	if err != nil || len(rec.Pending) != 0 || rec.State.N != 1 {
 		t.Fatalf("record after flush: %+v %v", rec, err)
 	}
