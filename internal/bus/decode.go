@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -121,8 +120,8 @@ func decodeStored(d *Delivered, h nats.Header, body []byte) error {
 		return invalidEvent("event", err)
 	}
 	if v := h.Get(HeaderConversationKey); v != "" {
-		k, err := hex.DecodeString(v)
-		if err != nil || hex.EncodeToString(k) != v || len(k) > MaxConversationKeyLen {
+		k, ok := conversationKey(v)
+		if !ok {
 			return invalidEvent("conversation key", errors.New("not lowercase hex of at most 64 bytes"))
 		}
 		if _, ok := d.Event.GroupID(); !ok {
@@ -141,4 +140,26 @@ func decodeStored(d *Delivered, h nats.Header, body []byte) error {
 		return invalidEvent("references own", errors.New("value is not 1"))
 	}
 	return nil
+}
+
+// conversationKey decodes the conversation key header, lowercase hex of
+// at most MaxConversationKeyLen bytes, with the key as its one allocation.
+func conversationKey(v string) ([]byte, bool) {
+	if len(v)%2 != 0 || len(v) > 2*MaxConversationKeyLen {
+		return nil, false
+	}
+	k := make([]byte, len(v)/2)
+	for i := 0; i < len(v); i++ {
+		var n byte
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+			n = c - '0'
+		case c >= 'a' && c <= 'f':
+			n = c - 'a' + 10
+		default:
+			return nil, false
+		}
+		k[i/2] = k[i/2]<<4 | n
+	}
+	return k, true
 }

@@ -442,12 +442,25 @@ func BenchmarkPublishBatch100(b *testing.B) {
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "events/s")
 }
 
+// BenchmarkDecode is the gateway's tap decoding one republished
+// message.received: in a group, and in a DM, whose events carry the
+// 32-byte conversation key (EVENT-020).
 func BenchmarkDecode(b *testing.B) {
-	m := liveMsg(b, event(1, received(1)), 7, 3)
-	for b.Loop() {
-		if _, err := Decode(m); err != nil {
-			b.Fatal(err)
-		}
+	dm := event(2, received(2))
+	dm.ConversationKey = bytes.Repeat([]byte{0xd3}, 32)
+	for _, c := range []struct {
+		name string
+		ev   Event
+	}{{"group", event(1, received(1))}, {"dm", dm}} {
+		m := liveMsg(b, c.ev, 7, 3)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -62,6 +64,20 @@ func FuzzDecode(f *testing.F) {
 		}
 		if stored != "fabric.ev."+d.Tenant+"."+d.ClientID {
 			t.Fatalf("decoded client does not match the stored subject")
+		}
+	})
+}
+
+// FuzzConversationKeyHeader: the conversation key header decodes exactly
+// when it is lowercase hex of at most MaxConversationKeyLen bytes, to the
+// bytes it spells (EVENT-020). Seeds: testdata/fuzz/FuzzConversationKeyHeader.
+func FuzzConversationKeyHeader(f *testing.F) {
+	f.Fuzz(func(t *testing.T, v string) {
+		want, err := hex.DecodeString(v)
+		wantOK := err == nil && hex.EncodeToString(want) == v && len(want) <= MaxConversationKeyLen
+		got, ok := conversationKey(v)
+		if ok != wantOK || ok && !bytes.Equal(got, want) {
+			t.Fatalf("conversationKey(%q) = %x, %v; want %x, %v", v, got, ok, want, wantOK)
 		}
 	})
 }

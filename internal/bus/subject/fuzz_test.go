@@ -105,6 +105,26 @@ func FuzzOutcomeRetained(f *testing.F) {
 	})
 }
 
+// FuzzSplit: split finds the tokens strings.Split finds and refuses what it
+// would count differently. Seeds: testdata/fuzz/FuzzSplit.
+func FuzzSplit(f *testing.F) {
+	f.Fuzz(func(t *testing.T, s string, n uint8) {
+		n = n%maxTokens + 1
+		toks, err := split(s, prefixEvents, int(n))
+		rest, ok := strings.CutPrefix(s, prefixEvents)
+		want := strings.Split(rest, ".")
+		if !ok || len(want) != int(n) {
+			if err == nil {
+				t.Fatalf("split(%q, %d) = %q, want an error", s, n, toks)
+			}
+			return
+		}
+		if err != nil || [maxTokens]string(append(want, make([]string, maxTokens-len(want))...)) != toks {
+			t.Fatalf("split(%q, %d) = %q, %v; want %q", s, n, toks, err, want)
+		}
+	})
+}
+
 // FuzzParse: parsers never panic on arbitrary input, and what they accept
 // builds back to the same subject.
 func FuzzParse(f *testing.F) {
