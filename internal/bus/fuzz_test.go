@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,6 +79,22 @@ func FuzzConversationKeyHeader(f *testing.F) {
 		got, ok := conversationKey(v)
 		if ok != wantOK || ok && !bytes.Equal(got, want) {
 			t.Fatalf("conversationKey(%q) = %x, %v; want %x, %v", v, got, ok, want, wantOK)
+		}
+	})
+}
+
+// FuzzTimeStamp: Nats-Time-Stamp is read as time.Parse with RFC 3339 reads
+// it: the same strings accepted, the same times. Seeds:
+// testdata/fuzz/FuzzTimeStamp.
+func FuzzTimeStamp(f *testing.F) {
+	f.Fuzz(func(t *testing.T, v string) {
+		want, werr := time.Parse(time.RFC3339Nano, v)
+		got, err := timeStamp(v)
+		if (err == nil) != (werr == nil) || !got.Equal(want) || got.String() != want.String() {
+			t.Fatalf("timeStamp(%q) = %v, %v; want %v, %v", v, got, err, want, werr)
+		}
+		if fast, ok := utcTimeStamp(v); ok && fast != want {
+			t.Fatalf("utcTimeStamp(%q) = %#v, time.Parse gives %#v", v, fast, want)
 		}
 	})
 }
