@@ -95,7 +95,7 @@ func outcomeMsg(tenant string, rec schema.Outcome, expect uint64) (*nats.Msg, er
 func (s *Service) readOutcomes(ctx context.Context, tenant string, ins []*input) (map[[32]byte]*latest, error) {
 	subjects := make([]string, len(ins))
 	for i, in := range ins {
-		subj, err := subject.Outcome(tenant, hex.EncodeToString(in.id[:]))
+		subj, err := subject.Outcome(tenant, in.hexID())
 		if err != nil {
 			return nil, fmt.Errorf("outcome subject: %w", err)
 		}

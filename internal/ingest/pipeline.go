@@ -54,6 +54,7 @@ type input struct {
 	keyGen      uint64 // generation of the key set the peel tried
 	mls         []byte
 	id          [sha256.Size]byte
+	idHex       string // id in hex, once enter needs it (hexID)
 	class       schema.InputClass
 	groupHex    string
 	groupKey    string // <tenant>.<group>
@@ -68,6 +69,16 @@ func (in *input) settle(st step, status schema.OutcomeStatus, cat schema.Categor
 }
 
 func (in *input) reject(cat schema.Category) { in.settle(stepReject, schema.StatusRejected, cat) }
+
+// hexID is the message id in hex, encoded once: the dedup read's outcome
+// subject, the input subject and its Fabric-Message-Id header all carry it.
+// It is only called once the id is settled (after prepare).
+func (in *input) hexID() string {
+	if in.idHex == "" {
+		in.idHex = hex.EncodeToString(in.id[:])
+	}
+	return in.idHex
+}
 
 // prepare peels and classifies an input and decides its next step. It does
 // no I/O. Whatever the bytes, it does not take the worker down: a panic in
@@ -428,19 +439,21 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 }
 
 // inputMsg is the message that puts an input on its per-message input
-// subject, created only if absent.
+// subject, created only if absent. Its header is built as a literal of
+// canonical keys, with the values in one allocation: one per input sent.
 func inputMsg(tenant string, in *input) (*nats.Msg, error) {
-	idHex := hex.EncodeToString(in.id[:])
+	idHex := in.hexID()
 	subj, err := subject.Input(tenant, in.groupHex, idHex)
 	if err != nil {
 		return nil, fmt.Errorf("input subject: %w", err)
 	}
-	m := nats.NewMsg(subj)
-	m.Data = in.mls
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	m.Header.Set(bus.HeaderClass, string(in.class))
-	m.Header.Set(bus.HeaderMessageID, idHex)
-	return m, nil
+	v := [...]string{"0", string(in.class), idHex}
+	vals := v[:]
+	return &nats.Msg{Subject: subj, Data: in.mls, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: vals[0:1:1],
+		bus.HeaderClass:                     vals[1:2:2],
+		bus.HeaderMessageID:                 vals[2:3:3],
+	}}, nil
 }
 
 // storedInput reads the stored input of a message id through the stream

@@ -285,9 +285,12 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProcessTimeout)
 	defer cancel()
 	start := time.Now()
+	// One allocation for the request's inputs, not one each.
+	all := make([]input, len(msgs))
 	ins := make([]*input, len(msgs))
 	for i := range msgs {
-		ins[i] = &input{msg: msgs[i]}
+		all[i].msg = msgs[i]
+		ins[i] = &all[i]
 	}
 	s.m.bytes.WithLabelValues(transport).Add(float64(size))
 	s.prepareAll(tenant, ins)
