@@ -11,6 +11,7 @@
 //	-lease-ttl         partition lease lifetime
 //	-cleanup-interval  disappearing-messages cleanup period
 //	-snapshot-every    transactions between member state writes (default 1)
+//	-idle-after        how long an idle group's members stay in memory (default 1m)
 //	-message-retention how long a message stays readable (default 0: until deleted, expired or invalidated)
 //	-max-batch         the NATS servers' atomic batch limit in messages (default 1000)
 //	-key-package-pool  KeyPackages a hosted client holds again after a join consumed one (default 1)
@@ -66,6 +67,7 @@ type options struct {
 	leaseTTL        time.Duration
 	cleanupInterval time.Duration
 	snapshotEvery   int
+	idleAfter       time.Duration
 	retention       time.Duration
 	maxBatch        int
 	keyPackagePool  int
@@ -86,6 +88,7 @@ func parse(args []string) (options, []byte, error) {
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
 	config.Duration(fs, &errs, &o.retention, "message-retention", 0, "how long a message stays readable through the read API (0: until deleted, expired or invalidated)")
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
+	config.Duration(fs, &errs, &o.idleAfter, "idle-after", converge.DefaultIdleAfter, "how long a group's hosted members stay in memory after its last transaction; its next input restores them from their stored state")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", bus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
 	config.Int(fs, &errs, &o.keyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
 	config.Duration(fs, &errs, &o.selfUpdate, "self-update-after", 0, "age of a hosted member's leaf after which converge commits a self-update for it, for post-compromise security (0: off; at least 1m)")
@@ -97,6 +100,9 @@ func parse(args []string) (options, []byte, error) {
 	config.ValidateListen(&errs, o.listen)
 	if o.snapshotEvery < 1 {
 		errs.Addf("-snapshot-every: %d; use 1 or more", o.snapshotEvery)
+	}
+	if o.idleAfter <= 0 {
+		errs.Addf("-idle-after: %v; use more than 0", o.idleAfter)
 	}
 	if o.retention < 0 || o.retention%time.Second != 0 {
 		errs.Addf("-message-retention: %v; use 0 or whole seconds", o.retention)
@@ -185,6 +191,7 @@ func run(args []string, log *slog.Logger) error {
 		LeaseTTL:         o.leaseTTL,
 		CleanupInterval:  o.cleanupInterval,
 		SnapshotEvery:    o.snapshotEvery,
+		IdleAfter:        o.idleAfter,
 		MessageRetention: o.retention,
 		MaxBatch:         o.maxBatch,
 		KeyPackagePool:   o.keyPackagePool,

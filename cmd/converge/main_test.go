@@ -42,13 +42,16 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil || len(key) != 32 || o.workerID != "w1" || o.keyPackagePool != 1 {
 		t.Fatalf("parse: %v", err)
 	}
-	for _, bad := range [][]string{{"-key-package-pool", "0"}, {"-key-package-pool", "101"}, {"-self-update-after", "30s"}, {"-self-update-after", "-1h"}} {
+	for _, bad := range [][]string{{"-key-package-pool", "0"}, {"-key-package-pool", "101"}, {"-self-update-after", "30s"}, {"-self-update-after", "-1h"}, {"-idle-after", "0s"}} {
 		if _, _, err := parse(bad); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Fatalf("%s %s: %v", bad[0], bad[1], err)
 		}
 	}
 	if o, _, err := parse([]string{"-self-update-after", "168h"}); err != nil || o.selfUpdate != 7*24*time.Hour {
 		t.Fatalf("-self-update-after 168h: %v", err)
+	}
+	if o.idleAfter != time.Minute {
+		t.Fatalf("-idle-after default %v", o.idleAfter)
 	}
 }
 

@@ -408,7 +408,7 @@ func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGrou
 	key := g.tenant + "." + g.groupHex
 	t.g.unstored = slices.DeleteFunc(t.g.unstored, func(x *indexWrites) bool { return x == &t.ix })
 	w.purgePages(ctx, g.tenant, g.groupHex, t.expiry, t.g.Expiry)
-	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members, chunks: t.chunks})
+	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members, chunks: t.chunks, used: w.cfg.Now()})
 	part.setExpiry(key, next.NextExpiry)
 	for _, e := range events {
 		w.metrics.Events.WithLabelValues(string(e.Event.Kind)).Inc()

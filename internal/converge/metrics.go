@@ -35,6 +35,9 @@ type Metrics struct {
 	// LostDeliveries counts gaps in a partition consumer's deliveries: a
 	// message the server sent that never reached the worker.
 	LostDeliveries prometheus.Counter
+	// Resident is the number of groups whose hosted members are in
+	// memory; one idle for Config.IdleAfter is dropped.
+	Resident prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil).
@@ -85,9 +88,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fabric_converge_lost_deliveries_total",
 			Help: "Gaps in a partition consumer's deliveries (a message sent that never arrived, as when a NATS node goes): the consumer delivers again from the input after the last received.",
 		}),
+		Resident: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fabric_converge_resident_groups",
+			Help: "Groups whose hosted members are in memory; a group idle for the idle time is dropped, and its next input restores it from its stored state.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries)
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries, m.Resident)
 	}
 	// The label values known up front exist at zero from the start, so
 	// rates and alerts over them work on a fresh worker.

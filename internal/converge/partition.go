@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/bus"
@@ -27,6 +28,8 @@ type partition struct {
 	expiry map[string]int64        // by <tenant>.<group>
 	// expiryDirty is set when expiry changed since it was last saved.
 	expiryDirty bool
+	// resident is len(groups) as last added to Metrics.Resident.
+	resident int
 }
 
 // expiryKey is the fabric-converge key of a partition's expiry index: which
@@ -137,6 +140,8 @@ type loadedGroup struct {
 	// chunks are the settled chunks stored for each member, as
 	// ck.MemberChunks names them.
 	chunks map[string][]storedChunk
+	// used is when the group was last loaded or committed (Config.Now).
+	used time.Time
 }
 
 // maxCachedGroups bounds the groups a partition keeps loaded; beyond it an
@@ -153,9 +158,23 @@ func (p *partition) remember(key string, g *loadedGroup) {
 	p.groups[key] = g
 }
 
+// evictIdle drops the groups that nothing loaded or committed for idle
+// (their members are restored from the stored state by the next input)
+// and brings the resident gauge to the groups that stay.
+func (p *partition) evictIdle(now time.Time, idle time.Duration, resident prometheus.Gauge) {
+	for k, g := range p.groups {
+		if now.Sub(g.used) >= idle {
+			delete(p.groups, k)
+		}
+	}
+	resident.Add(float64(len(p.groups) - p.resident))
+	p.resident = len(p.groups)
+}
+
 func (w *Worker) runPartition(ctx context.Context, p int) {
 	part := &partition{id: p, groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
 	w.loadExpiry(ctx, part)
+	defer func() { w.metrics.Resident.Sub(float64(part.resident)) }()
 	defer func() {
 		// Hand the index to the next owner even when ctx has ended.
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -296,6 +315,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			w.cleanup(ctx, part)
 		}
 		w.saveExpiry(ctx, part)
+		part.evictIdle(w.cfg.Now(), w.cfg.IdleAfter, w.metrics.Resident)
 	}
 }
 
@@ -590,6 +610,7 @@ func splitGroupKey(key string) (tenant, groupHex string, ok bool) {
 func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex string) (*loadedGroup, error) {
 	key := tenant + "." + groupHex
 	if g, ok := part.groups[key]; ok {
+		g.used = w.cfg.Now()
 		if err := w.drain(ctx, part, g); err != nil {
 			return nil, err
 		}
@@ -599,7 +620,7 @@ func (w *Worker) load(ctx context.Context, part *partition, tenant, groupHex str
 	if err != nil {
 		return nil, err
 	}
-	g := &loadedGroup{tenant: tenant, groupHex: groupHex, ck: ck, ckSeq: seq, members: map[string]MemberState{}, chunks: map[string][]storedChunk{}}
+	g := &loadedGroup{tenant: tenant, groupHex: groupHex, ck: ck, ckSeq: seq, members: map[string]MemberState{}, chunks: map[string][]storedChunk{}, used: w.cfg.Now()}
 	if seq == 0 {
 		gid, err := hex.DecodeString(groupHex)
 		if err != nil {

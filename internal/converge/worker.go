@@ -24,6 +24,7 @@ import (
 const (
 	DefaultLeaseTTL        = 6 * time.Second
 	DefaultCleanupInterval = time.Second
+	DefaultIdleAfter       = time.Minute
 	// fetchBatch is how many inputs one pull asks for.
 	fetchBatch = 1024
 	// blobPartHeadroom is what a blob part leaves of max_payload for its
@@ -66,6 +67,11 @@ type Config struct {
 	// groups with many hosted members, and a restart then ratchets forward
 	// from the older snapshot.
 	SnapshotEvery int
+	// IdleAfter is how long a group's hosted members stay in memory after
+	// the group's last transaction. Then they are dropped, and the next
+	// input restores them from their stored state (a cold member is not
+	// resident; docs/converge.md, Memory). DefaultIdleAfter when zero.
+	IdleAfter time.Duration
 	// MessageRetention is how long a message's readable record and its
 	// pointer are kept (docs/read-api.md); 0, the default, keeps them
 	// until the group's last record is gone. Whole seconds.
@@ -169,6 +175,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	}
 	if cfg.CleanupInterval <= 0 {
 		cfg.CleanupInterval = DefaultCleanupInterval
+	}
+	if cfg.IdleAfter <= 0 {
+		cfg.IdleAfter = DefaultIdleAfter
 	}
 	if cfg.SnapshotEvery <= 0 {
 		cfg.SnapshotEvery = 1
