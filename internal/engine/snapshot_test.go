@@ -195,3 +195,39 @@ func TestChangesTrackSnapshot(t *testing.T) {
 		t.Fatalf("a failed decryption was not counted: %v, %d changes", err, w.state.Changes()-n)
 	}
 }
+
+// The snapshot envelope is spliced together rather than encoded by
+// encoding/json: its bytes must be what encoding/json gives, for a state
+// with own commits pending and sent messages as for one without.
+func TestSnapshotEnvelopeAsJSONEncodesIt(t *testing.T) {
+	w := newWorld(t)
+	check := func(what string) {
+		t.Helper()
+		got, err := w.state.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env snapshotEnvelope
+		if err := json.Unmarshal(got, &env); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		want, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("%s: the envelope differs from encoding/json's", what)
+		}
+		if _, err := Restore(got); err != nil {
+			t.Fatalf("%s: restore: %v", what, err)
+		}
+	}
+	check("joined")
+	if _, err := w.state.Encrypt(w.hosted, []byte("sent")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.state.Commit(w.hosted, CommitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a send and an own commit")
+}
