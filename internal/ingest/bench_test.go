@@ -78,28 +78,9 @@ func BenchmarkIngest(b *testing.B) {
 	})
 	b.Run("http-msgpack", func(b *testing.B) {
 		r := newBenchRig(b)
-		w := r.env.workers[0]
-		tok := benchToken(b)
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchCallers}}
-		defer client.CloseIdleConnections()
-		interleaved(b, r, func(bt batch) error {
-			req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", bytes.NewReader(bt.body))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Authorization", "Bearer "+tok)
-			req.Header.Set("Content-Type", httpapi.ContentTypeMsgpack)
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			var res Response
-			if err := decodeResponse(resp, &res); err != nil {
-				return err
-			}
-			return checkQueued(res, bt.n)
-		}, false)
+		send, done := httpSender(b, r)
+		defer done()
+		interleaved(b, r, send, false)
 	})
 	b.Run("nats-msgpack", func(b *testing.B) {
 		r := newBenchRig(b)
@@ -120,6 +101,51 @@ func BenchmarkIngest(b *testing.B) {
 	})
 }
 
+// BenchmarkIngestHTTPAlone runs ingest's HTTP path alone, the same
+// messages and batches as BenchmarkIngest/http-msgpack without the anchors
+// and with the messages made before the profile starts, so that a CPU
+// profile shows what ingest's path costs (docs/ingest.md, "Throughput"):
+//
+//	go test -run '^$' -bench BenchmarkIngestHTTPAlone -benchtime 100000x -cpuprofile cpu.prof ./internal/ingest/
+func BenchmarkIngestHTTPAlone(b *testing.B) {
+	r := newBenchRig(b)
+	send, done := httpSender(b, r)
+	defer done()
+	bodies := encodeBatches(b, benchMessages(b, r.group, b.N), false)
+	runtime.GC()
+	b.ResetTimer()
+	c0 := cpuNow()
+	fanIn(b, bodies, send)
+	b.StopTimer()
+	b.ReportMetric(float64((cpuNow()-c0).Microseconds())/float64(b.N), "cpu-µs/msg")
+}
+
+// httpSender posts one batch to the rig's worker over HTTP as msgpack and
+// checks that every message was queued.
+func httpSender(b *testing.B, r *benchRig) (send func(batch) error, done func()) {
+	w := r.env.workers[0]
+	tok := benchToken(b)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchCallers}}
+	return func(bt batch) error {
+		req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", bytes.NewReader(bt.body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", httpapi.ContentTypeMsgpack)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var res Response
+		if err := decodeResponse(resp, &res); err != nil {
+			return err
+		}
+		return checkQueued(res, bt.n)
+	}, client.CloseIdleConnections
+}
+
 // benchRig is one sub-benchmark's server, ingest worker and hosted group.
 // Each sub-benchmark has its own, so none runs against a stream and a heap
 // the one before it filled.
@@ -130,7 +156,7 @@ type benchRig struct {
 }
 
 func newBenchRig(b *testing.B) *benchRig {
-	r := &benchRig{env: newEnv(b, envOpts{limits: Limits{RatePerTenant: -1}}), group: newBenchGroup(b)}
+	r := &benchRig{env: newEnv(b, envOpts{limits: Limits{RatePerTenant: -1, ByteRatePerTenant: -1}}), group: newBenchGroup(b)}
 	r.env.hostGroup(r.group.ID())
 	js, err := jetstream.New(r.env.nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
