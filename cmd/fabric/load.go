@@ -24,6 +24,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/load"
 	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/ops"
 )
 
 // runLoad starts a fresh fabric, an all-in-one child process (this
@@ -51,6 +52,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	w.Rate = float64(rate)
 	if err := w.Validate(); err != nil {
 		errs.Addf("%v", err)
+	}
+	if n := w.Tenants * w.Groups * w.Members; cluster && n > ops.DefaultMaxConnsPerAddr {
+		// The fanout process has no flag for its bound per remote address.
+		errs.Addf("load: %d hosted clients, one WebSocket each from this one address: over the fanout process's %d connections per address", n, ops.DefaultMaxConnsPerAddr)
 	}
 	if err := errs.Err(); err != nil {
 		return err
@@ -138,7 +143,9 @@ func startAllInOne(ctx context.Context, data string, log io.Writer) (load.Target
 	if err != nil {
 		return load.Target{}, nil, err
 	}
-	cmd, out, err := startProcess(ctx, data, self, nil, "run", "-data", data, "-listen", listen, "-nats-listen", "127.0.0.1:0")
+	// Every subscriber's WebSocket comes from the driver's one address:
+	// the bound per remote address would refuse the 1,025th.
+	cmd, out, err := startProcess(ctx, data, self, nil, "run", "-data", data, "-listen", listen, "-nats-listen", "127.0.0.1:0", "-max-conns-per-addr", "-1")
 	if err != nil {
 		return load.Target{}, nil, err
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/fanout"
 	"github.com/fabric-mls/fabric/internal/procstat"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/client"
@@ -55,8 +56,29 @@ func (w Workload) Validate() error {
 		return errors.New("load: the rate must be positive")
 	case w.Duration <= 0:
 		return errors.New("load: the duration must be positive")
+	case w.Groups*w.Members > fanout.DefaultMaxConnsPerTenant:
+		// One WebSocket per hosted client: past the gateway's quota the
+		// set-up would fail at its first refused connection.
+		return fmt.Errorf("load: %d hosted clients per tenant (groups × members), over the gateway's %d open connections per tenant: use more tenants", w.Groups*w.Members, fanout.DefaultMaxConnsPerTenant)
 	}
 	return nil
+}
+
+// Messages is how many messages the run sends: the rate over the
+// duration, at least one.
+func (w Workload) Messages() int {
+	return max(1, int(w.Rate*w.Duration.Seconds()))
+}
+
+// perGroup is how many of total messages group i of n sends: an equal
+// share, the first total mod n groups one more. With more groups than
+// messages the rest stay idle: hosted, subscribed, and part of the cost.
+func perGroup(total, n, i int) int {
+	q := total / n
+	if i < total%n {
+		q++
+	}
+	return q
 }
 
 // Process is one process of the system under load, measured by its id.
@@ -87,6 +109,9 @@ type Report struct {
 	Delivered int // message.received events at the subscribers
 	Lagged    int // lagged events at the subscribers
 	Elapsed   time.Duration
+	// Setup is the time from the first registration until every hosted
+	// client reported conversation.joined.
+	Setup time.Duration
 	// Latency quantiles from the intake request's start to the event.
 	P50, P99, P999 time.Duration
 	Roles          []RoleUsage
@@ -107,10 +132,7 @@ func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, erro
 	if err := w.Validate(); err != nil {
 		return Report{}, err
 	}
-	perGroup := int(w.Rate*w.Duration.Seconds()) / (w.Tenants * w.Groups)
-	if perGroup < 1 {
-		perGroup = 1
-	}
+	total := w.Messages()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer hc.CloseIdleConnections()
 
@@ -128,67 +150,121 @@ func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, erro
 			c.Close()
 		}
 	}()
-	groups := make([]*group, 0, w.Tenants*w.Groups)
-	fmt.Fprintf(log, "setting up %d tenants × %d groups × %d hosted members, %d messages per group\n", w.Tenants, w.Groups, w.Members, perGroup)
+	groups := make([]*group, w.Tenants*w.Groups)
+	fmt.Fprintf(log, "setting up %d tenants × %d groups × %d hosted members, %d messages\n", w.Tenants, w.Groups, w.Members, total)
+	setupStart := time.Now()
+	// setupCtx ends the other groups' set-up when one fails; it lives as
+	// long as the run, as do the subscriptions made with it.
+	setupCtx, cancelSetup := context.WithCancel(ctx)
+	defer cancelSetup()
+	subscribe := func(tok Tokens) func(clientID string) error {
+		return func(clientID string) error {
+			c, err := client.Connect(setupCtx, t.EventsURL, tok.Events, client.WithHTTPClient(hc))
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			_, err = c.SubscribeFunc(setupCtx, clientID, schema.EventFilter{Kinds: schema.AllKinds()}, func(_ context.Context, ev schema.ClientEvent) error {
+				switch ev.Kind {
+				case schema.KindConversationJoined:
+					joined.Add(1)
+				case schema.KindLagged:
+					lagged.Add(1)
+				case schema.KindMessageReceived:
+					now := time.Now().UnixNano()
+					mu.Lock()
+					at := sentAt[string(ev.MessageReceived.MessageID)]
+					mu.Unlock()
+					if at == nil {
+						return nil // not one of the load's messages
+					}
+					d := time.Duration(now - at.Load())
+					deliver.Add(1)
+					mu.Lock()
+					lat = append(lat, d)
+					mu.Unlock()
+				}
+				return nil
+			})
+			return err
+		}
+	}
+	setupGroup := func(api *demo.API, tok Tokens, i int) error {
+		g, invite, err := newGroup(setupCtx, api, w.Members, subscribe(tok))
+		if err != nil {
+			return err
+		}
+		g.api = api
+		if err := post(setupCtx, api, invite...); err != nil {
+			return fmt.Errorf("invite: %w", err)
+		}
+		if g.msgs, err = messages(g.sender, perGroup(total, len(groups), i)); err != nil {
+			return err
+		}
+		mu.Lock()
+		for _, m := range g.msgs {
+			sentAt[string(m.ID)] = new(atomic.Int64)
+		}
+		mu.Unlock()
+		groups[i] = g
+		return nil
+	}
+	// Groups are set up setupWorkers at a time: one after the other, 10,000
+	// hosted clients take longer than the run.
+	var (
+		wg       sync.WaitGroup
+		slots    = make(chan struct{}, setupWorkers)
+		setupErr = make(chan error, 1)
+	)
+setup:
 	for ti := range w.Tenants {
 		tenant := fmt.Sprintf("load%d", ti)
 		tok, err := t.Tokens(tenant)
 		if err != nil {
+			cancelSetup()
+			wg.Wait()
 			return Report{}, err
 		}
 		api := &demo.API{BaseURL: t.URL, Tenant: tenant, AdminToken: tok.Admin, IngestToken: tok.Ingest, HTTP: hc}
 		for gi := range w.Groups {
-			g, invite, err := newGroup(ctx, api, w.Members, func(clientID string) error {
-				c, err := client.Connect(ctx, t.EventsURL, tok.Events, client.WithHTTPClient(hc))
-				if err != nil {
-					return err
-				}
-				conns = append(conns, c)
-				_, err = c.SubscribeFunc(ctx, clientID, schema.EventFilter{Kinds: schema.AllKinds()}, func(_ context.Context, ev schema.ClientEvent) error {
-					switch ev.Kind {
-					case schema.KindConversationJoined:
-						joined.Add(1)
-					case schema.KindLagged:
-						lagged.Add(1)
-					case schema.KindMessageReceived:
-						now := time.Now().UnixNano()
-						mu.Lock()
-						at := sentAt[string(ev.MessageReceived.MessageID)]
-						mu.Unlock()
-						if at == nil {
-							return nil // not one of the load's messages
-						}
-						d := time.Duration(now - at.Load())
-						deliver.Add(1)
-						mu.Lock()
-						lat = append(lat, d)
-						mu.Unlock()
+			select {
+			case slots <- struct{}{}:
+			case <-setupCtx.Done():
+				break setup
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				if err := setupGroup(api, tok, ti*w.Groups+gi); err != nil {
+					select {
+					case setupErr <- fmt.Errorf("load: tenant %s group %d: %w", tenant, gi, err):
+					default:
 					}
-					return nil
-				})
-				return err
-			})
-			if err != nil {
-				return Report{}, fmt.Errorf("load: tenant %s group %d: %w", tenant, gi, err)
-			}
-			g.api = api
-			if err := post(ctx, api, invite...); err != nil {
-				return Report{}, fmt.Errorf("load: tenant %s group %d: invite: %w", tenant, gi, err)
-			}
-			if g.msgs, err = messages(g.sender, perGroup); err != nil {
-				return Report{}, err
-			}
-			for _, m := range g.msgs {
-				sentAt[string(m.ID)] = new(atomic.Int64)
-			}
-			groups = append(groups, g)
+					cancelSetup()
+				}
+			}()
 		}
 	}
+	wg.Wait()
+	select {
+	case err := <-setupErr:
+		return Report{}, err
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
 	members := int64(w.Tenants * w.Groups * w.Members)
-	if err := await(ctx, 2*time.Minute, func() bool { return joined.Load() >= members }); err != nil {
+	// A large workload's joins take longer than a fixed bound: give up only
+	// when no hosted client has joined for joinStall.
+	if err := awaitProgress(ctx, joinStall, joined.Load, members); err != nil {
 		return Report{}, fmt.Errorf("load: %d of %d hosted clients joined: %w", joined.Load(), members, err)
 	}
-	fmt.Fprintf(log, "%d hosted clients joined; sending %.0f messages/s for %s\n", members, w.Rate, w.Duration)
+	setup := time.Since(setupStart)
+	fmt.Fprintf(log, "%d hosted clients joined in %s; sending %.0f messages/s for %s\n", members, setup.Round(time.Millisecond), w.Rate, w.Duration)
 
 	before := usage(t.Processes)
 	start := time.Now()
@@ -219,7 +295,7 @@ func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, erro
 	slices.Sort(lat)
 	r := Report{
 		Workload: w, Sent: sent, Expected: int(expected), Delivered: int(deliver.Load()), Lagged: int(lagged.Load()),
-		Elapsed: elapsed, P50: quantile(lat, 0.5), P99: quantile(lat, 0.99), P999: quantile(lat, 0.999),
+		Elapsed: elapsed, Setup: setup, P50: quantile(lat, 0.5), P99: quantile(lat, 0.99), P999: quantile(lat, 0.999),
 		LoadAvg: procstat.LoadAverage(),
 	}
 	for i, p := range t.Processes {
@@ -364,15 +440,30 @@ func post(ctx context.Context, api *demo.API, msgs ...testpeer.Message) error {
 	return nil
 }
 
-// await polls cond until it holds or within passes.
-func await(ctx context.Context, within time.Duration, cond func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	for !cond() {
+// setupWorkers is how many groups are set up at once.
+const setupWorkers = 8
+
+// joinStall is how long the set-up waits for the next hosted client to join.
+const joinStall = 2 * time.Minute
+
+// errStalled is awaitProgress's error when the count stops growing.
+var errStalled = errors.New("no progress")
+
+// awaitProgress polls count until it reaches target, failing when it has
+// not grown for stall.
+func awaitProgress(ctx context.Context, stall time.Duration, count func() int64, target int64) error {
+	last, lastAt := count(), time.Now()
+	for last < target {
+		if time.Since(lastAt) > stall {
+			return fmt.Errorf("%w for %s", errStalled, stall)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
+		}
+		if n := count(); n != last {
+			last, lastAt = n, time.Now()
 		}
 	}
 	return nil
@@ -413,6 +504,7 @@ func usage(ps []Process) []procUsage {
 func (r Report) Print(w io.Writer) {
 	wl := r.Workload
 	fmt.Fprintf(w, "workload: %d tenants × %d groups × %d hosted members, %.0f messages/s offered for %s\n", wl.Tenants, wl.Groups, wl.Members, wl.Rate, wl.Duration)
+	fmt.Fprintf(w, "set-up (registrations, subscriptions, joins of %d hosted clients): %s\n", wl.Tenants*wl.Groups*wl.Members, r.Setup.Round(time.Millisecond))
 	fmt.Fprintf(w, "messages sent %d, events expected %d, delivered %d (%.1f %%), lagged %d\n", r.Sent, r.Expected, r.Delivered, 100*float64(r.Delivered)/float64(max(1, r.Expected)), r.Lagged)
 	fmt.Fprintf(w, "throughput: %.0f messages/s in, %.0f events/s delivered, over %s\n", float64(r.Sent)/r.Elapsed.Seconds(), float64(r.Delivered)/r.Elapsed.Seconds(), r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "end-to-end latency (intake request to event at the subscriber): p50 %s, p99 %s, p99.9 %s\n", r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond))
