@@ -24,7 +24,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/load"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/ops"
 )
 
 // runLoad starts a fresh fabric, an all-in-one child process (this
@@ -52,10 +51,6 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	w.Rate = float64(rate)
 	if err := w.Validate(); err != nil {
 		errs.Addf("%v", err)
-	}
-	if n := w.Tenants * w.Groups * w.Members; cluster && n > ops.DefaultMaxConnsPerAddr {
-		// The fanout process has no flag for its bound per remote address.
-		errs.Addf("load: %d hosted clients, one WebSocket each from this one address: over the fanout process's %d connections per address", n, ops.DefaultMaxConnsPerAddr)
 	}
 	if err := errs.Err(); err != nil {
 		return err
@@ -221,6 +216,9 @@ func startRoles(ctx context.Context, data string, log io.Writer) (load.Target, f
 		args := []string{"-listen", listen}
 		if role == "converge" {
 			args = append(args, "-worker-id", "load")
+		} else {
+			// Every subscriber and request comes from this one address.
+			args = append(args, "-max-conns-per-addr", "-1")
 		}
 		cmd, out, err := startProcess(ctx, data, filepath.Join(filepath.Dir(self), role), env, args...)
 		if err != nil {

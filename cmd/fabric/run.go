@@ -13,7 +13,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/config"
-	"github.com/fabric-mls/fabric/internal/ops"
 )
 
 // tokenTTL is how long the development tokens printed at start are valid.
@@ -41,9 +40,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.String(fs, &keyFile, "master-key-file", "", "file holding the master key as 64 hex digits (else FABRIC_MASTER_KEY)")
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
 	config.Duration(fs, &errs, &o.SyncInterval, "sync-interval", 0, "how often JetStream fsyncs; 0 fsyncs every write before it is acknowledged (survives power loss), e.g. 2m trades that for speed")
-	config.Int(fs, &errs, &o.HTTPLimits.MaxConns, "max-conns", 0, "open HTTP connections, WebSockets included (0: the open-file limit less a reserve for NATS and JetStream, -1: none)")
-	config.Int(fs, &errs, &o.HTTPLimits.MaxConnsPerAddr, "max-conns-per-addr", ops.DefaultMaxConnsPerAddr, "open HTTP connections of one remote address (-1: none)")
-	config.Duration(fs, &errs, &o.HTTPLimits.IdleTimeout, "idle-timeout", ops.DefaultIdleTimeout, "how long an idle keep-alive HTTP connection stays open")
+	config.HTTPLimits(fs, &errs, &o.HTTPLimits)
 	config.Int(fs, &errs, &o.KeyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
 	config.Duration(fs, &errs, &o.SelfUpdateAfter, "self-update-after", 0, "age of a hosted member's leaf after which converge commits a self-update for it, for post-compromise security (0: off; at least 1m)")
 	if err := config.Parse(fs, args); err != nil {

@@ -9,6 +9,7 @@
 //
 //	-nats-url            NATS server URLs (FABRIC_NATS_URL)
 //	-listen              address of the event endpoints, /metrics, /healthz and /readyz
+//	-max-conns, -max-conns-per-addr, -idle-timeout  HTTP connection limits, as fabric run's
 //	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
 //	-tenant-keys         JSON file of each tenant's EdDSA/ES256 keys or JWKS URL, issuer and audience
 //	-jwks-ttl            how long fetched JWKS keys are used (10m)
@@ -63,6 +64,7 @@ func main() {
 type options struct {
 	nats         config.NATS
 	listen       string
+	limits       ops.Limits
 	auth         config.Auth
 	queryToken   bool
 	maxConnTTL   time.Duration
@@ -93,6 +95,7 @@ func parse(args []string) (options, keys, error) {
 	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8083")
+	config.HTTPLimits(fs, &errs, &o.limits)
 	o.auth.RegisterFlags(fs, &errs)
 	config.Bool(fs, &errs, &o.queryToken, "sse-query-token", false, "accept SSE's access_token query parameter (a token in a URL lands in access logs)")
 	config.Duration(fs, &errs, &o.maxConnTTL, "max-connection-token-ttl", fanout.DefaultMaxConnectionTokenTTL, "longest lifetime of a connection token minted by POST /v1/tenants/{tenant}/connection-tokens")
@@ -172,7 +175,7 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv, err := ops.New(o.listen, reg)
+	srv, err := ops.NewWithLimits(o.listen, reg, o.limits)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@
 //
 //	-nats-url            NATS server URLs (FABRIC_NATS_URL)
 //	-listen              address of the API, /metrics, /healthz and /readyz
+//	-max-conns, -max-conns-per-addr, -idle-timeout  HTTP connection limits, as fabric run's
 //	-jwt-secret-file     file with the HS256 secret; else FABRIC_JWT_SECRET
 //	-tenant-keys         JSON file of each tenant's EdDSA/ES256 keys or JWKS URL, issuer and audience
 //	-jwks-ttl            how long fetched JWKS keys are used (10m)
@@ -77,6 +78,7 @@ func main() {
 type options struct {
 	nats         config.NATS
 	listen       string
+	limits       ops.Limits
 	auth         config.Auth
 	maxBody      int
 	maxBatch     int
@@ -108,6 +110,7 @@ func parse(args []string) (options, secrets, error) {
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
 	o.nats.RegisterFlags(fs, &errs)
 	config.Listen(fs, &o.listen, ":8081")
+	config.HTTPLimits(fs, &errs, &o.limits)
 	o.auth.RegisterFlags(fs, &errs)
 	config.Int(fs, &errs, &o.maxBody, "max-body", ingest.DefaultMaxBodyBytes, "largest request body in bytes")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", ingest.DefaultMaxBatch, "most transport messages in one request")
@@ -207,7 +210,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		}
 		parts = append(parts, api)
 	}
-	srv, err := ops.New(o.listen, reg)
+	srv, err := ops.NewWithLimits(o.listen, reg, o.limits)
 	if err != nil {
 		return err
 	}

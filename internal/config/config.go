@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/ops"
 )
 
 // EnvName is the environment variable that sets flag name's default.
@@ -212,6 +213,14 @@ func (n NATS) JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 // Listen registers -listen, the address of the role's HTTP server.
 func Listen(fs *flag.FlagSet, p *string, def string) {
 	String(fs, p, "listen", def, "HTTP listen address for the API, /metrics, /healthz and /readyz")
+}
+
+// HTTPLimits registers the flags of the HTTP server's connection limits,
+// the same for the all-in-one and every role that serves clients.
+func HTTPLimits(fs *flag.FlagSet, errs *Errs, l *ops.Limits) {
+	Int(fs, errs, &l.MaxConns, "max-conns", 0, "open HTTP connections, WebSockets included (0: the open-file limit less a reserve for NATS and JetStream, -1: none)")
+	Int(fs, errs, &l.MaxConnsPerAddr, "max-conns-per-addr", ops.DefaultMaxConnsPerAddr, "open HTTP connections of one remote address (-1: none)")
+	Duration(fs, errs, &l.IdleTimeout, "idle-timeout", ops.DefaultIdleTimeout, "how long an idle keep-alive HTTP connection stays open")
 }
 
 // ValidateListen checks a host:port address.
