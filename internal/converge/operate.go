@@ -47,6 +47,16 @@ type ownCommit struct {
 	Attempts int           `msgpack:"attempts,omitempty"`
 }
 
+// waitingOp is an operation input that waits, in the group's state, for
+// its client's own commit to settle.
+type waitingOp struct {
+	ClientID  string `msgpack:"client_id"`
+	Seq       uint64 `msgpack:"seq"`
+	MessageID []byte `msgpack:"message_id"`
+	Data      []byte `msgpack:"data"`
+	Time      int64  `msgpack:"time"`
+}
+
 // commitIntent is an operation's change of the group, from which each
 // attempt's commit is made on the state it is made on.
 type commitIntent struct {
@@ -90,15 +100,35 @@ var errGroupExists = errors.New("group exists")
 // input: what it sends is stored on fabric.out.<tenant>.<group>, and its
 // record on fabric.op.<tenant>.<operation_id>, in the transaction's fenced
 // batch with the state it leaves, so it is sent exactly once. A refused
-// operation sends nothing; its record says why.
+// operation sends nothing; its record says why. A send or leave request of
+// a client whose own commit is pending waits for it (wait).
 func (p marmot) operate(ctx context.Context, t *txn, in input) error {
-	at := time.UnixMilli(in.Time)
 	req, err := bus.DecodeOperation(in.Data)
 	if err != nil || !bytes.Equal(req.GroupID, t.g.GroupID) {
 		// Nothing to answer: the API never stores such a request.
 		return nil
 	}
+	if waits(req.Kind) && t.g.held(req.ClientID) {
+		if err := t.wait(in, req); err != nil {
+			_, err = p.finish(t, in, req, "", nil, err)
+			return err
+		}
+		return nil
+	}
 	status, ids, err := p.execute(ctx, t, in, req)
+	if failed, err := p.finish(t, in, req, status, ids, err); failed || err != nil {
+		return err
+	}
+	if err := p.settle(t); err != nil {
+		return err
+	}
+	return p.sendWaiting(ctx, t)
+}
+
+// finish records what became of an operation: its status and what it
+// sent, or, refused (failed true), its category.
+func (p marmot) finish(t *txn, in input, req bus.OperationRequest, status schema.OperationStatus, ids [][]byte, err error) (failed bool, _ error) {
+	at := time.UnixMilli(in.Time)
 	var f *operationFailure
 	if errors.As(err, &f) {
 		rec := req.Record(schema.OperationFailed, at)
@@ -109,19 +139,98 @@ func (p marmot) operate(ctx context.Context, t *txn, in input) error {
 			// names it, as the API's answer did; the record says why.
 			t.emit(req.ClientID, req.ID, project.StatusChanged(t.g.GroupID, req.ID, schema.StatusUnpublished, schema.StatusFailed))
 		}
-		return t.opRecord(rec)
+		return true, t.opRecord(rec)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	rec := req.Record(status, at)
 	for _, id := range ids {
 		rec.MessageIDs = append(rec.MessageIDs, schema.Bytes(id))
 	}
-	if err := t.opRecord(rec); err != nil {
-		return err
+	return false, t.opRecord(rec)
+}
+
+// Bounds of the operations a group's state keeps waiting for own commits:
+// past either, an operation that would wait fails with resource_refused.
+// maxWaiting is a variable for a test to lower.
+var maxWaiting = 256
+
+const maxWaitingBytes = 4 << 20
+
+// errTooManyWaiting: the group's state holds as many waiting operations as
+// it keeps.
+var errTooManyWaiting = errors.New("too many operations wait for own commits in the group")
+
+// waits reports whether an operation of kind waits for its client's
+// pending own commit: the ones that encrypt in the client's epoch without
+// a commit (a send, a leave request). Marmot group state: while a local
+// commit is pending, do not encrypt; queue. A message of the commit's
+// parent epoch stored behind the commit reaches members that applied it
+// (an mls-go peer then fails its signature), so it is made in the epoch
+// the commit makes, or, when the commit finally fails, on the canonical
+// state. A commit operation does not wait: it races and is retried
+// (ownCommitOutcomes).
+func waits(kind schema.OperationKind) bool {
+	return kind == schema.OpSendMessage || kind == schema.OpLeave
+}
+
+// pending reports whether an own commit of a client is not settled yet: on
+// its way back, or lost and waiting for its retry.
+func (g *groupState) pending(clientID string) bool {
+	return slices.ContainsFunc(g.OwnCommits, func(oc ownCommit) bool { return oc.ClientID == clientID && !oc.Lost })
+}
+
+// held reports whether a client's send or leave request waits: an own
+// commit of it is pending, or an earlier operation of it waits still (the
+// client's operations keep their order).
+func (g *groupState) held(clientID string) bool {
+	return g.pending(clientID) || slices.ContainsFunc(g.Waiting, func(w waitingOp) bool { return w.ClientID == clientID })
+}
+
+// wait keeps an operation's input in the group's state until its client's
+// own commit settles. Its record stays queued. Stored with the state, in
+// the transaction's fenced batch like everything else, a waiting operation
+// is neither lost nor repeated by a crash.
+func (t *txn) wait(in input, req bus.OperationRequest) error {
+	size := len(in.Data)
+	for _, w := range t.g.Waiting {
+		size += len(w.Data)
 	}
-	return p.settle(t)
+	if len(t.g.Waiting) >= maxWaiting || size > maxWaitingBytes {
+		return refuse(schema.CategoryResourceRefused, errTooManyWaiting)
+	}
+	t.g.Waiting = append(t.g.Waiting, waitingOp{ClientID: req.ClientID, Seq: in.Seq, MessageID: in.MessageID, Data: in.Data, Time: in.Time})
+	return nil
+}
+
+// sendWaiting executes, in input order, the waiting operations of every
+// client whose own commit is settled, on its canonical state: in the epoch
+// its accepted commit made, or, when the commit finally failed, in the
+// epoch the client holds. In the transaction that settled the commit, so
+// they are stored with it, exactly once.
+func (p marmot) sendWaiting(ctx context.Context, t *txn) error {
+	if len(t.g.Waiting) == 0 {
+		return nil
+	}
+	waiting := t.g.Waiting
+	t.g.Waiting = nil
+	for _, w := range waiting {
+		if t.g.pending(w.ClientID) {
+			t.g.Waiting = append(t.g.Waiting, w)
+			continue
+		}
+		req, err := bus.DecodeOperation(w.Data)
+		if err != nil {
+			continue // decoded when it began to wait
+		}
+		in := input{Seq: w.Seq, Class: bus.ClassOperation, MessageID: w.MessageID, Data: w.Data, Time: w.Time}
+		status, ids, err := p.execute(ctx, t, in, req)
+		if _, err := p.finish(t, in, req, status, ids, err); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // execute runs the operation for its client and returns its status and the
@@ -448,10 +557,11 @@ func (t *txn) opRecord(rec schema.Operation) error {
 // or when the new state refuses the intent (authorization_failed when the
 // winner took the client's admin rights), the operation is failed; its
 // last commit may still win inside the rollback horizon, and then the
-// operation is done.
+// operation is done. The sends and leave requests that waited for a
+// settled commit are then executed (sendWaiting).
 func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	if len(t.g.OwnCommits) == 0 {
-		return nil
+		return p.sendWaiting(ctx, t)
 	}
 	var keep, lost []ownCommit
 	for _, oc := range t.g.OwnCommits {
@@ -503,7 +613,7 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 			return err
 		}
 	}
-	return nil
+	return p.sendWaiting(ctx, t)
 }
 
 // tipEpoch is the epoch of a client's canonical state; holds is false when

@@ -370,8 +370,9 @@ func TestRacingOwnCommitsOneWinsTheOtherIsRetried(t *testing.T) {
 
 // twoAdmins makes a group of two hosted admins through operations, lo
 // the one of the lower inbox id: it wins a race of two privileged commits
-// from one epoch (Marmot branch selection: lower committer).
-func twoAdmins(t *testing.T) (e *env, lo, hi hosted, group []byte) {
+// from one epoch (Marmot branch selection: lower committer). The create
+// adds the members of kps too (a Welcome each, after hi's).
+func twoAdmins(t *testing.T, kps ...[]byte) (e *env, lo, hi hosted, group []byte) {
 	e = newEnv(t)
 	e.worker("w1", nil)
 	e.startIngest()
@@ -380,7 +381,7 @@ func twoAdmins(t *testing.T) (e *env, lo, hi hosted, group []byte) {
 	if lo.rec.InboxID > hi.rec.InboxID {
 		lo, hi = hi, lo
 	}
-	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: lo.rec.ClientID, KeyPackages: hi.kps})
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: lo.rec.ClientID, KeyPackages: append(slices.Clip(hi.kps), kps...)})
 	group = bus.OperationGroupID(create)
 	e.operation(create, schema.OperationDone)
 	e.waitEvents(hi.rec.ClientID, 1) // joined

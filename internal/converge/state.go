@@ -76,6 +76,9 @@ type groupState struct {
 	// OwnCommits are the hosted members' own commits on the outbound
 	// stream whose operations wait for their outcome (operate.go).
 	OwnCommits []ownCommit `msgpack:"own_commits,omitempty"`
+	// Waiting are the sends and leave requests of clients whose own
+	// commit is pending, in input order (operate.go).
+	Waiting []waitingOp `msgpack:"waiting,omitempty"`
 	// RosterInboxes and RosterInstallations count the canonical roster
 	// when it was last written (readable.go).
 	RosterInboxes       int `msgpack:"roster_inboxes,omitempty"`
