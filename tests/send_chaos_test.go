@@ -41,11 +41,13 @@ var sendChaos = flag.Bool("send-chaos", false, "run the long send chaos test: 1,
 // reaches the peer exactly once: the peer, reading fabric.out.<tenant>.
 // <group>, decrypts each text once (none missing, none twice, no ratchet
 // key used twice), and every operation's record is done, naming the
-// message the peer read.
+// message the peer read. The client renames the group every renameEvery
+// sends too, from the same senders: the sends behind a pending rename wait
+// for it, and the peer, applying each accepted commit, reads every text.
 func TestSendsExactlyOnceAcrossKills(t *testing.T) {
-	sends, kills, senders := 50, 1, 4
+	sends, kills, senders, renameEvery := 50, 1, 4, 25
 	if *sendChaos {
-		sends, kills, senders = 1000, 6, 16
+		sends, kills, senders, renameEvery = 1000, 6, 16, 100
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -123,6 +125,7 @@ func TestSendsExactlyOnceAcrossKills(t *testing.T) {
 	ingestMarks, convergeMarks := marks(), marks()
 	var acked atomic.Int64
 	opIDs := make([][]byte, sends)
+	renameIDs := make([][]byte, sends/renameEvery)
 	var retries atomic.Int64
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -133,9 +136,23 @@ func TestSendsExactlyOnceAcrossKills(t *testing.T) {
 			defer wg.Done()
 			for i := range work {
 				key := fmt.Sprintf("send-%d", i)
+				op := func() (schema.OperationAccepted, error) {
+					return ops.SendText(ctx, hosted.ClientID, group, key, chaosText(i))
+				}
+				if i%renameEvery == renameEvery-1 {
+					key = fmt.Sprintf("rename-%d", i)
+					name := fmt.Sprintf("chaos %d", i)
+					op = func() (schema.OperationAccepted, error) {
+						return ops.UpdateConversation(ctx, hosted.ClientID, group, key, schema.ConversationChanges{Name: &name})
+					}
+				}
 				for {
-					a, err := ops.SendText(ctx, hosted.ClientID, group, key, chaosText(i))
+					a, err := op()
 					var apiErr *client.APIError
+					if err == nil && strings.HasPrefix(key, "rename") {
+						renameIDs[i/renameEvery] = a.OperationID
+						break
+					}
 					if err == nil {
 						opIDs[i] = a.OperationID
 						acked.Add(1)
@@ -201,18 +218,38 @@ func TestSendsExactlyOnceAcrossKills(t *testing.T) {
 	acknowledged := time.Since(began)
 
 	// Every operation ends done; then the outbound subject holds what the
-	// peer reads.
-	recs := waitOperationsDone(t, ctx, js, tenant, opIDs, 3*time.Minute)
-	byMessage := map[string]int{}
-	for i, r := range recs {
-		if r.Kind != schema.OpSendMessage || len(r.MessageIDs) != 1 {
-			t.Fatalf("send %d: record %+v", i, r)
+	// peer reads. A rename's commits but its last lost a race.
+	renames := waitOperationsDone(t, ctx, js, tenant, renameIDs, 3*time.Minute)
+	lost := map[string]bool{}
+	for _, r := range renames {
+		for _, id := range r.MessageIDs[:len(r.MessageIDs)-1] {
+			lost[hex.EncodeToString(id)] = true
 		}
-		byMessage[hex.EncodeToString(r.MessageIDs[0])] = i
+	}
+	var sendIDs [][]byte
+	var sendOf []int // the text of each of sendIDs
+	for i, id := range opIDs {
+		if id != nil {
+			sendIDs, sendOf = append(sendIDs, id), append(sendOf, i)
+		}
+	}
+	recs := waitOperationsDone(t, ctx, js, tenant, sendIDs, 3*time.Minute)
+	byMessage := map[string]int{}
+	for k, r := range recs {
+		if r.Kind != schema.OpSendMessage || len(r.MessageIDs) != 1 {
+			t.Fatalf("send %d: record %+v", sendOf[k], r)
+		}
+		byMessage[hex.EncodeToString(r.MessageIDs[0])] = sendOf[k]
 	}
 	seen := make([]int, sends)
-	apps := 0
-	for _, m := range storedOn(t, ctx, js, outSubj) {
+	apps, commits := 0, 0
+	for _, m := range storedOn(t, ctx, js, outSubj)[2:] {
+		if m.Header.Get(bus.HeaderClass) == string(schema.ClassCommit) && !lost[m.Header.Get(bus.HeaderMessageID)] {
+			commits++
+			if _, err := bg.Process(decodeTransport(t, m.Data)); err != nil {
+				t.Fatalf("the peer cannot apply the accepted commit %s: %v", m.Header.Get(bus.HeaderMessageID), err)
+			}
+		}
 		if m.Header.Get(bus.HeaderClass) != string(schema.ClassApplication) {
 			continue
 		}
@@ -232,12 +269,21 @@ func TestSendsExactlyOnceAcrossKills(t *testing.T) {
 		}
 	}
 	for i, c := range seen {
+		if i%renameEvery == renameEvery-1 {
+			if c != 0 {
+				t.Errorf("the peer read text %d of a rename", i)
+			}
+			continue
+		}
 		if c != 1 {
 			t.Errorf("the peer read send %d %d times, want once", i, c)
 		}
 	}
-	t.Logf("%d sends (%d retried requests), %d kills of converge and %d of ingest: acknowledged in %s, all done and read once in %s; %d application messages on the outbound subject",
-		sends, retries.Load(), kills, kills, acknowledged.Round(time.Millisecond), time.Since(began).Round(time.Millisecond), apps)
+	if commits != len(renames) {
+		t.Errorf("the peer applied %d commits for %d renames", commits, len(renames))
+	}
+	t.Logf("%d operations, %d of them renames (%d retried requests), %d kills of converge and %d of ingest: acknowledged in %s, all done and read once in %s; %d application messages and %d accepted commits (%d lost) on the outbound subject",
+		sends, len(renames), retries.Load(), kills, kills, acknowledged.Round(time.Millisecond), time.Since(began).Round(time.Millisecond), apps, commits, len(lost))
 }
 
 func chaosText(i int) string { return fmt.Sprintf("chaos text %d", i) }

@@ -154,9 +154,9 @@ func (p marmot) finish(t *txn, in input, req bus.OperationRequest, status schema
 // Bounds of the operations a group's state keeps waiting for own commits:
 // past either, an operation that would wait fails with resource_refused.
 // maxWaiting is a variable for a test to lower.
-var maxWaiting = 256
+var maxWaiting = 1024
 
-const maxWaitingBytes = 4 << 20
+const maxWaitingBytes = 8 << 20
 
 // errTooManyWaiting: the group's state holds as many waiting operations as
 // it keeps.
