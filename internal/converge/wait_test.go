@@ -328,3 +328,37 @@ func (e *env) storedWaiting(group []byte) int {
 	}
 	return len(g.Waiting)
 }
+
+// Issue 19: when the operation the sends wait for finally fails (the
+// winner of the race took its client's admin rights: the rename made again
+// is authorization_failed), the sends are made on the client's canonical
+// state, the winner's epoch, in order: the other admin receives each.
+func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
+	e, lo, hi, group := twoAdmins(t)
+	name := "by the former admin"
+	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}})
+	opHi := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: hi.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	sends := e.sendTexts(hi.rec.ClientID, group, []string{"one", "two"})
+	e.finalOperation(opLo)
+	if rec := e.finalOperation(opHi); rec.Status != schema.OperationFailed || rec.Category != schema.CategoryAuthorizationFailed {
+		t.Fatalf("the rename %+v, want failed authorization_failed", rec)
+	}
+	var want []string
+	for _, op := range sends {
+		want = append(want, hex.EncodeToString(e.operation(op, schema.OperationDone).MessageIDs[0]))
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var got []string
+		for _, d := range e.events(lo.rec.ClientID) {
+			if mr := d.Event.MessageReceived; mr != nil {
+				got = append(got, hex.EncodeToString(mr.MessageID))
+			}
+		}
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other admin received %v, want %v", got, want)
+		}
+	}
+}
