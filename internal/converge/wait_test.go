@@ -362,3 +362,37 @@ func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
 		}
 	}
 }
+
+// Issue 19, GMOD-031: a leave request behind the client's pending
+// self-update waits for it too, and is made in the epoch the update made:
+// the admin's next commit takes it by reference and the client is removed
+// with cause left (EVENT-006). A request of the update's parent epoch
+// could not be committed there.
+func TestLeaveBehindAnOwnCommitWaitsForIt(t *testing.T) {
+	e, lo, hi, group := twoAdmins(t)
+	e.operation(e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}}), schema.OperationDone)
+	update := e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: hi.rec.ClientID, GroupID: group})
+	leave := e.operate(bus.OperationRequest{Kind: schema.OpLeave, ClientID: hi.rec.ClientID, GroupID: group})
+	e.operation(update, schema.OperationDone)
+	proposal := e.operation(leave, schema.OperationDone).MessageIDs[0]
+	for deadline := time.Now().Add(20 * time.Second); e.outcome(proposal).Disposition == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the leave request never reached converge")
+		}
+	}
+	e.operation(e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: lo.rec.ClientID, GroupID: group}), schema.OperationDone)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var removed *schema.ConversationRemoved
+		for _, d := range e.events(hi.rec.ClientID) {
+			if d.Event.ConversationRemoved != nil {
+				removed = d.Event.ConversationRemoved
+			}
+		}
+		if removed != nil && removed.Cause == schema.RemovalLeft {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leaver's removal %+v, want cause left", removed)
+		}
+	}
+}
