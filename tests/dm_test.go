@@ -3,15 +3,10 @@ package tests
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/fabric-mls/fabric/internal/allinone"
-	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/demo"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -29,20 +24,10 @@ import (
 func TestHostedClientMakesADMWithAPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	data := t.TempDir()
-	f := startInProcess(t, ctx, func(o *allinone.Options) { o.DataDir = data })
-	token := func(s auth.Scope) string { return ok[string](t)(f.Token(time.Hour, s)) }
-	api := &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: token(auth.ScopeAdmin), IngestToken: token(auth.ScopeIngest)}
-	ops := client.NewOperations(f.URL, allinone.DevTenant, token(auth.ScopeSend), nil)
-	reader := client.NewReader(f.URL, allinone.DevTenant, token(auth.ScopeRead))
-	c := ok[*client.Client](t)(client.Connect(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", token(auth.ScopeEvents)))
-	defer func() { _ = c.Close() }()
-	account := make([]byte, 32)
-	_, _ = rand.Read(account)
-	h := ok[demo.Registered](t)(api.Register(ctx, hex.EncodeToString(account)))
-	sub := ok[*client.Subscription](t)(c.Subscribe(ctx, h.ClientID, schema.EventFilter{Kinds: schema.AllKinds()}))
+	app := startHostedApp(t, ctx)
+	api, ops, reader, out := app.api, app.ops, app.reader, app.out
+	h, sub := app.register(t, ctx)
 	peer := ok[*testpeer.Peer](t)(testpeer.New("peer"))
-	out := newOutbound(t, ctx, f.NATSURL, data)
 
 	kp := ok[[]byte](t)(peer.KeyPackage())
 	_, err := ops.CreateConversation(ctx, h.ClientID, "dm-and-more", schema.CreateConversation{DMKeyPackage: kp, KeyPackages: []schema.Bytes{kp}})

@@ -48,27 +48,15 @@ import (
 func TestScenarioHostedClientsAndPeerBothDirections(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	data := t.TempDir()
-	f := startInProcess(t, ctx, func(o *allinone.Options) { o.DataDir = data })
-	token := func(s auth.Scope) string { return ok[string](t)(f.Token(time.Hour, s)) }
-	api := &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: token(auth.ScopeAdmin), IngestToken: token(auth.ScopeIngest)}
-	ops := client.NewOperations(f.URL, allinone.DevTenant, token(auth.ScopeSend), nil)
-	reader := client.NewReader(f.URL, allinone.DevTenant, token(auth.ScopeRead))
-	c := ok[*client.Client](t)(client.Connect(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", token(auth.ScopeEvents)))
-	defer func() { _ = c.Close() }()
-	register := func() (demo.Registered, *client.Subscription) {
-		account := make([]byte, 32)
-		_, _ = rand.Read(account)
-		h := ok[demo.Registered](t)(api.Register(ctx, hex.EncodeToString(account)))
-		return h, ok[*client.Subscription](t)(c.Subscribe(ctx, h.ClientID, schema.EventFilter{Kinds: schema.AllKinds()}))
-	}
+	app := startHostedApp(t, ctx)
+	f, api, ops, reader, c, out := app.f, app.api, app.ops, app.reader, app.events, app.out
+	register := func() (demo.Registered, *client.Subscription) { return app.register(t, ctx) }
 	one, sub1 := register()
 	two, sub2 := register()
 	// EVENT-020, EVENT-021: only message.received of replies and
 	// reactions to client one's own messages.
 	own1 := ok[*client.Subscription](t)(c.Subscribe(ctx, one.ClientID, schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}, ReferencesOwnMessages: true}))
 	peer := ok[*testpeer.Peer](t)(testpeer.New("peer"))
-	out := newOutbound(t, ctx, f.NATSURL, data)
 
 	// Create with the peer and client two.
 	name := "scenario"
@@ -235,6 +223,45 @@ func TestScenarioHostedClientsAndPeerBothDirections(t *testing.T) {
 			t.Fatalf("an event more: %+v (%v)", ev, err)
 		}
 	}
+}
+
+// hostedApp is an all-in-one in this process with what an app uses on it
+// (the operations API, the read API, one events connection, its admin and
+// ingest tokens) and what a test peer's bridge reads (the outbound subject).
+type hostedApp struct {
+	f      *allinone.Fabric
+	api    *demo.API
+	ops    *client.Operations
+	reader *client.Reader
+	events *client.Client
+	out    *outbound
+}
+
+func startHostedApp(t *testing.T, ctx context.Context) *hostedApp {
+	t.Helper()
+	data := t.TempDir()
+	f := startInProcess(t, ctx, func(o *allinone.Options) { o.DataDir = data })
+	token := func(s auth.Scope) string { return ok[string](t)(f.Token(time.Hour, s)) }
+	events := ok[*client.Client](t)(client.Connect(ctx, "ws"+strings.TrimPrefix(f.URL, "http")+"/v1/events", token(auth.ScopeEvents)))
+	t.Cleanup(func() { _ = events.Close() })
+	return &hostedApp{
+		f:      f,
+		api:    &demo.API{BaseURL: f.URL, Tenant: allinone.DevTenant, AdminToken: token(auth.ScopeAdmin), IngestToken: token(auth.ScopeIngest)},
+		ops:    client.NewOperations(f.URL, allinone.DevTenant, token(auth.ScopeSend), nil),
+		reader: client.NewReader(f.URL, allinone.DevTenant, token(auth.ScopeRead)),
+		events: events,
+		out:    newOutbound(t, ctx, f.NATSURL, data),
+	}
+}
+
+// register registers a hosted client of a new account and subscribes to
+// every kind of its events.
+func (a *hostedApp) register(t *testing.T, ctx context.Context) (demo.Registered, *client.Subscription) {
+	t.Helper()
+	account := make([]byte, 32)
+	_, _ = rand.Read(account)
+	h := ok[demo.Registered](t)(a.api.Register(ctx, hex.EncodeToString(account)))
+	return h, ok[*client.Subscription](t)(a.events.Subscribe(ctx, h.ClientID, schema.EventFilter{Kinds: schema.AllKinds()}))
 }
 
 // wantMembership reads the next event, a membership change of group that
