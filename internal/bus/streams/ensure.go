@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/subject"
@@ -46,7 +48,15 @@ func (e *DriftError) Error() string {
 // what is missing and leaves what matches cfg. When an existing stream or
 // bucket differs, it still provisions the rest and then returns a
 // *DriftError listing every differing field.
+//
+// A cluster that is forming or loaded answers some requests with errors
+// that pass: no placement peers yet (a node's statistics have not reached
+// the meta leader), or a request that timed out. Ensure retries those for
+// up to a minute (settleTime) while ctx lasts; a create that timed out but
+// was made is found as existing on the retry.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	ctx, cancel := context.WithTimeout(ctx, settleTime)
+	defer cancel()
 	var drifts []Drift
 	for _, sc := range StreamConfigs(cfg) {
 		d, err := ensureStream(ctx, js, sc)
@@ -68,14 +78,46 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	return nil
 }
 
+// settleTime bounds how long Ensure retries errors that pass.
+const settleTime = time.Minute
+
+// jsErrNoPlacementPeers is JetStream's "no suitable peers for placement"
+// (nats.go has no name for it).
+const jsErrNoPlacementPeers jetstream.ErrorCode = 10005
+
+// settling calls f until it returns an error that does not pass, or ctx
+// ends.
+func settling[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	delay := 50 * time.Millisecond
+	for {
+		// Each attempt gets its own request timeout, so one that timed out
+		// leaves time for the next.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := f(actx)
+		cancel()
+		var apiErr *jetstream.APIError
+		passes := errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPlacementPeers ||
+			errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+		if err == nil || !passes || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) ([]Drift, error) {
-	s, err := js.Stream(ctx, want.Name)
+	s, err := settling(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = js.CreateStream(ctx, want)
+		s, err = settling(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, want) })
 		// Another process may create it between the lookup and the create;
 		// then compare with what it made.
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.Stream(ctx, want.Name)
+			s, err = settling(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
 		}
 		if err != nil {
 			return nil, fmt.Errorf("streams: create %s: %w", want.Name, err)
@@ -89,13 +131,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) ([]Drift, error) {
 	name := KVStream(want.Bucket)
-	s, err := js.Stream(ctx, name)
+	lookup := func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, name) }
+	s, err := settling(ctx, lookup)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateKeyValue(ctx, want)
+		_, err = settling(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, want) })
 		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return nil, fmt.Errorf("streams: create bucket %s: %w", want.Bucket, err)
 		}
-		s, err = js.Stream(ctx, name)
+		s, err = settling(ctx, lookup)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("streams: look up bucket %s: %w", want.Bucket, err)

@@ -482,3 +482,41 @@ func TestInputIsBoundedAndNeverDropsStoredInput(t *testing.T) {
 		t.Fatalf("FABRIC_IN state %+v: the first input was dropped or the bound passed", st)
 	}
 }
+
+// A cluster that forms or is loaded refuses an R3 stream with "no suitable
+// peers for placement" until a node's statistics reach the meta leader (it
+// failed CI once in TestEnsureAndFenceOnR3), and an API request can time
+// out: Ensure retries those, and only those, while its context lasts.
+func TestEnsureRetriesOnlyWhatPasses(t *testing.T) {
+	noPeers := &jetstream.APIError{Code: 400, ErrorCode: jsErrNoPlacementPeers, Description: "no suitable peers for placement, peer offline"}
+	for _, tc := range []struct {
+		name      string
+		errs      []error // what each call returns; then success
+		wantCalls int
+		wantErr   bool
+	}{
+		{"no placement peers, twice", []error{noPeers, noPeers}, 3, false},
+		{"a request that timed out", []error{context.DeadlineExceeded, nats.ErrTimeout}, 3, false},
+		{"not found is an answer", []error{jetstream.ErrStreamNotFound}, 1, true},
+		{"a refusal is an answer", []error{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest}}, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			_, err := settling(context.Background(), func(context.Context) (int, error) {
+				calls++
+				if calls <= len(tc.errs) {
+					return 0, tc.errs[calls-1]
+				}
+				return 1, nil
+			})
+			if calls != tc.wantCalls || (err != nil) != tc.wantErr {
+				t.Fatalf("%d calls, %v; want %d calls, an error: %v", calls, err, tc.wantCalls, tc.wantErr)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := settling(ctx, func(context.Context) (int, error) { return 0, noPeers }); !errors.Is(err, noPeers) {
+		t.Fatalf("a cluster that never settles: %v, want its last answer once the context ends", err)
+	}
+}
