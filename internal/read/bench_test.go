@@ -32,12 +32,11 @@ var (
 	benchRate          = flag.Int("read-bench-rate", 1000, "BenchmarkReadPages: messages/s offered to intake meanwhile")
 	benchGroups        = flag.Int("read-bench-groups", 4, "BenchmarkReadPages: groups the offered messages go to")
 	benchSync          = flag.Duration("read-bench-sync", 0, "BenchmarkReadPages: JetStream's fsync interval (allinone.Options.SyncInterval); 0 fsyncs every write")
+	// Intake answers a request once it stored every message (an fsync by
+	// default), so one request at a time would bound the offered rate by
+	// that latency.
+	benchPosters = flag.Int("read-bench-inflight", 8, "BenchmarkReadPages: intake requests the load keeps in flight")
 )
-
-// benchPosters bounds the intake requests the load has in flight: intake
-// answers a request once it stored every message (an fsync by default),
-// so one poster at a time would bound the offered rate by that latency.
-const benchPosters = 8
 
 // BenchmarkReadPages measures GET …/conversations/{group_id}/messages?limit=50
 // on a conversation of -read-bench-messages messages and GET
@@ -168,7 +167,7 @@ func BenchmarkReadPages(b *testing.B) {
 	awaitPublished(b, js)
 
 	// Offered to intake at benchRate per second, in requests of a tick's
-	// messages, up to benchPosters in flight, while the reads run.
+	// messages, up to -read-bench-inflight in flight, while the reads run.
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var taken atomic.Int64 // messages intake answered queued
 	loadDone := make(chan struct{})
@@ -176,7 +175,7 @@ func BenchmarkReadPages(b *testing.B) {
 		defer close(loadDone)
 		var posters sync.WaitGroup
 		defer posters.Wait()
-		sem := make(chan struct{}, benchPosters)
+		sem := make(chan struct{}, max(*benchPosters, 1))
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		per := max(*benchRate/100, 1)
