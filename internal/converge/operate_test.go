@@ -484,9 +484,8 @@ func (e *env) finalOperation(id []byte) schema.Operation {
 	return rec
 }
 
-// conversationComponents reads the components of a client's readable
-// conversation record.
-func (e *env) conversationComponents(group []byte, clientID string) components.Set {
+// conversationRecord reads a client's readable conversation record.
+func (e *env) conversationRecord(group []byte, clientID string) readmodel.Conversation {
 	e.t.Helper()
 	subj, err := readmodel.ConversationSubject(tenant, hex.EncodeToString(group), clientID)
 	if err != nil {
@@ -500,7 +499,14 @@ func (e *env) conversationComponents(group []byte, clientID string) components.S
 	if err := schema.UnmarshalMsgpack(rec.Data, &c); err != nil {
 		e.t.Fatal(err)
 	}
-	set, err := components.Decode(c.Components)
+	return c
+}
+
+// conversationComponents reads the components of a client's readable
+// conversation record.
+func (e *env) conversationComponents(group []byte, clientID string) components.Set {
+	e.t.Helper()
+	set, err := components.Decode(e.conversationRecord(group, clientID).Components)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -225,7 +225,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 // state inside the rollback horizon is lost can follow no branch
 // (Unrecoverable, Marmot durability.md): its fork state becomes forked and
 // its client gets conversation.fork_detected, once, however much input
-// follows.
+// follows, and its readable conversation record says forked.
 func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 	e, client, stop, _, g := bobJoined(t)
 	c := must[testpeer.Message](t)(g.Commit())
@@ -241,6 +241,11 @@ func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 	evs := settled(t, e, client, 2)
 	if want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationForkDetected}; !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
+	}
+	// EVENT-010: the readable record the read API answers with is stored
+	// in the event's batch, so it says forked once the event is out.
+	if rec := e.conversationRecord(c.Transport.Group, client); !rec.Forked {
+		t.Fatalf("the client's conversation record after fork_detected: %+v, want forked", rec)
 	}
 }
 

@@ -121,9 +121,8 @@ type readCheck func(ctx context.Context, r *client.Reader, me string, ev schema.
 // identity.registered (GET /clients/{client_id}) are read elsewhere;
 // connection.state_changed and lagged are no stored state.
 // conversation.fork_detected needs stored convergence state lost, which
-// internal/converge's TestFORK040LostRetainedStateIsForked makes; the
-// fork state is written by the same touch of the client's record as every
-// event here.
+// internal/converge's TestFORK040LostRetainedStateIsForked makes, and
+// reads the client's record forked once the event is out.
 var readChecks = map[schema.EventKind]readCheck{
 	schema.KindConversationJoined:  checkConversation(nil),
 	schema.KindMetadataChanged:     checkConversation(nil),
