@@ -573,13 +573,7 @@ func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
 			}
 			stop()
 
-			s, err := e.js.Stream(e.ctx, streams.StreamInput)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for p := range subject.Partitions {
-				_ = s.DeleteConsumer(e.ctx, consumerName(p))
-			}
+			rewind(t, e)
 			e.worker("w2", snap)
 			for i := range 2 {
 				send(fmt.Sprintf("after %d", i))

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/bus"
-	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -74,14 +73,7 @@ func redelivery(t *testing.T, every int) {
 	e.waitEvents(h.rec.ClientID, 4)
 	stop()
 
-	// Rewind: delete every partition consumer, as if no input was acked.
-	s, err := e.js.Stream(e.ctx, streams.StreamInput)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range subject.Partitions {
-		_ = s.DeleteConsumer(e.ctx, consumerName(p))
-	}
+	rewind(t, e)
 	for range 2 {
 		e.publish(must[testpeer.Message](t)(g.SendText("y")))
 	}
