@@ -37,16 +37,9 @@ func TestJoinRetiresItsKeyPackage(t *testing.T) {
 	}
 
 	retired := func() bool {
-		rec, err := e.store.Lookup(e.ctx, tenant, h.rec.ClientID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inst, err := e.vault.Open(rec.Installation)
-		if err != nil {
-			t.Fatal(err)
-		}
+		inst := e.installation(h.rec.ClientID)
 		_, held := inst.KeyPackageMessage(used)
-		_, err = clientstore.LookupKeyPackage(e.ctx, e.store.Clients(), tenant, hex.EncodeToString(used))
+		_, err := clientstore.LookupKeyPackage(e.ctx, e.store.Clients(), tenant, hex.EncodeToString(used))
 		return !held && errors.Is(err, clientstore.ErrNotFound)
 	}
 	for deadline := time.Now().Add(10 * time.Second); !retired(); time.Sleep(20 * time.Millisecond) {
@@ -84,14 +77,7 @@ func TestJoinRefillsKeyPackagePool(t *testing.T) {
 	e.publish(welcome)
 	e.waitEvents(h.rec.ClientID, 1)
 	held := func() [][]byte {
-		rec, err := e.store.Lookup(e.ctx, tenant, h.rec.ClientID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inst, err := e.vault.Open(rec.Installation)
-		if err != nil {
-			t.Fatal(err)
-		}
+		inst := e.installation(h.rec.ClientID)
 		var kps [][]byte
 		for _, ref := range inst.KeyPackageRefs() {
 			if bytes.Equal(ref, used) {
@@ -126,4 +112,18 @@ func TestJoinRefillsKeyPackagePool(t *testing.T) {
 	if j := e.waitEvents(h.rec.ClientID, 2)[1].Event.ConversationJoined; j == nil || j.Origin != schema.OriginWelcomed {
 		t.Fatal("the client did not join from the Welcome to a fresh KeyPackage")
 	}
+}
+
+// installation opens the installation the client store holds for a client.
+func (e *env) installation(clientID string) *engine.Installation {
+	e.t.Helper()
+	rec, err := e.store.Lookup(e.ctx, tenant, clientID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	inst, err := e.vault.Open(rec.Installation)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return inst
 }
