@@ -382,15 +382,21 @@ func sseStatus(t *testing.T, e *env, path, tok string) int {
 	return resp.StatusCode
 }
 
-// dropConnections aborts every connection of the gateway, as a network
-// failure would, and waits until none is left.
-func (e *env) dropConnections(t *testing.T) {
-	t.Helper()
+// abortConnections aborts every connection of the gateway, as a network
+// failure would.
+func (e *env) abortConnections() {
 	e.g.connsMu.Lock()
+	defer e.g.connsMu.Unlock()
 	for cn := range e.g.conns {
 		cn.abort()
 	}
-	e.g.connsMu.Unlock()
+}
+
+// dropConnections aborts every connection of the gateway and waits until
+// none is left.
+func (e *env) dropConnections(t *testing.T) {
+	t.Helper()
+	e.abortConnections()
 	eventually(t, "the connections to go", func() bool {
 		e.g.connsMu.Lock()
 		defer e.g.connsMu.Unlock()

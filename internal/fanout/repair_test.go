@@ -79,16 +79,8 @@ func TestReconnectResumes(t *testing.T) {
 	}
 	// Event 2 is sent, not yet handed off, when the connection drops.
 	eventually(t, "event 2 to be sent", func() bool { return e.held(tenantA, client1) == 1 })
-	e.g.connsMu.Lock()
-	for cn := range e.g.conns {
-		cn.abort()
-	}
-	e.g.connsMu.Unlock()
-	eventually(t, "the connection and its tap to go", func() bool {
-		e.g.connsMu.Lock()
-		defer e.g.connsMu.Unlock()
-		return len(e.g.conns) == 0 && testutil.ToFloat64(e.g.metrics.taps) == 0
-	})
+	e.dropConnections(t)
+	eventually(t, "its tap to go", func() bool { return testutil.ToFloat64(e.g.metrics.taps) == 0 })
 	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
 	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
 	eventually(t, "the SDK to reconnect and resubscribe", func() bool {
@@ -488,11 +480,7 @@ func reconnectsUnderLoad(t *testing.T, callback, stalled bool) {
 		for i := range total {
 			e.publish(tenantA, client1, published{ev: received(groupA, i, nil)})
 			if i%750 == 374 {
-				e.g.connsMu.Lock()
-				for cn := range e.g.conns {
-					cn.abort()
-				}
-				e.g.connsMu.Unlock()
+				e.abortConnections()
 			}
 		}
 	}()

@@ -133,13 +133,7 @@ func TestSubscribeFromStartAcrossReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	abort := func() {
-		e.g.connsMu.Lock()
-		for cn := range e.g.conns {
-			cn.abort()
-		}
-		e.g.connsMu.Unlock()
-	}
+	abort := e.abortConnections
 	abort()
 	if n := msgNo(next(t, s)); n != 0 {
 		t.Fatalf("got event %d, want 0", n)
