@@ -38,7 +38,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	fs.SetOutput(stderr)
 	config.Int(fs, &errs, &w.Tenants, "tenants", 2, "tenants")
 	config.Int(fs, &errs, &w.Groups, "groups", 10, "groups per tenant")
-	config.Int(fs, &errs, &w.Members, "members", 5, "hosted clients per group, each with its own WebSocket subscriber")
+	config.Int(fs, &errs, &w.Members, "members", 5, "hosted clients per group, each with a WebSocket subscription")
+	config.Int(fs, &errs, &w.ClientsPerConn, "clients-per-conn", 1, "hosted clients' subscriptions per WebSocket, as an app backend multiplexing its users would")
 	var rate int
 	config.Int(fs, &errs, &rate, "rate", 100, "application messages per second offered in total")
 	config.Duration(fs, &errs, &w.Duration, "duration", 30*time.Second, "how long messages are sent")
@@ -49,6 +50,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return err
 	}
 	w.Rate = float64(rate)
+	if w.ClientsPerConn < 1 {
+		errs.Addf("-clients-per-conn: %d; it must be at least 1", w.ClientsPerConn)
+	}
 	if err := w.Validate(); err != nil {
 		errs.Addf("%v", err)
 	}

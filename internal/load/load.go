@@ -1,7 +1,9 @@
 // Package load drives a whole-system workload through a running fabric:
 // remote MLS members (testpeer) send application messages through ingest's
 // HTTP intake to groups of hosted clients, and one WebSocket subscriber per
-// hosted client receives their message.received events from the gateway.
+// hosted client (or, like an app backend multiplexing its users, one
+// WebSocket per several hosted clients) receives their message.received
+// events from the gateway.
 // It measures what the system delivers end to end: throughput, latency from
 // the intake request to the event at the subscriber, lagged events, and the
 // CPU and resident memory of each process it is told about.
@@ -45,6 +47,18 @@ type Workload struct {
 	// Drain is how long to wait, after the last message is sent, for
 	// events still on their way.
 	Drain time.Duration
+	// ClientsPerConn is how many hosted clients' subscriptions one
+	// WebSocket carries, as an app backend multiplexing its users would;
+	// 0 is 1, a connection per hosted client.
+	ClientsPerConn int
+}
+
+// perConn is the hosted clients per WebSocket, at least 1.
+func (w Workload) perConn() int { return max(1, w.ClientsPerConn) }
+
+// connsPerTenant is how many WebSockets one tenant's hosted clients use.
+func (w Workload) connsPerTenant() int {
+	return (w.Groups*w.Members + w.perConn() - 1) / w.perConn()
 }
 
 // Validate reports a workload that cannot run.
@@ -56,10 +70,12 @@ func (w Workload) Validate() error {
 		return errors.New("load: the rate must be positive")
 	case w.Duration <= 0:
 		return errors.New("load: the duration must be positive")
-	case w.Groups*w.Members > fanout.DefaultMaxConnsPerTenant:
-		// One WebSocket per hosted client: past the gateway's quota the
-		// set-up would fail at its first refused connection.
-		return fmt.Errorf("load: %d hosted clients per tenant (groups × members), over the gateway's %d open connections per tenant: use more tenants", w.Groups*w.Members, fanout.DefaultMaxConnsPerTenant)
+	case w.ClientsPerConn < 0 || w.ClientsPerConn > fanout.DefaultMaxSubscriptions:
+		return fmt.Errorf("load: %d hosted clients per connection: the gateway takes 1 to %d subscriptions per connection", w.ClientsPerConn, fanout.DefaultMaxSubscriptions)
+	case w.connsPerTenant() > fanout.DefaultMaxConnsPerTenant:
+		// Past the gateway's quota the set-up would fail at its first
+		// refused connection.
+		return fmt.Errorf("load: %d hosted clients per tenant (groups × members) at %d per connection need %d WebSockets, over the gateway's %d open connections per tenant: use more tenants or more clients per connection", w.Groups*w.Members, w.perConn(), w.connsPerTenant(), fanout.DefaultMaxConnsPerTenant)
 	}
 	return nil
 }
@@ -107,6 +123,7 @@ type Report struct {
 	Sent      int // messages accepted by the intake
 	Expected  int // events expected: Sent × Members
 	Delivered int // message.received events at the subscribers
+	Conns     int // WebSockets the subscriptions were made on
 	Lagged    int // lagged events at the subscribers
 	Elapsed   time.Duration
 	// Setup is the time from the first registration until every hosted
@@ -151,21 +168,41 @@ func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, erro
 		}
 	}()
 	groups := make([]*group, w.Tenants*w.Groups)
-	fmt.Fprintf(log, "setting up %d tenants × %d groups × %d hosted members, %d messages\n", w.Tenants, w.Groups, w.Members, total)
+	fmt.Fprintf(log, "setting up %d tenants × %d groups × %d hosted members on %d WebSockets, %d messages\n", w.Tenants, w.Groups, w.Members, w.Tenants*w.connsPerTenant(), total)
 	setupStart := time.Now()
 	// setupCtx ends the other groups' set-up when one fails; it lives as
 	// long as the run, as do the subscriptions made with it.
 	setupCtx, cancelSetup := context.WithCancel(ctx)
 	defer cancelSetup()
 	subscribe := func(tok Tokens) func(clientID string) error {
+		// The tenant's hosted clients fill one WebSocket after the other,
+		// perConn subscriptions each.
+		var (
+			connMu sync.Mutex
+			cur    *client.Client
+			onCur  int
+		)
+		conn := func() (*client.Client, error) {
+			connMu.Lock()
+			defer connMu.Unlock()
+			if cur == nil || onCur == w.perConn() {
+				c, err := client.Connect(setupCtx, t.EventsURL, tok.Events, client.WithHTTPClient(hc))
+				if err != nil {
+					return nil, err
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+				cur, onCur = c, 0
+			}
+			onCur++
+			return cur, nil
+		}
 		return func(clientID string) error {
-			c, err := client.Connect(setupCtx, t.EventsURL, tok.Events, client.WithHTTPClient(hc))
+			c, err := conn()
 			if err != nil {
 				return err
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
 			_, err = c.SubscribeFunc(setupCtx, clientID, schema.EventFilter{Kinds: schema.AllKinds()}, func(_ context.Context, ev schema.ClientEvent) error {
 				switch ev.Kind {
 				case schema.KindConversationJoined:
@@ -191,8 +228,8 @@ func Run(ctx context.Context, w Workload, t Target, log io.Writer) (Report, erro
 			return err
 		}
 	}
-	setupGroup := func(api *demo.API, tok Tokens, i int) error {
-		g, invite, err := newGroup(setupCtx, api, w.Members, subscribe(tok))
+	setupGroup := func(api *demo.API, sub func(clientID string) error, i int) error {
+		g, invite, err := newGroup(setupCtx, api, w.Members, sub)
 		if err != nil {
 			return err
 		}
@@ -228,6 +265,7 @@ setup:
 			return Report{}, err
 		}
 		api := &demo.API{BaseURL: t.URL, Tenant: tenant, AdminToken: tok.Admin, IngestToken: tok.Ingest, HTTP: hc}
+		sub := subscribe(tok)
 		for gi := range w.Groups {
 			select {
 			case slots <- struct{}{}:
@@ -238,7 +276,7 @@ setup:
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				if err := setupGroup(api, tok, ti*w.Groups+gi); err != nil {
+				if err := setupGroup(api, sub, ti*w.Groups+gi); err != nil {
 					select {
 					case setupErr <- fmt.Errorf("load: tenant %s group %d: %w", tenant, gi, err):
 					default:
@@ -294,7 +332,7 @@ setup:
 	defer mu.Unlock()
 	slices.Sort(lat)
 	r := Report{
-		Workload: w, Sent: sent, Expected: int(expected), Delivered: int(deliver.Load()), Lagged: int(lagged.Load()),
+		Workload: w, Sent: sent, Expected: int(expected), Delivered: int(deliver.Load()), Conns: len(conns), Lagged: int(lagged.Load()),
 		Elapsed: elapsed, Setup: setup, P50: quantile(lat, 0.5), P99: quantile(lat, 0.99), P999: quantile(lat, 0.999),
 		LoadAvg: procstat.LoadAverage(),
 	}
@@ -504,7 +542,7 @@ func usage(ps []Process) []procUsage {
 func (r Report) Print(w io.Writer) {
 	wl := r.Workload
 	fmt.Fprintf(w, "workload: %d tenants × %d groups × %d hosted members, %.0f messages/s offered for %s\n", wl.Tenants, wl.Groups, wl.Members, wl.Rate, wl.Duration)
-	fmt.Fprintf(w, "set-up (registrations, subscriptions, joins of %d hosted clients): %s\n", wl.Tenants*wl.Groups*wl.Members, r.Setup.Round(time.Millisecond))
+	fmt.Fprintf(w, "set-up (registrations, subscriptions, joins of %d hosted clients on %d WebSockets, up to %d per connection): %s\n", wl.Tenants*wl.Groups*wl.Members, r.Conns, wl.perConn(), r.Setup.Round(time.Millisecond))
 	fmt.Fprintf(w, "messages sent %d, events expected %d, delivered %d (%.1f %%), lagged %d\n", r.Sent, r.Expected, r.Delivered, 100*float64(r.Delivered)/float64(max(1, r.Expected)), r.Lagged)
 	fmt.Fprintf(w, "throughput: %.0f messages/s in, %.0f events/s delivered, over %s\n", float64(r.Sent)/r.Elapsed.Seconds(), float64(r.Delivered)/r.Elapsed.Seconds(), r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "end-to-end latency (intake request to event at the subscriber): p50 %s, p99 %s, p99.9 %s\n", r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond))

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fabric-mls/fabric/internal/fanout"
 )
 
 // A large workload's set-up keeps going as long as hosted clients keep
@@ -44,9 +46,11 @@ func TestMessagesSpreadOverGroupsAddUpToRateTimesDuration(t *testing.T) {
 	}
 }
 
-// Each hosted client has its own WebSocket, and the gateway refuses a
-// tenant's connections past its quota: a workload over it is refused
-// before anything starts, not at its first refused connection minutes in.
+// By default each hosted client has its own WebSocket, and the gateway
+// refuses a tenant's connections past its quota: a workload over it is
+// refused before anything starts, not at its first refused connection
+// minutes in. Sharing connections counts WebSockets, not hosted clients,
+// and a connection takes at most the gateway's subscriptions per connection.
 func TestWorkloadOverTheTenantConnectionQuotaIsRefused(t *testing.T) {
 	w := Workload{Tenants: 10, Groups: 100, Members: 10, Rate: 20, Duration: time.Second}
 	if err := w.Validate(); err != nil {
@@ -55,5 +59,22 @@ func TestWorkloadOverTheTenantConnectionQuotaIsRefused(t *testing.T) {
 	w.Groups = 101
 	if err := w.Validate(); err == nil {
 		t.Fatal("1,010 hosted clients per tenant, over the gateway's quota of 1,000 connections: no error")
+	}
+	w.ClientsPerConn = 2
+	if err := w.Validate(); err != nil {
+		t.Fatalf("1,010 hosted clients per tenant on 505 connections: %v", err)
+	}
+	w.Groups, w.ClientsPerConn = 10_000, 10
+	if err := w.Validate(); err == nil {
+		t.Fatal("100,000 hosted clients per tenant on 10,000 connections, over the quota: no error")
+	}
+	w.ClientsPerConn = 100
+	if err := w.Validate(); err != nil {
+		t.Fatalf("100,000 hosted clients per tenant on 1,000 connections: %v", err)
+	}
+	w.ClientsPerConn = fanout.DefaultMaxSubscriptions + 1
+	w.Groups = 1
+	if err := w.Validate(); err == nil {
+		t.Fatalf("%d hosted clients per connection, over the gateway's subscriptions per connection: no error", w.ClientsPerConn)
 	}
 }
