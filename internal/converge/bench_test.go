@@ -18,6 +18,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -98,7 +99,7 @@ func benchConverge(b *testing.B, n, every int) {
 		raw = rawDecrypt(b, e, states, msgs)
 	}
 	b.ResetTimer()
-	cpu := processCPU(b)
+	cpu, srvCPU := processCPU(b), e.serverCPU()
 	start := time.Now()
 	// Published as ingest does, pipelined: the publisher is not the bound.
 	for _, m := range ins {
@@ -107,12 +108,13 @@ func benchConverge(b *testing.B, n, every int) {
 		}
 	}
 	e.wait(done, "last input not accepted in time")
-	took, used := time.Since(start), processCPU(b)-cpu
+	took, used, srvUsed := time.Since(start), processCPU(b)-cpu, e.serverCPU()-srvCPU
 	b.StopTimer()
 	if !rawFirst {
 		raw = rawDecrypt(b, e, states, msgs)
 	}
 	report(b, n, took, used, raw)
+	e.reportServer(b, srvUsed)
 }
 
 // BenchmarkConvergeBacklog measures converge alone draining a backlog: the
@@ -146,12 +148,13 @@ func BenchmarkConvergeBacklog(b *testing.B) {
 			e.worker("bench", func(c *Config) { c.MaxBatch, c.Partitions = natsserver.DefaultMaxAtomicBatch, []int{part} })
 			e.wait(started, "Welcome not accepted in time")
 			b.ResetTimer()
-			cpu := processCPU(b)
+			cpu, srvCPU := processCPU(b), e.serverCPU()
 			start := time.Now()
 			e.wait(done, "last input not accepted in time")
-			took, used := time.Since(start), processCPU(b)-cpu
+			took, used, srvUsed := time.Since(start), processCPU(b)-cpu, e.serverCPU()-srvCPU
 			b.StopTimer()
 			report(b, n, took, used, rawDecrypt(b, e, states, msgs))
+			e.reportServer(b, srvUsed)
 		})
 	}
 }
@@ -218,10 +221,11 @@ func rawDecrypt(b *testing.B, e *env, states []MemberState, msgs []testpeer.Mess
 }
 
 // report reports converge's rate beside the raw decryption's, their ratio,
-// and the CPU of the whole process (the embedded server, any publisher and
-// converge) per message beside the raw decryption's, and their ratio: on a
-// machine of c cores the rate cannot pass c/cpu-µs-per-msg, and on a
-// machine others load too the CPU ratio is the steadier one.
+// and the CPU of the whole test process (converge, any publisher, and the
+// server unless -converge-server-cpus runs it in its own process) per
+// message beside the raw decryption's, and their ratio: on a machine of c
+// cores the rate cannot pass c/cpu-µs-per-msg, and on a machine others load
+// too the CPU ratio is the steadier one.
 func report(b *testing.B, n int, took, cpu time.Duration, raw rawRun) {
 	rate := float64(b.N) / took.Seconds()
 	perMsg := cpu / time.Duration(b.N)
@@ -280,6 +284,27 @@ func (e *env) acceptedSignal(id []byte) <-chan struct{} {
 		e.t.Fatal(err)
 	}
 	return done
+}
+
+// serverCPU is the CPU time the server's own process has used
+// (-converge-server-cpus), 0 for a server embedded in the test process.
+func (e *env) serverCPU() time.Duration {
+	if e.server == nil {
+		return 0
+	}
+	d, err := natstest.ProcessCPU(e.server)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+// reportServer reports the CPU per message of the server's own process
+// (-converge-server-cpus), which cpu-µs/msg then leaves out.
+func (e *env) reportServer(b *testing.B, used time.Duration) {
+	if e.server != nil {
+		b.ReportMetric(float64((used / time.Duration(b.N)).Microseconds()), "server-cpu-µs/msg")
+	}
 }
 
 // processCPU is the CPU time the process has used, user and system.

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,17 +33,25 @@ import (
 
 const tenant = "acme"
 
+// serverCPUs, when set, runs each test's nats-server in a process of its
+// own pinned to these CPUs (`taskset -c`), as deployments run it, so the
+// test process's CPU and memory are converge's alone (Figures in
+// docs/converge.md); empty, the server is embedded in the test process.
+var serverCPUs = flag.String("converge-server-cpus", "", "run each nats-server in its own process pinned to these CPUs (taskset -c list), e.g. 1; empty: embedded")
+
 // env is one test's fabric: an embedded JetStream server with the streams
 // provisioned, a client store and the vault converge opens installations
 // with.
 type env struct {
-	t     testing.TB
-	ctx   context.Context
-	srv   *natsserver.Server
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	vault *engine.Vault
-	store *clientstore.Store
+	t   testing.TB
+	ctx context.Context
+	srv *natsserver.Server // nil under -converge-server-cpus
+	// server is the nats-server's process under -converge-server-cpus.
+	server *os.Process
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	vault  *engine.Vault
+	store  *clientstore.Store
 }
 
 func newEnv(t testing.TB) *env {
@@ -54,7 +64,11 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
-	n := natstest.Start(t, natstest.OverLoopback())
+	opt := natstest.OverLoopback()
+	if *serverCPUs != "" {
+		opt = natstest.InChildProcess(*serverCPUs)
+	}
+	n := natstest.Start(t, opt)
 	srv, nc, js := n.Server, n.Conn, n.JS
 	key := sha256.Sum256([]byte("converge test master key"))
 	vault, err := engine.NewVault(key[:])
@@ -69,7 +83,7 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: ctx, srv: srv, nc: nc, js: js, vault: vault, store: store}
+	return &env{t: t, ctx: ctx, srv: srv, server: n.Process, nc: nc, js: js, vault: vault, store: store}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

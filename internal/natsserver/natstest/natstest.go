@@ -4,6 +4,7 @@ package natstest
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -18,15 +19,20 @@ import (
 
 // Env is a running server and a connection to it.
 type Env struct {
-	Server *natsserver.Server
-	Conn   *nats.Conn
-	JS     jetstream.JetStream
+	Server *natsserver.Server // nil when the server runs InChildProcess
+	// Process is the server's process under InChildProcess, else nil.
+	Process *os.Process
+	URL     string // the client URL; empty for a server in process
+	Conn    *nats.Conn
+	JS      jetstream.JetStream
 }
 
 type options struct {
 	loopback  bool
 	provision bool
 	streams   streams.Config
+	child     bool
+	cpus      string
 }
 
 // Option changes what Start starts.
@@ -53,20 +59,22 @@ func Start(t testing.TB, opts ...Option) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	so := natsserver.Options{StoreDir: t.TempDir(), InProcess: !o.loopback}
-	if o.loopback {
-		so.Port = natsserver.RandomPort
+	e := &Env{}
+	if o.child {
+		e.Process, e.URL = startChild(t, o.cpus)
+	} else {
+		so := natsserver.Options{StoreDir: t.TempDir(), InProcess: !o.loopback}
+		if o.loopback {
+			so.Port = natsserver.RandomPort
+		}
+		s, err := natsserver.Start(ctx, so)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Shutdown)
+		e.Server, e.URL = s, s.ClientURL()
 	}
-	s, err := natsserver.Start(ctx, so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	nc, err := s.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := e.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -76,13 +84,20 @@ func Start(t testing.TB, opts ...Option) *Env {
 			t.Fatal(err)
 		}
 	}
-	return &Env{Server: s, Conn: nc, JS: js}
+	e.Conn, e.JS = nc, js
+	return e
 }
 
 // Connect opens another connection to the server, closed when the test ends.
 func (e *Env) Connect(t testing.TB, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := e.Server.Connect(opts...)
+	var nc *nats.Conn
+	var err error
+	if e.Server != nil {
+		nc, err = e.Server.Connect(opts...)
+	} else {
+		nc, err = nats.Connect(e.URL, opts...)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,7 +10,10 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	ServeChild()
+	goleak.VerifyTestMain(m)
+}
 
 func TestStartProvisions(t *testing.T) {
 	e := Start(t)
@@ -30,5 +34,21 @@ func TestWithoutStreams(t *testing.T) {
 	}
 	if e.Server.ClientURL() == "" {
 		t.Fatal("no client URL over loopback")
+	}
+}
+
+func TestInChildProcessServesFromItsOwnProcess(t *testing.T) {
+	e := Start(t, InChildProcess(""))
+	if e.Server != nil || e.Process == nil || e.Process.Pid == os.Getpid() {
+		t.Fatalf("server %v, process %v: not a process of its own", e.Server, e.Process)
+	}
+	if _, err := e.JS.Stream(context.Background(), streams.StreamEvents); err != nil {
+		t.Fatalf("streams not provisioned: %v", err)
+	}
+	if !e.Connect(t).IsConnected() {
+		t.Fatal("second connection is not connected")
+	}
+	if _, err := ProcessCPU(e.Process); err != nil {
+		t.Fatal(err)
 	}
 }
