@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus"
@@ -60,7 +62,14 @@ type loadOptions struct {
 	rate       int
 	rateFor    time.Duration
 	centrifugo string
-	publishers int
+	// centrifugoHistory adds Centrifugo with history on its channels.
+	centrifugoHistory bool
+	publishers        int
+	// rateBatch is how many events one publish of the latency phase carries.
+	rateBatch int
+	// fabricPublish lists how the fabric's events are stored, each measured
+	// as a system of its own: "batch" (as converge does), "event".
+	fabricPublish string
 }
 
 // system is a server under load: the fabric or Centrifugo.
@@ -74,9 +83,9 @@ type system interface {
 	dial(ctx context.Context, i int) (*websocket.Conn, error)
 	// frame reads one frame for subscriber st.
 	frame(st *subscriber, b []byte)
-	// publish publishes one event to each subscriber in to, stamped now,
-	// and returns when the server has accepted them.
-	publish(ctx context.Context, to []int) error
+	// publish publishes, as publisher p, one event to each subscriber in
+	// to, stamped now, and returns when the server has accepted them.
+	publish(ctx context.Context, p int, to []int) error
 	stop()
 }
 
@@ -139,9 +148,21 @@ func runLoad(o options) error {
 		return err
 	}
 	defer stop()
-	systems := []system{&fabricSystem{json: o.json, profile: o.profile, natsProfile: o.natsProfile}}
+	var systems []system
+	for mode := range strings.SplitSeq(lo.fabricPublish, ",") {
+		switch mode = strings.TrimSpace(mode); mode {
+		case "batch", "event":
+			systems = append(systems, &fabricSystem{json: o.json, profile: o.profile, natsProfile: o.natsProfile,
+				publishers: lo.publishers, perEvent: mode == "event"})
+		default:
+			return fmt.Errorf("-fabric-publish: %q is neither batch nor event", mode)
+		}
+	}
 	if lo.centrifugo != "" {
 		systems = append(systems, &centrifugoSystem{bin: lo.centrifugo})
+		if lo.centrifugoHistory {
+			systems = append(systems, &centrifugoSystem{bin: lo.centrifugo, history: true})
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration)
 	defer cancel()
@@ -274,7 +295,7 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	self := []int{os.Getpid()}
 	cpu0, gw0, gen0 := cpuTime(pids), cpuTime(pids[:1]), cpuTime(self)
 	t0 := time.Now()
-	if err := publishLoad(ctx, sys, n, lo.burst, 0, lo.publishers); err != nil {
+	if err := publishLoad(ctx, sys, n, lo.burst, 0, burstBatch, lo.publishers); err != nil {
 		return res, err
 	}
 	last := awaitDelivered(ctx, m, int64(lo.burst))
@@ -292,7 +313,7 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	m.delivered.Store(0)
 	m.sampling.Store(true)
 	events := int(lo.rateFor.Seconds() * float64(lo.rate))
-	if err := publishLoad(ctx, sys, n, events, lo.rate, lo.publishers); err != nil {
+	if err := publishLoad(ctx, sys, n, events, lo.rate, lo.rateBatch, lo.publishers); err != nil {
 		return res, err
 	}
 	awaitDelivered(ctx, m, int64(events))
@@ -325,24 +346,26 @@ func awaitDelivered(ctx context.Context, m *meter, want int64) time.Time {
 	return last
 }
 
-// publishLoad publishes events round-robin to the n subscribers: paced at
-// rate per second one at a time, or, with rate 0, in batches of 100 from
-// publishers goroutines.
-func publishLoad(ctx context.Context, sys system, n, events, rate, publishers int) error {
-	batch := 100
-	if rate > 0 {
-		batch = 1
-	}
+// burstBatch is how many events (to as many subscribers) one publish of
+// the burst carries: for the fabric one input message to a group of 100
+// hosted members, for Centrifugo one /api/batch request of 100 publish
+// commands.
+const burstBatch = 100
+
+// publishLoad publishes events round-robin to the n subscribers in batches
+// of batch events from publishers goroutines: paced at rate events per
+// second, or, with rate 0, as fast as they are accepted.
+func publishLoad(ctx context.Context, sys system, n, events, rate, batch, publishers int) error {
 	work := make(chan []int, publishers)
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
-	for range publishers {
+	for p := range publishers {
 		wg.Go(func() {
 			for to := range work {
 				if failed.Load() != nil {
 					continue
 				}
-				if err := sys.publish(ctx, to); err != nil {
+				if err := sys.publish(ctx, p, to); err != nil {
 					failed.Store(&err)
 				}
 			}
@@ -388,11 +411,23 @@ type fabricSystem struct {
 	gw          *child
 	nc          *nats.Conn
 	js          jetstream.JetStream
-	clients     []string
-	seq         atomic.Uint64
+	publishers  int
+	// perEvent stores each event with its own JetStream async publish
+	// (Nats-Msg-Id) instead of converge's atomic batches.
+	perEvent bool
+	clients  []string
+	seq      atomic.Uint64
+	// ckSeq is publisher p's group's last checkpoint sequence, the fence
+	// of its next batch.
+	ckSeq []uint64
 }
 
-func (f *fabricSystem) name() string { return "fabric" }
+func (f *fabricSystem) name() string {
+	if f.perEvent {
+		return "fabric/event"
+	}
+	return "fabric"
+}
 
 func (f *fabricSystem) start(ctx context.Context, n int) error {
 	f.secret = bytes.Repeat([]byte("fanout-load-secret-"), 3)
@@ -413,6 +448,7 @@ func (f *fabricSystem) start(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
+	f.ckSeq = make([]uint64, f.publishers)
 	f.clients = make([]string, n)
 	for i := range f.clients {
 		f.clients[i] = fmt.Sprintf("%08x", i+1)
@@ -511,14 +547,77 @@ func (f *fabricSystem) frame(st *subscriber, b []byte) {
 	}
 }
 
-func (f *fabricSystem) publish(ctx context.Context, to []int) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(to))
-	for _, i := range to {
-		// The event id carries the publish time, read back from the event frame.
-		id := fmt.Sprintf("%016x%048x", time.Now().UnixNano(), f.seq.Add(1))
-		ev := bus.Event{Tenant: tenant, ClientID: f.clients[i], ID: id,
+// benchText is the content type of every message.
+var benchText = &schema.ContentTypeID{AuthorityID: "xmtp.org", TypeID: "text", VersionMajor: 1}
+
+// benchCheckpoint has the shape and size of converge's checkpoint record
+// (internal/converge, fence.go) for one input to a group: the member state
+// blob keys of every hosted member. Its bytes are opaque to the bus.
+type benchCheckpoint struct {
+	V        int               `msgpack:"v"`
+	InputSeq uint64            `msgpack:"input_seq"`
+	Txn      string            `msgpack:"txn"`
+	State    string            `msgpack:"state"`
+	Members  map[string]string `msgpack:"members"`
+	Worker   string            `msgpack:"worker"`
+}
+
+// groupMessage is what converge stores for one input message to a group
+// whose hosted members are the clients to: one message.received per member
+// and the group's checkpoint, built by the bus code converge uses. Each
+// event id starts with the publish time in hex, read back from the frame.
+func (f *fabricSystem) groupMessage(p int, to []int) ([]bus.Event, bus.Checkpoint, error) {
+	stamp := time.Now().UnixNano()
+	n := f.seq.Add(uint64(len(to)))
+	groupHex := fmt.Sprintf("%064x", p+1)
+	group, err := hex.DecodeString(groupHex)
+	if err != nil {
+		return nil, bus.Checkpoint{}, err
+	}
+	msgID := fmt.Appendf(nil, "%016x%016x", stamp, n)
+	events := make([]bus.Event, len(to))
+	ck := benchCheckpoint{V: 1, InputSeq: n, Txn: "in:" + strconv.FormatUint(n, 10),
+		State: fmt.Sprintf("%s.%s.s.%024x", tenant, groupHex, n), Members: make(map[string]string, len(to)), Worker: "fanout-bench"}
+	for k, i := range to {
+		events[k] = bus.Event{Tenant: tenant, ClientID: f.clients[i], ID: fmt.Sprintf("%016x%048x", stamp, n-uint64(k)),
 			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
-				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: []byte(id[:16]), SenderInboxID: "bench"}}}
+				GroupID: group, MessageID: msgID, ContentType: benchText, SenderInboxID: benchSender}}}
+		ck.Members[f.clients[i]] = fmt.Sprintf("%s.%s.m.%s.%024x", tenant, groupHex, f.clients[i], n)
+	}
+	body, err := msgpack.Marshal(ck)
+	if err != nil {
+		return nil, bus.Checkpoint{}, err
+	}
+	return events, bus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: f.ckSeq[p]}, nil
+}
+
+// benchSender is the sending inbox id of every message, 64 hex digits.
+var benchSender = strings.Repeat("5e", 32)
+
+// publish stores the events as converge does (bus.PublishBatch): one
+// atomic batch of the events and publisher p's group checkpoint, fenced on
+// the group's previous checkpoint, one ack per batch.
+func (f *fabricSystem) publish(ctx context.Context, p int, to []int) error {
+	events, ck, err := f.groupMessage(p, to)
+	if err != nil {
+		return err
+	}
+	if f.perEvent {
+		return f.publishEach(ctx, events)
+	}
+	seq, err := bus.PublishBatch(ctx, f.js, events, ck)
+	if err != nil {
+		return err
+	}
+	f.ckSeq[p] = seq
+	return nil
+}
+
+// publishEach stores each event with a JetStream async publish carrying
+// its Nats-Msg-Id, then awaits every ack.
+func (f *fabricSystem) publishEach(ctx context.Context, events []bus.Event) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	for _, ev := range events {
 		m, err := ev.Msg()
 		if err != nil {
 			return err
@@ -576,18 +675,35 @@ func runNATS(profile string) error {
 }
 
 // centrifugoSystem is a Centrifugo binary with its memory engine, HMAC
-// connection tokens and the HTTP server API.
+// connection tokens and the HTTP server API; with history, the personal
+// channels keep their publications for recovery, as the fabric stores its
+// events.
 type centrifugoSystem struct {
-	bin    string
-	dir    string
-	cmd    *exec.Cmd
-	addr   string
-	secret string
-	apiKey string
-	http   *http.Client
+	bin     string
+	history bool
+	dir     string
+	cmd     *exec.Cmd
+	addr    string
+	secret  string
+	apiKey  string
+	http    *http.Client
+	seq     atomic.Uint64
 }
 
-func (c *centrifugoSystem) name() string { return "centrifugo" }
+func (c *centrifugoSystem) name() string {
+	if c.history {
+		return "centrifugo+history"
+	}
+	return "centrifugo"
+}
+
+// Centrifugo's history on the personal channels: as many publications per
+// channel and as long as the fabric keeps a client's events (the events
+// stream's default MaxAge), recovery forced on every subscription.
+const (
+	centrifugoHistorySize = 10000
+	centrifugoHistoryTTL  = "24h"
+)
 
 func (c *centrifugoSystem) start(ctx context.Context, _ int) error {
 	var err error
@@ -611,6 +727,10 @@ func (c *centrifugoSystem) start(ctx context.Context, _ int) error {
 		"http_api": map[string]any{"key": c.apiKey},
 		"log":      map[string]any{"level": "error"},
 		"engine":   map[string]any{"type": "memory"},
+	}
+	if c.history {
+		cfg["channel"] = map[string]any{"without_namespace": map[string]any{
+			"history_size": centrifugoHistorySize, "history_ttl": centrifugoHistoryTTL, "force_recovery": true}}
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -716,14 +836,39 @@ func (c *centrifugoSystem) frame(st *subscriber, b []byte) {
 	}
 }
 
-// publish sends the events in one batch request of the server API.
-func (c *centrifugoSystem) publish(ctx context.Context, to []int) error {
-	cmds := make([]map[string]any, len(to))
+// centrifugoData is a publication's data: the publish time, then what a
+// fabric event frame carries (the event id and the event), so that both
+// systems move the same information.
+type centrifugoData struct {
+	T     int64              `json:"t"`
+	ID    string             `json:"id"`
+	Event schema.ClientEvent `json:"event"`
+}
+
+// publish sends the events in one batch request of the server API: the
+// same events as the fabric's batch, JSON-encoded.
+func (c *centrifugoSystem) publish(ctx context.Context, p int, to []int) error {
+	stamp := time.Now().UnixNano()
+	group := fmt.Sprintf("%064x", p+1)
+	gid, err := hex.DecodeString(group)
+	if err != nil {
+		return err
+	}
+	n := c.seq.Add(uint64(len(to)))
+	msgID := fmt.Appendf(nil, "%016x%016x", stamp, n)
+	type publish struct {
+		Channel string         `json:"channel"`
+		Data    centrifugoData `json:"data"`
+	}
+	type command struct {
+		Publish publish `json:"publish"`
+	}
+	cmds := make([]command, len(to))
 	for k, i := range to {
-		cmds[k] = map[string]any{"publish": map[string]any{
-			"channel": channelOf(i),
-			"data":    map[string]any{"t": time.Now().UnixNano()},
-		}}
+		cmds[k] = command{Publish: publish{Channel: channelOf(i), Data: centrifugoData{
+			T: stamp, ID: fmt.Sprintf("%016x%048x", stamp, n-uint64(k)),
+			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
+				GroupID: gid, MessageID: msgID, ContentType: benchText, SenderInboxID: benchSender}}}}}
 	}
 	return c.api(ctx, "batch", map[string]any{"commands": cmds})
 }

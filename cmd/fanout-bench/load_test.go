@@ -1,10 +1,26 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"net/http/httptest"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/goleak"
+
+	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/converge/project"
+	"github.com/fabric-mls/fabric/internal/fanout"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
+	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
 
@@ -41,3 +57,129 @@ func TestLoadSubscriberReadsFramesAsDecoded(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchPublishedEventReachesSubscriberAsConvergeStores protects the
+// fabric side of the load figures: a burst batch is stored as converge
+// stores one input message to a group of hosted members (one atomic batch,
+// the group checkpoint last, fenced on the previous one), each event is
+// what converge's project.Received makes for the member, and it reaches
+// the member's subscriber through the gateway decoded equal to it.
+func TestBatchPublishedEventReachesSubscriberAsConvergeStores(t *testing.T) {
+	env := natstest.Start(t)
+	nc := env.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := &fabricSystem{secret: bytes.Repeat([]byte("fanout-load-test-secret-"), 2), js: js, publishers: 1,
+		clients: []string{"00000001", "00000002"}, ckSeq: make([]uint64, 1)}
+	kv, err := js.KeyValue(ctx, streams.BucketClients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range f.clients {
+		if _, err := kv.Put(ctx, tenant+"."+c, []byte{0x80}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := auth.NewVerifier(f.secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := fanout.New(fanout.Config{NATS: nc, Verifier: v, MaxConnsPerTenant: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, stopGateway := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(gctx) }()
+	srv := httptest.NewServer(g.Handler())
+	defer func() {
+		srv.Close()
+		stopGateway()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	}()
+	f.gw = &child{first: strings.TrimPrefix(srv.URL, "http://")}
+
+	// Subscriber 1 reads its frames; each event frame is kept whole.
+	ws, err := f.dial(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	st := &subscriber{ws: ws, subscribed: make(chan struct{}), m: &meter{}}
+	frames := make(chan []byte, 8)
+	go func() {
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				close(frames)
+				return
+			}
+			f.frame(st, b)
+			if bytes.HasPrefix(b[1:], eventOp[wire.Msgpack]) {
+				frames <- b
+			}
+		}
+	}()
+	select {
+	case <-st.subscribed:
+	case <-ctx.Done():
+		t.Fatal("not subscribed")
+	}
+
+	for round := range 2 {
+		before := f.ckSeq[0]
+		if err := f.publish(ctx, 0, []int{0, 1}); err != nil {
+			t.Fatalf("batch %d: %v", round, err)
+		}
+		seq, data, err := bus.LastCheckpoint(ctx, js, tenant, fmt.Sprintf("%064x", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq != f.ckSeq[0] || seq != before+3 {
+			t.Fatalf("batch %d: checkpoint at %d, fence carried %d, want %d (two events, then the checkpoint)", round, seq, f.ckSeq[0], before+3)
+		}
+		var ck benchCheckpoint
+		if err := msgpack.Unmarshal(data, &ck); err != nil || len(ck.Members) != 2 {
+			t.Fatalf("batch %d: checkpoint %+v (%v), want both hosted members named", round, ck, err)
+		}
+
+		b, ok := <-frames
+		if !ok {
+			t.Fatal("connection closed before the event")
+		}
+		fr, err := wire.Decode(wire.Msgpack, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got schema.ClientEvent
+		if err := got.UnmarshalMsgpack(fr.Event); err != nil {
+			t.Fatal(err)
+		}
+		want, ok := project.Received(got.MessageReceived.GroupID, project.Member{InboxID: "00000002", Installation: []byte{2}},
+			project.Message{ID: got.MessageReceived.MessageID, SenderInboxID: benchSender, SenderInstallation: []byte{1}, ContentType: benchText}, 0)
+		if !ok {
+			t.Fatal("converge makes no message.received for this member")
+		}
+		if !reflect.DeepEqual(got, want.ClientEvent) {
+			t.Errorf("batch %d: subscriber read %+v, converge stores %+v", round, got, want.ClientEvent)
+		}
+		if len(got.MessageReceived.GroupID) != 32 || len(got.MessageReceived.MessageID) != 32 {
+			t.Errorf("batch %d: group id %d bytes, message id %d bytes, want 32 each", round, len(got.MessageReceived.GroupID), len(got.MessageReceived.MessageID))
+		}
+		stored := natstest.ClientEvents(t, js, tenant, f.clients[1])
+		if len(stored) != round+1 || stored[round].ID != fr.EventID || !reflect.DeepEqual(stored[round].Event, got) {
+			t.Errorf("batch %d: stored %+v, subscriber read %s %+v", round, stored, fr.EventID, got)
+		}
+	}
+	if got := st.m.delivered.Load(); got != 2 {
+		t.Errorf("subscriber counted %d events, want 2", got)
+	}
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
