@@ -29,6 +29,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bridge"
 	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -241,7 +242,7 @@ func TestBridgedFabricsHoldOneConversation(t *testing.T) {
 	proposal := operationDone(t, ctx, b.ops, b.hosted.ClientID, leave.OperationID).MessageIDs[0]
 	// A's client commits the leave request once A's converge holds it.
 	ingestA := ok[string](t)(a.f.Token(time.Hour, auth.ScopeIngest))
-	eventually(t, 30*time.Second, "the leave request reached A's converge", func() bool {
+	eventually.Within(t, 30*time.Second, "the leave request reached A's converge", func() bool {
 		return outcomeOf(t, ctx, a.f.URL, ingestA, proposal).Disposition != ""
 	})
 	ok[schema.OperationAccepted](t)(a.ops.SelfUpdate(ctx, a.hosted.ClientID, group, "commit-leave"))

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/fabric-mls/fabric/internal/eventually"
 )
 
 // natsUsers are the users of deploy/nats/accounts.conf; each password is
@@ -265,7 +267,7 @@ func (c *deployCluster) start(t *testing.T) {
 	for i := range c.nodes {
 		c.startNode(t, i)
 	}
-	eventually(t, 30*time.Second, "the three NATS nodes route to each other", func() bool {
+	eventually.Within(t, 30*time.Second, "the three NATS nodes route to each other", func() bool {
 		for _, n := range c.nodes {
 			if n.srv.NumRoutes() < 2 {
 				return false
@@ -284,16 +286,4 @@ func (c *deployCluster) url(t *testing.T, composeURL string) string {
 		u = rewrite(t, composeFile, u, fmt.Sprintf("nats-%d:4222", i+1), fmt.Sprintf("127.0.0.1:%d", n.client), 1)
 	}
 	return u
-}
-
-// eventually polls cond every 50 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -329,7 +330,7 @@ func (d *deployment) checkRogueRoute(t *testing.T) {
 	rogue.SetLoggerV2(&violationLog{}, false, false, false)
 	rogue.Start()
 	defer rogue.Shutdown()
-	eventually(t, 30*time.Second, "node 2 refuses the route", func() bool {
+	eventually.Within(t, 30*time.Second, "node 2 refuses the route", func() bool {
 		return d.cluster.logs.contains("rid:", "authentication error")
 	})
 	rz, err := n.srv.Routez(nil)
@@ -594,7 +595,7 @@ func (d *deployment) playDemo(t *testing.T) {
 			}
 		}
 	}()
-	eventually(t, 2*time.Minute, "every event stored for the hosted client arrives at the gateway", func() bool {
+	eventually.Within(t, 2*time.Minute, "every event stored for the hosted client arrives at the gateway", func() bool {
 		stored = d.storedEvents(t, reader, subject)
 		for seq := range before {
 			delete(stored, seq)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -28,11 +28,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	// The role provisions its streams itself.
+	env := natstest.Start(t, natstest.OverLoopback(), natstest.WithoutStreams())
+	ns := env.Server
 	secret := strings.Repeat("k", 40)
 	t.Setenv("FABRIC_JWT_SECRET", secret)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -65,12 +63,7 @@ func TestRunServesAndDrainsOnSIGTERM(t *testing.T) {
 	}
 	// The gateway serves hosted clients only: c1 gets a record, put as a
 	// publish on the bucket's subject.
-	nc, err := ns.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	if _, err := nc.Request("$KV."+streams.BucketClients+".t1.c1", []byte{0x80}, 5*time.Second); err != nil {
+	if _, err := env.Conn.Request("$KV."+streams.BucketClients+".t1.c1", []byte{0x80}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	tok, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "t1", Scopes: []auth.Scope{auth.ScopeEvents},

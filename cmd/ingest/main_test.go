@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/eventually"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"go.uber.org/goleak"
 )
 
@@ -66,11 +67,8 @@ func TestParseWithoutClientAPINeedsMasterKey(t *testing.T) {
 func TestRunServesAndDrains(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	// The binary provisions its streams itself.
+	srv := natstest.Start(t, natstest.OverLoopback(), natstest.WithoutStreams()).Server
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,20 +85,14 @@ func TestRunServesAndDrains(t *testing.T) {
 		done <- run(runCtx, []string{"-nats-url", srv.ClientURL(), "-listen", addr}, slog.New(slog.DiscardHandler))
 	}()
 	base := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.True(t, "ingest ready", func() bool {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("never ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	tok, err := auth.Mint([]byte(secret), auth.Claims{Tenant: "acme", Scopes: []auth.Scope{auth.ScopeIngest}, ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -158,15 +159,6 @@ func startBridge(t *testing.T, env *natstest.Env, url string) *running {
 	return r
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-	}
-}
-
 // settled reports whether the bridge's consumer has acknowledged (or
 // terminated) every outbound message.
 func settled(t *testing.T, env *natstest.Env) bool {
@@ -197,13 +189,13 @@ func TestBridgeRetriesUntilTheDestinationAccepts(t *testing.T) {
 	})
 	publishOutbound(t, env, "m1", "m2", "m3")
 	r := startBridge(t, env, dst.URL)
-	eventually(t, "the destination accepted three messages", func() bool { return len(dst.got()) == 3 })
+	eventually.True(t, "the destination accepted three messages", func() bool { return len(dst.got()) == 3 })
 	if got := dst.got(); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
 		t.Fatalf("the destination accepted %q", got)
 	}
-	eventually(t, "every message acknowledged", func() bool { return settled(t, env) })
+	eventually.True(t, "every message acknowledged", func() bool { return settled(t, env) })
 	publishOutbound(t, env, "m4")
-	eventually(t, "the next message forwarded", func() bool { return len(dst.got()) == 4 })
+	eventually.True(t, "the next message forwarded", func() bool { return len(dst.got()) == 4 })
 	if n := testutil.ToFloat64(r.b.metrics.retries.WithLabelValues("unavailable")); n != 1 {
 		t.Errorf("retries after a 503: %v", n)
 	}
@@ -243,7 +235,7 @@ func TestBridgeWaitsForTheSourceStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishOutbound(t, env, "m1")
-	eventually(t, "the message forwarded once the stream exists", func() bool { return len(dst.got()) == 1 })
+	eventually.True(t, "the message forwarded once the stream exists", func() bool { return len(dst.got()) == 1 })
 }
 
 // A batch the destination refuses as a request (400) is posted again one
@@ -259,7 +251,7 @@ func TestBridgeDropsOnlyTheMessageRefused(t *testing.T) {
 	})
 	publishOutbound(t, env, "m1", "bad", "m2")
 	r := startBridge(t, env, dst.URL)
-	eventually(t, "every message settled", func() bool { return settled(t, env) && len(dst.got()) == 2 })
+	eventually.True(t, "every message settled", func() bool { return settled(t, env) && len(dst.got()) == 2 })
 	if got := dst.got(); !slices.Equal(got, []string{"m1", "m2"}) {
 		t.Fatalf("the destination accepted %q", got)
 	}
@@ -300,7 +292,7 @@ func TestBridgeStopsWhenTheDestinationRefusesItsToken(t *testing.T) {
 	refuse = false
 	allow.Unlock()
 	startBridge(t, env, dst.URL)
-	eventually(t, "both messages forwarded after the fix", func() bool { return len(dst.got()) == 2 && settled(t, env) })
+	eventually.True(t, "both messages forwarded after the fix", func() bool { return len(dst.got()) == 2 && settled(t, env) })
 }
 
 // docs/outbound.md gives a deployment's bridge user of tenant acme (its
@@ -365,7 +357,7 @@ func TestBridgeRunsUnderItsTenantUserOfTheDocs(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- b.Run(rctx) }()
-	eventually(t, "acme's messages forwarded", func() bool { return len(dst.got()) == 2 })
+	eventually.True(t, "acme's messages forwarded", func() bool { return len(dst.got()) == 2 })
 	rcancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -42,11 +43,7 @@ func TestJoinRetiresItsKeyPackage(t *testing.T) {
 		_, err := clientstore.LookupKeyPackage(e.ctx, e.store.Clients(), tenant, hex.EncodeToString(used))
 		return !held && errors.Is(err, clientstore.ErrNotFound)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !retired(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the used KeyPackage is still held or indexed")
-		}
-	}
+	eventually.True(t, "the used KeyPackage is neither held nor indexed", retired)
 	if id, err := clientstore.LookupKeyPackage(e.ctx, e.store.Clients(), tenant, hex.EncodeToString(kept)); err != nil || id != h.rec.ClientID {
 		t.Fatalf("the unused KeyPackage's index: %q %v", id, err)
 	}
@@ -89,12 +86,12 @@ func TestJoinRefillsKeyPackagePool(t *testing.T) {
 		return kps
 	}
 	var fresh [][]byte
-	for deadline := time.Now().Add(10 * time.Second); len(fresh) != pool; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the client holds %d KeyPackages after the join, want the pool's %d without the used one", len(fresh), pool)
+	eventually.NoError(t, func() error {
+		if fresh = held(); len(fresh) != pool {
+			return fmt.Errorf("the client holds %d KeyPackages after the join, want the pool's %d without the used one", len(fresh), pool)
 		}
-		fresh = held()
-	}
+		return nil
+	})
 	for _, kp := range fresh {
 		ref := must[[]byte](t)(engine.KeyPackageRef(kp))
 		if id, err := clientstore.LookupKeyPackage(e.ctx, e.store.Clients(), tenant, hex.EncodeToString(ref)); err != nil || id != h.rec.ClientID {

@@ -18,6 +18,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -284,11 +285,7 @@ func TestHostedClientsCommitAndAreRefused(t *testing.T) {
 	// The leave request is committed once converge holds it (its outcome
 	// has a disposition): the admin's next commit takes it by reference.
 	proposal := e.operation(leave, schema.OperationDone).MessageIDs[0]
-	for deadline := time.Now().Add(20 * time.Second); e.outcome(proposal).Disposition == ""; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the leave request never reached converge")
-		}
-	}
+	eventually.True(t, "the leave request reached converge", func() bool { return e.outcome(proposal).Disposition != "" })
 	update := e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: admin.rec.ClientID, GroupID: group})
 	follow(7, 8)
 	e.operation(update, schema.OperationDone)

@@ -17,6 +17,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -246,11 +247,12 @@ func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
 			rename := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: h.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
 			texts := []string{"one", "two", "three"}
 			sends := e.sendTexts(h.rec.ClientID, group, texts)
-			for deadline := time.Now().Add(20 * time.Second); e.storedWaiting(group) != len(sends); time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("stored group state waits for %d sends, want %d", e.storedWaiting(group), len(sends))
+			eventually.NoError(t, func() error {
+				if n := e.storedWaiting(group); n != len(sends) {
+					return fmt.Errorf("stored group state waits for %d sends, want %d", n, len(sends))
 				}
-			}
+				return nil
+			})
 			// Converge writes no record of a waiting send: the API's
 			// queued stays its last (this test stores no API record).
 			for _, op := range sends {
@@ -375,11 +377,7 @@ func TestLeaveBehindAnOwnCommitWaitsForIt(t *testing.T) {
 	leave := e.operate(bus.OperationRequest{Kind: schema.OpLeave, ClientID: hi.rec.ClientID, GroupID: group})
 	e.operation(update, schema.OperationDone)
 	proposal := e.operation(leave, schema.OperationDone).MessageIDs[0]
-	for deadline := time.Now().Add(20 * time.Second); e.outcome(proposal).Disposition == ""; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the leave request never reached converge")
-		}
-	}
+	eventually.True(t, "the leave request reached converge", func() bool { return e.outcome(proposal).Disposition != "" })
 	e.operation(e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: lo.rec.ClientID, GroupID: group}), schema.OperationDone)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var removed *schema.ConversationRemoved

@@ -16,6 +16,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
@@ -66,7 +67,7 @@ func TestStalledSubscriptionDoesNotDelayOthers_EVENT033(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stalled subscriptions were full and discarded the rest.
-	eventually(t, "discards of the stalled subscriptions", func() bool {
+	eventually.True(t, "discards of the stalled subscriptions", func() bool {
 		return testutil.ToFloat64(e.g.metrics.discarded) >= 2*(total-1024)
 	})
 	if n := msgNo(next(t, stalled)); n != 0 {
@@ -175,7 +176,7 @@ func TestNoUpstreamInterest_EVENT013(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the taps to go", func() bool { return testutil.ToFloat64(e.g.metrics.taps) == 0 })
+	eventually.True(t, "the taps to go", func() bool { return testutil.ToFloat64(e.g.metrics.taps) == 0 })
 }
 
 func streamNames(t *testing.T, e *env) []string {

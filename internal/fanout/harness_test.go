@@ -19,6 +19,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -222,18 +223,6 @@ func next(t *testing.T, s *client.Subscription) schema.ClientEvent {
 	return ev
 }
 
-// eventually polls cond until it holds; it asserts progress, not timing.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // rawConn is a WebSocket speaking the JSON subprotocol without the SDK, so a
 // test controls credit.
 type rawConn struct {
@@ -397,7 +386,7 @@ func (e *env) abortConnections() {
 func (e *env) dropConnections(t *testing.T) {
 	t.Helper()
 	e.abortConnections()
-	eventually(t, "the connections to go", func() bool {
+	eventually.True(t, "the connections to go", func() bool {
 		e.g.connsMu.Lock()
 		defer e.g.connsMu.Unlock()
 		return len(e.g.conns) == 0

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/fanout/queue"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -35,7 +36,7 @@ func TestBoundThenOneLagged_EVENT030_EVENT031(t *testing.T) {
 			t.Fatalf("event %d has number %d", i, n)
 		}
 	}
-	eventually(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == over })
+	eventually.True(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == over })
 
 	// Nothing more is sent while the SDK holds the whole window.
 	r.send(wire.Frame{Op: wire.OpCredit, Sub: sub, N: queue.DefaultCapacity})
@@ -66,7 +67,7 @@ func TestSDKBoundThenLagged_EVENT030_EVENT031(t *testing.T) {
 	const over = 5
 	stallPastTheBound(t, e, s, over)
 	// The handoffs' credit reaches the gateway; then the next event has room.
-	eventually(t, "the credit", func() bool { return e.held(tenantA, client1) == 0 })
+	eventually.True(t, "the credit", func() bool { return e.held(tenantA, client1) == 0 })
 	e.publish(tenantA, client1, published{ev: received(groupA, 9999, nil)})
 	ev := next(t, s)
 	if ev.Kind != schema.KindLagged || ev.Lagged.Discarded != over {
@@ -108,7 +109,7 @@ func stallPastTheBound(t *testing.T, e *env, s *client.Subscription, over int) {
 	for i := range queue.DefaultCapacity + over {
 		e.publish(tenantA, client1, published{ev: received(groupA, i, nil)})
 	}
-	eventually(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == float64(over) })
+	eventually.True(t, "the discards", func() bool { return testutil.ToFloat64(e.g.metrics.discarded) == float64(over) })
 	for i := range queue.DefaultCapacity {
 		if n := msgNo(next(t, s)); n != i {
 			t.Fatalf("handoff %d is event %d", i, n)

@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
@@ -54,7 +55,7 @@ func TestTenantConnectionQuota(t *testing.T) {
 		t.Errorf("refusals counted %v, want 2", got)
 	}
 	_ = first.ws.Close(websocket.StatusNormalClosure, "")
-	eventually(t, "a closed connection frees its place", func() bool {
+	eventually.True(t, "a closed connection frees its place", func() bool {
 		code, _ := e.dialStatus(tok)
 		return code == http.StatusSwitchingProtocols
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
@@ -78,12 +79,12 @@ func TestReconnectResumes(t *testing.T) {
 		t.Fatalf("got %d", n)
 	}
 	// Event 2 is sent, not yet handed off, when the connection drops.
-	eventually(t, "event 2 to be sent", func() bool { return e.held(tenantA, client1) == 1 })
+	eventually.True(t, "event 2 to be sent", func() bool { return e.held(tenantA, client1) == 1 })
 	e.dropConnections(t)
-	eventually(t, "its tap to go", func() bool { return testutil.ToFloat64(e.g.metrics.taps) == 0 })
+	eventually.True(t, "its tap to go", func() bool { return testutil.ToFloat64(e.g.metrics.taps) == 0 })
 	e.publish(tenantA, client1, published{ev: received(groupA, 3, nil)})
 	e.publish(tenantA, client1, published{ev: received(groupA, 4, nil)})
-	eventually(t, "the SDK to reconnect and resubscribe", func() bool {
+	eventually.True(t, "the SDK to reconnect and resubscribe", func() bool {
 		return testutil.ToFloat64(e.g.metrics.taps) == 1
 	})
 	e.publish(tenantA, client1, published{ev: received(groupA, 5, nil)})
@@ -98,7 +99,7 @@ func TestReconnectResumes(t *testing.T) {
 		t.Fatalf("replayed %v events, want 2 or 3", got)
 	}
 	// The bound still adds up: everything handed off was credited.
-	eventually(t, "credit to settle", func() bool { return e.held(tenantA, client1) == 0 })
+	eventually.True(t, "credit to settle", func() bool { return e.held(tenantA, client1) == 0 })
 }
 
 // Protocol limits answer with clear error frames and keep the connection.
@@ -360,7 +361,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
-	eventually(t, "the listener", func() bool {
+	eventually.True(t, "the listener", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
 			return false
@@ -399,7 +400,7 @@ func TestHealAfterNATSReconnect(t *testing.T) {
 	if err := e.ns.Restart(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the publisher to reconnect", e.pub.IsConnected)
+	eventually.True(t, "the publisher to reconnect", e.pub.IsConnected)
 	e.publish(tenantA, client1, published{ev: received(groupA, 2, nil)})
 	blocked.Store(false)
 	if n := msgNo(next(t, s)); n != 2 {
@@ -512,7 +513,7 @@ func reconnectsUnderLoad(t *testing.T, callback, stalled bool) {
 	if seen+int(lagged) != total {
 		t.Fatalf("handed off %d and lagged %d of %d", seen, lagged, total)
 	}
-	eventually(t, "the bound to settle", func() bool { return e.held(tenantA, client1) == 0 })
+	eventually.True(t, "the bound to settle", func() bool { return e.held(tenantA, client1) == 0 })
 	t.Logf("handed off %d, lagged %d, replayed %v", seen, lagged, testutil.ToFloat64(e.g.metrics.replayed))
 	_ = s.Close()
 	<-s.Done()
@@ -577,7 +578,7 @@ func TestConcurrentSubscribeUnsubscribeDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	eventually(t, "every tap to go", func() bool {
+	eventually.True(t, "every tap to go", func() bool {
 		e.g.tapsMu.Lock()
 		defer e.g.tapsMu.Unlock()
 		return len(e.g.taps) == 0 && testutil.ToFloat64(e.g.metrics.taps) == 0 &&
@@ -592,7 +593,7 @@ func TestKeepaliveClosesDeadPeer(t *testing.T) {
 	r := e.raw(token(t, tenantA, client1))
 	r.subscribe(1, client1, schema.EventFilter{Kinds: recvKinds})
 	// The raw client reads nothing more, so it never answers a ping.
-	eventually(t, "the dead peer's connection to close", func() bool {
+	eventually.True(t, "the dead peer's connection to close", func() bool {
 		return testutil.ToFloat64(e.g.metrics.connections.WithLabelValues("websocket")) == 0 &&
 			testutil.ToFloat64(e.g.metrics.taps) == 0
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
@@ -26,7 +27,7 @@ func TestSubscribeSinceReplaysStoredThenLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.UnixMilli(m.Time.UnixMilli() + 1)
-	eventually(t, "the clock to pass the start", func() bool { return time.Now().After(start) })
+	eventually.True(t, "the clock to pass the start", func() bool { return time.Now().After(start) })
 	e.publish(tenantA, client1, published{ev: received(groupA, 1, nil)})
 	e.publish(tenantA, client2, published{ev: received(groupA, 100, nil)})
 	e.publish(tenantA, client1, published{ev: received(groupB, 2, nil)})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/schema"
 	"github.com/fabric-mls/fabric/pkg/wire"
 )
@@ -91,7 +92,7 @@ func TestWriteDeadlineOfFinishedBatchKeepsConnection(t *testing.T) {
 	}
 	s.setDeadline(time.Time{})
 	// The guard fires for the finished batch, finds none pending and stays quiet.
-	eventually(t, "the guard to find no batch pending", func() bool {
+	eventually.True(t, "the guard to find no batch pending", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return !s.armed

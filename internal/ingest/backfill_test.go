@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -36,7 +37,7 @@ func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
 	wantResult(t, w.submitOne(t, welcome.Transport), welcome.ID, schema.StatusQueued, "")
 
 	e.hostGroup(g.ID()) // converge processed the welcome: bob is hosted
-	eventually(t, "backfill", func() bool { return len(e.inputs()) == 3 })
+	eventually.True(t, "backfill", func() bool { return len(e.inputs()) == 3 })
 	in := e.inputs()
 	for i, want := range []testpeer.Message{welcome, commit, app} {
 		if got := in[i].Header.Get(bus.HeaderMessageID); got != hex.EncodeToString(want.ID) {

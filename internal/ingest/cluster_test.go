@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -100,6 +101,6 @@ func TestExactlyOnceOnR3(t *testing.T) {
 	m := text(t, other, "later")
 	wantResult(t, e.workers[0].submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
 	e.hostGroup(other.ID())
-	eventually(t, "backfill", func() bool { return len(e.inputs()) == n+1 })
+	eventually.True(t, "backfill", func() bool { return len(e.inputs()) == n+1 })
 	e.workers[1].wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
 }

@@ -23,8 +23,9 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/httpapi"
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -72,26 +73,9 @@ type envOpts struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	srv, err := natsserver.Start(ctx, natsserver.Options{StoreDir: t.TempDir(), Port: natsserver.RandomPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{DuplicateWindow: o.window, InputMaxBytes: o.inBytes}); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, connect: func() (*nats.Conn, error) { return srv.Connect() }, nc: nc, js: js}
+	ns := natstest.Start(t, natstest.OverLoopback(),
+		natstest.WithStreams(streams.Config{DuplicateWindow: o.window, InputMaxBytes: o.inBytes}))
+	e := &env{t: t, connect: func() (*nats.Conn, error) { return ns.Server.Connect() }, nc: ns.Conn, js: ns.JS}
 	if !o.none {
 		e.addWorkers(o)
 	}
@@ -261,18 +245,6 @@ func (w *worker) wantOutcome(t testing.TB, id []byte, status schema.OutcomeStatu
 	return o
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // inputs returns every message on FABRIC_IN.
 // wantInputs fails the test unless FABRIC_IN holds n inputs.
 func (e *env) wantInputs(n int) {
@@ -330,7 +302,7 @@ func (e *env) hostGroup(groupID []byte) {
 	e.putKV(streams.BucketGroups, groupID, msgpackBody(e.t, bus.GroupRecord{Members: []string{"c1"}, CheckpointSeq: 1}))
 	key := testTenant + "." + hex.EncodeToString(groupID)
 	for _, w := range e.workers {
-		eventually(e.t, "group known", func() bool { return w.svc.dir.known(key) })
+		eventually.True(e.t, "group known", func() bool { return w.svc.dir.known(key) })
 	}
 }
 
@@ -455,7 +427,7 @@ func (e *env) unhostGroup(groupID []byte) {
 		e.t.Fatal(err)
 	}
 	for _, w := range e.workers {
-		eventually(e.t, "group unknown", func() bool { return !w.svc.dir.known(key) })
+		eventually.True(e.t, "group unknown", func() bool { return !w.svc.dir.known(key) })
 	}
 }
 

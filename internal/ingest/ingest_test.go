@@ -18,6 +18,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -65,7 +66,7 @@ func TestQueuedOntoGroupSubject(t *testing.T) {
 func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
 	e, w, g := hostedGroup(t)
 	e.setGroupKeys(g.ID(), g)
-	eventually(t, "key set loaded", func() bool {
+	eventually.True(t, "key set loaded", func() bool {
 		k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(g.ID()))
 		return len(k) > 0
 	})
@@ -332,8 +333,8 @@ func TestUnknownGroupBackfilledAfterJoin(t *testing.T) {
 	}
 
 	e.hostGroup(g.ID())
-	eventually(t, "backfill onto FABRIC_IN", func() bool { return len(e.inputs()) == 1 })
-	eventually(t, "retained object removed", func() bool { return e.retained() == 0 })
+	eventually.True(t, "backfill onto FABRIC_IN", func() bool { return len(e.inputs()) == 1 })
+	eventually.True(t, "retained object removed", func() bool { return e.retained() == 0 })
 	o := w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
 	if o.Revision != 2 {
 		t.Errorf("revision = %d, want 2", o.Revision)
@@ -360,7 +361,7 @@ func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
 
 	// Deterministically: the watch has the record, but this worker's
 	// cache is made to miss it, as a lagging watch would.
-	eventually(t, "group known", func() bool { return w.svc.dir.known(key) })
+	eventually.True(t, "group known", func() bool { return w.svc.dir.known(key) })
 	w.svc.dir.mu.Lock()
 	delete(w.svc.dir.groups, key)
 	w.svc.dir.mu.Unlock()
@@ -423,7 +424,7 @@ func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
 	stranger := newGroup(t)
 	e.setGroupKeys(g.ID(), stranger) // keys that do not open g's messages
 	key := testTenant + "." + hex.EncodeToString(g.ID())
-	eventually(t, "key set loaded", func() bool { k, _ := w.svc.dir.candidateKeys(key); return len(k) > 0 })
+	eventually.True(t, "key set loaded", func() bool { k, _ := w.svc.dir.candidateKeys(key); return len(k) > 0 })
 
 	g.SetSealed(true)
 	m := text(t, g, "sealed")
@@ -437,10 +438,10 @@ func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
 	}
 
 	e.setGroupKeys(g.ID(), g)
-	eventually(t, "opened onto FABRIC_IN", func() bool { return len(e.inputs()) == 1 })
-	eventually(t, "retained object removed", func() bool { return e.retained() == 0 })
+	eventually.True(t, "opened onto FABRIC_IN", func() bool { return len(e.inputs()) == 1 })
+	eventually.True(t, "retained object removed", func() bool { return e.retained() == 0 })
 	w.wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
-	eventually(t, "transport id settles", func() bool {
+	eventually.True(t, "transport id settles", func() bool {
 		o, _ := w.outcome(t, transportID[:])
 		return o.Status == schema.StatusQueued
 	})
@@ -460,7 +461,7 @@ func TestRetentionBoundRefuses(t *testing.T) {
 	wantResult(t, w.submitOne(t, second.Transport), second.ID, schema.StatusRejected, schema.CategoryResourceRefused)
 
 	e.hostGroup(g.ID())
-	eventually(t, "backfill", func() bool { return len(e.inputs()) == 1 })
+	eventually.True(t, "backfill", func() bool { return len(e.inputs()) == 1 })
 	wantResult(t, w.submitOne(t, second.Transport), second.ID, schema.StatusQueued, "")
 	e.wantInputs(2)
 }
@@ -486,8 +487,8 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 	m := text(t, g, "unknown")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
 	e.hostGroup(g.ID())
-	eventually(t, "backfill", func() bool { return len(e.inputs()) == 1 })
-	eventually(t, "retained object removed", func() bool { return e.retained() == 0 })
+	eventually.True(t, "backfill", func() bool { return len(e.inputs()) == 1 })
+	eventually.True(t, "retained object removed", func() bool { return e.retained() == 0 })
 	m2 := text(t, g, "known")
 	wantResult(t, w.submitOne(t, m2.Transport), m2.ID, schema.StatusQueued, "")
 
@@ -515,7 +516,7 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 		return got
 	}
 	// The release is counted just after the object is removed.
-	eventually(t, "release counted", func() bool { return gather()["fabric_ingest_released_total,reason=unknown_group"] == 1 })
+	eventually.True(t, "release counted", func() bool { return gather()["fabric_ingest_released_total,reason=unknown_group"] == 1 })
 	got := gather()
 	for key, want := range map[string]float64{
 		"fabric_ingest_inputs_total,category=,class=application,status=queued,transport=http":                1,
@@ -537,7 +538,7 @@ func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
 	e, w, g := hostedGroup(t)
 	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, bus.GroupRecord{CheckpointSeq: 2}))
 	key := testTenant + "." + hex.EncodeToString(g.ID())
-	eventually(t, "group unknown", func() bool { return !w.svc.dir.known(key) })
+	eventually.True(t, "group unknown", func() bool { return !w.svc.dir.known(key) })
 	m := text(t, g, "nobody home")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
 }
@@ -572,7 +573,7 @@ func TestUnsealedGroupKeysAreNotRead(t *testing.T) {
 	later := bytes.Clone(g.ID())
 	later[len(later)-1] ^= 1
 	e.setGroupKeys(later, g)
-	eventually(t, "later key set loaded", func() bool {
+	eventually.True(t, "later key set loaded", func() bool {
 		k, _ := w.svc.dir.candidateKeys(testTenant + "." + hex.EncodeToString(later))
 		return len(k) > 0
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -42,6 +43,6 @@ func TestOutboundConsumerIsRetriedNotFatal(t *testing.T) {
 	if _, err := e.js.Publish(ctx, subj, body); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the outbound message stored as input", func() bool { return len(e.inputs()) == 2 })
+	eventually.True(t, "the outbound message stored as input", func() bool { return len(e.inputs()) == 2 })
 	w.wantOutcome(t, sent.ID, schema.StatusQueued, "", schema.ClassApplication)
 }
