@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
@@ -137,13 +138,7 @@ func TestConnectionBoundsKeepDescriptorsFree(t *testing.T) {
 			t.Errorf("idle keep-alive connection not closed by the server: %v", err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !served(dialFrom(t, "127.0.0.3", s.Addr())) {
-		if time.Now().After(deadline) {
-			t.Fatal("a freed slot is not reused")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, "a freed slot is reused", func() bool { return served(dialFrom(t, "127.0.0.3", s.Addr())) })
 	if _, body := get(t, "http://"+s.Addr()+"/metrics"); !strings.Contains(body, `fabric_http_connections_refused_total{reason="per_address"} 1`) ||
 		!strings.Contains(body, `fabric_http_connections_refused_total{reason="total"}`) {
 		t.Errorf("refusals not counted:\n%s", body)
