@@ -1,17 +1,14 @@
 package ingest
 
 import (
-	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/eventually"
-	"github.com/fabric-mls/fabric/internal/natsserver"
+	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -22,28 +19,8 @@ import (
 // there too.
 func newClusterEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("cluster test in -short mode")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := natsserver.StartCluster(ctx, 3, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	nc, err := c.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{Replicas: 3, DuplicateWindow: o.window}); err != nil {
-		t.Fatal(err)
-	}
+	ce := natstest.Start(t, natstest.ThreeNodes(), natstest.WithStreams(streams.Config{Replicas: 3, DuplicateWindow: o.window}))
+	nc, js, c := ce.Conn, ce.JS, ce.Cluster
 	var mu sync.Mutex
 	next := 0
 	e := &env{t: t, nc: nc, js: js, connect: func() (*nats.Conn, error) {

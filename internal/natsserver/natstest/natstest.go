@@ -19,7 +19,9 @@ import (
 
 // Env is a running server and a connection to it.
 type Env struct {
-	Server *natsserver.Server // nil when the server runs InChildProcess
+	Server *natsserver.Server // nil when the server runs InChildProcess or as ThreeNodes
+	// Cluster is the three nodes under ThreeNodes, else nil.
+	Cluster *natsserver.Cluster
 	// Process is the server's process under InChildProcess, else nil.
 	Process *os.Process
 	URL     string // the client URL; empty for a server in process
@@ -33,6 +35,7 @@ type options struct {
 	streams   streams.Config
 	child     bool
 	cpus      string
+	cluster   bool
 }
 
 // Option changes what Start starts.
@@ -46,6 +49,11 @@ func OverLoopback() Option { return func(o *options) { o.loopback = true } }
 // defaults.
 func WithStreams(cfg streams.Config) Option { return func(o *options) { o.streams = cfg } }
 
+// ThreeNodes starts a three-node cluster on loopback instead of one
+// server, with the streams and buckets at 3 replicas unless WithStreams
+// says otherwise; the test is skipped in -short mode.
+func ThreeNodes() Option { return func(o *options) { o.cluster = true } }
+
 // WithoutStreams provisions nothing.
 func WithoutStreams() Option { return func(o *options) { o.provision = false } }
 
@@ -57,12 +65,26 @@ func Start(t testing.TB, opts ...Option) *Env {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e := &Env{}
-	if o.child {
+	switch {
+	case o.cluster:
+		if testing.Short() {
+			t.Skip("cluster test in -short mode")
+		}
+		c, err := natsserver.StartCluster(ctx, 3, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Shutdown)
+		e.Cluster, e.URL = c, c.ClientURLs()
+		if o.streams.Replicas == 0 {
+			o.streams.Replicas = 3
+		}
+	case o.child:
 		e.Process, e.URL = startChild(t, o.cpus)
-	} else {
+	default:
 		so := natsserver.Options{StoreDir: t.TempDir(), InProcess: !o.loopback}
 		if o.loopback {
 			so.Port = natsserver.RandomPort
