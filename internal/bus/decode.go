@@ -23,7 +23,9 @@ type Delivered struct {
 	ClientID string
 	// ID is the event id (Nats-Msg-Id).
 	ID string
-	// Event is the decoded, validated event.
+	// Event is the decoded, validated event. Its strings and octets point
+	// into the message's Data (schema.ClientEvent.UnmarshalMsgpackView),
+	// which must not change while they are in use.
 	Event schema.ClientEvent
 	// ConversationKey and ReferencesOwn are the filter facts convergence
 	// attached (EVENT-020, EVENT-021).
@@ -116,7 +118,7 @@ func decodeStored(d *Delivered, h nats.Header, body []byte) error {
 	if err := validID(d.ID); err != nil {
 		return err
 	}
-	if err := d.Event.UnmarshalMsgpack(body); err != nil {
+	if err := d.Event.UnmarshalMsgpackView(body); err != nil {
 		return invalidEvent("event", err)
 	}
 	if v := h.Get(HeaderConversationKey); v != "" {

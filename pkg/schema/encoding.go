@@ -286,14 +286,28 @@ func (e ClientEvent) MarshalJSON() ([]byte, error) { return e.AppendJSON(make([]
 // On error *e is unchanged.
 func (e *ClientEvent) UnmarshalMsgpack(data []byte) error { return e.unmarshal(data, false) }
 
+// UnmarshalMsgpackView is UnmarshalMsgpack without copies: the event's
+// strings and octets point into data, which must not change while they are
+// in use. It accepts and refuses what UnmarshalMsgpack does, with the same
+// errors (FuzzUnmarshalMsgpackView). For a reader that decodes every event
+// and keeps little of it, such as the fanout gateway.
+func (e *ClientEvent) UnmarshalMsgpackView(data []byte) error {
+	r := reader{data: data, view: true}
+	return e.read(&r)
+}
+
 // UnmarshalJSON decodes a JSON ClientEvent strictly and validates it. On
 // error *e is unchanged.
 func (e *ClientEvent) UnmarshalJSON(data []byte) error { return e.unmarshal(data, true) }
 
 func (e *ClientEvent) unmarshal(data []byte, json bool) error {
 	r := reader{data: data, json: json}
+	return e.read(&r)
+}
+
+func (e *ClientEvent) read(r *reader) error {
 	var v ClientEvent
-	if err := r.finish(v.decode(&r)); err != nil {
+	if err := r.finish(v.decode(r)); err != nil {
 		return err
 	}
 	if err := v.Validate(); err != nil {

@@ -121,3 +121,32 @@ func FuzzTransportMessage(f *testing.F) {
 		fuzzValue[TransportMessage](t, Msgpack, data)
 	})
 }
+
+// FuzzUnmarshalMsgpackView: the view decodes what UnmarshalMsgpack decodes,
+// to an equal event, refuses what it refuses with the same error, and
+// encodes to the same JSON and msgpack bytes. Seeds: the event goldens and
+// testdata/fuzz/FuzzUnmarshalMsgpackView.
+func FuzzUnmarshalMsgpackView(f *testing.F) {
+	eventGoldens(f, ".msgpack")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got ClientEvent
+		werr := want.UnmarshalMsgpack(data)
+		gerr := got.UnmarshalMsgpackView(data)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Fatalf("view error %v, UnmarshalMsgpack error %v", gerr, werr)
+		}
+		if werr != nil {
+			return
+		}
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("view %+v, UnmarshalMsgpack %+v", got, want)
+		}
+		for _, format := range []Format{JSON, Msgpack} {
+			w, werr := format.Append(nil, want)
+			g, gerr := format.Append(nil, got)
+			if werr != nil || gerr != nil || !bytes.Equal(w, g) {
+				t.Fatalf("%s: view encodes to %q (%v), UnmarshalMsgpack's event to %q (%v)", format, g, gerr, w, werr)
+			}
+		}
+	})
+}

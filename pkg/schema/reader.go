@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // readErr is a malformation found by the reader; the decode functions turn
@@ -38,6 +39,9 @@ type reader struct {
 	// arena backs decoded octets, so one value's byte members share one
 	// allocation.
 	arena []byte
+	// view makes msgpack strings and octets point into data instead of
+	// copying them (ClientEvent.UnmarshalMsgpackView).
+	view bool
 }
 
 // iter is the state of a map or array being read.
@@ -361,11 +365,14 @@ func (r *reader) strBytes() ([]byte, error) {
 
 func (r *reader) str() (string, error) {
 	b, err := r.strBytes()
+	if r.view && len(b) > 0 {
+		return unsafe.String(&b[0], len(b)), err
+	}
 	return string(b), err
 }
 
 // bin reads octets: msgpack bin, or a lowercase hex JSON string. The result
-// is never nil and never aliases the input.
+// is never nil, and never aliases the input unless the reader is a view.
 func (r *reader) bin() (Bytes, error) {
 	if r.json {
 		c, err := r.peek()
@@ -412,6 +419,9 @@ func (r *reader) bin() (Bytes, error) {
 	b, err := r.take(n)
 	if err != nil {
 		return nil, err
+	}
+	if r.view {
+		return b[:n:n], nil
 	}
 	out := r.alloc(n)
 	copy(out, b)
