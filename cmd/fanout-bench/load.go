@@ -40,7 +40,11 @@ import (
 // fresh, in an order rotated per round; N raw WebSocket connections each
 // hold one subscriber on its own channel (a fabric client id; a Centrifugo
 // personal channel, subscribed server-side by the connection token's
-// channels claim), read by the same code. It reports per system and N:
+// channels claim), read by the same code. The fabric's events are stored
+// as converge stores them (one atomic batch per group message, with its
+// checkpoint; -fabric-publish event adds one publish per event), and
+// Centrifugo's publications carry the same event (-centrifugo-history adds
+// Centrifugo keeping them for recovery). It reports per system and N:
 // RSS per idle subscriber, delivered events/s with -burst events published
 // as fast as the publisher goes (each event reaches one subscriber, so a
 // delivery is counted once), server CPU per delivered event (utime+stime
