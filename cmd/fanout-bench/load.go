@@ -68,7 +68,10 @@ type loadOptions struct {
 	centrifugo string
 	// centrifugoHistory adds Centrifugo with history on its channels.
 	centrifugoHistory bool
-	publishers        int
+	// centrifugoRedis, a redis-server binary, adds Centrifugo on its Redis
+	// engine with history.
+	centrifugoRedis string
+	publishers      int
 	// rateBatch is how many events one publish of the latency phase carries.
 	rateBatch int
 	// fabricPublish lists how the fabric's events are stored, each measured
@@ -166,6 +169,9 @@ func runLoad(o options) error {
 		systems = append(systems, &centrifugoSystem{bin: lo.centrifugo})
 		if lo.centrifugoHistory {
 			systems = append(systems, &centrifugoSystem{bin: lo.centrifugo, history: true})
+		}
+		if lo.centrifugoRedis != "" {
+			systems = append(systems, &centrifugoSystem{bin: lo.centrifugo, redis: lo.centrifugoRedis})
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.duration)
@@ -685,16 +691,23 @@ func runNATS(profile string) error {
 type centrifugoSystem struct {
 	bin     string
 	history bool
-	dir     string
-	cmd     *exec.Cmd
-	addr    string
-	secret  string
-	apiKey  string
-	http    *http.Client
-	seq     atomic.Uint64
+	// redis is a redis-server binary: the Redis engine, history and
+	// forced recovery on the channels, Redis's data in an append-only file.
+	redis    string
+	redisCmd *exec.Cmd
+	dir      string
+	cmd      *exec.Cmd
+	addr     string
+	secret   string
+	apiKey   string
+	http     *http.Client
+	seq      atomic.Uint64
 }
 
 func (c *centrifugoSystem) name() string {
+	if c.redis != "" {
+		return "centrifugo+redis"
+	}
 	if c.history {
 		return "centrifugo+history"
 	}
@@ -709,17 +722,25 @@ const (
 	centrifugoHistoryTTL  = "24h"
 )
 
+// freePort returns a loopback TCP port nothing listens on now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
 func (c *centrifugoSystem) start(ctx context.Context, _ int) error {
 	var err error
 	if c.dir, err = os.MkdirTemp("", "fanout-load-centrifugo-"); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
 	c.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	c.secret, c.apiKey = "fanout-load-centrifugo-hmac-secret", "fanout-load-api-key"
 	cfg := map[string]any{
@@ -732,9 +753,16 @@ func (c *centrifugoSystem) start(ctx context.Context, _ int) error {
 		"log":      map[string]any{"level": "error"},
 		"engine":   map[string]any{"type": "memory"},
 	}
-	if c.history {
+	if c.history || c.redis != "" {
 		cfg["channel"] = map[string]any{"without_namespace": map[string]any{
 			"history_size": centrifugoHistorySize, "history_ttl": centrifugoHistoryTTL, "force_recovery": true}}
+	}
+	if c.redis != "" {
+		addr, err := c.startRedis(ctx)
+		if err != nil {
+			return err
+		}
+		cfg["engine"] = map[string]any{"type": "redis", "redis": map[string]any{"address": []string{"redis://" + addr}}}
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -783,7 +811,12 @@ func (c *centrifugoSystem) api(ctx context.Context, method string, body any) err
 	return nil
 }
 
-func (c *centrifugoSystem) pids() []int { return []int{c.cmd.Process.Pid} }
+func (c *centrifugoSystem) pids() []int {
+	if c.redisCmd != nil {
+		return []int{c.cmd.Process.Pid, c.redisCmd.Process.Pid}
+	}
+	return []int{c.cmd.Process.Pid}
+}
 
 func channelOf(i int) string { return fmt.Sprintf("u%08x", i+1) }
 
@@ -877,18 +910,55 @@ func (c *centrifugoSystem) publish(ctx context.Context, p int, to []int) error {
 	return c.api(ctx, "batch", map[string]any{"commands": cmds})
 }
 
+// startRedis starts redis-server for the Redis engine, keeping the data
+// across a restart as the fabric's file storage does: append-only file,
+// fsynced every second, in c.dir. It returns the address once it answers.
+func (c *centrifugoSystem) startRedis(ctx context.Context) (string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	c.redisCmd = exec.CommandContext(ctx, c.redis, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--dir", c.dir, "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no")
+	c.redisCmd.Stdout, c.redisCmd.Stderr = io.Discard, os.Stderr
+	if err := c.redisCmd.Start(); err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			return addr, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("redis-server did not answer: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stopProcess interrupts cmd and waits for it, killing it after 10 s.
+func stopProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
 func (c *centrifugoSystem) stop() {
 	if c.cmd != nil {
-		_ = c.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = c.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-done
-		}
+		stopProcess(c.cmd)
 		c.cmd = nil
+	}
+	if c.redisCmd != nil {
+		stopProcess(c.redisCmd)
+		c.redisCmd = nil
 	}
 	if c.dir != "" {
 		_ = os.RemoveAll(c.dir)

@@ -117,6 +117,7 @@ func main() {
 	flag.StringVar(&o.load.fabricPublish, "fabric-publish", "batch", "load: how the fabric's events are stored, comma-separated, each measured: batch (one atomic batch per group message with its checkpoint, as converge stores them), event (one JetStream async publish with Nats-Msg-Id per event)")
 	flag.StringVar(&o.load.centrifugo, "centrifugo", "", "load: path of a centrifugo v6 binary to compare with")
 	flag.BoolVar(&o.load.centrifugoHistory, "centrifugo-history", false, "load: also measure Centrifugo with history and forced recovery on its channels, as the fabric stores every event")
+	flag.StringVar(&o.load.centrifugoRedis, "centrifugo-redis", "", "load: also measure Centrifugo on its Redis engine with history and forced recovery, started with this redis-server binary (append-only file fsynced every second: kept across a restart, as the fabric's events are)")
 	flag.BoolVar(&o.childNATS, "child-nats", false, "internal: run only nats-server")
 	flag.BoolVar(&o.childHolder, "child-holder", false, "internal: hold soak connections")
 	flag.StringVar(&o.holder.addrs, "addrs", "", "internal: gateways for -child-holder")
