@@ -73,3 +73,46 @@ func BenchmarkOffer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTapOnMsg measures the tap's handling of one republished
+// message.received with a content type, as the load command stores them,
+// for one msgpack subscription: decode, filter, queue, wake the writer.
+// nats.go's parsing of the message is not in it.
+func BenchmarkTapOnMsg(b *testing.B) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := &Gateway{cfg: Config{QueueCapacity: queue.DefaultCapacity}, metrics: m}
+	t := &tap{g: g, started: true, subs: make(map[*subscription]struct{})}
+	f, err := filter.Compile(schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := newConn(g, wire.Msgpack, false, auth.Claims{}, nil)
+	s := c.newSubscription(tenantA, client1, f, 0)
+	c.announce(s, nil)
+	t.subs[s] = struct{}{}
+	ev := received(groupA, 1, &text)
+	body, err := ev.MarshalMsgpack()
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := republished(b, body)
+	b.ReportAllocs()
+	for b.Loop() {
+		t.lastSeq = 3 // the message's Nats-Last-Sequence: no gap to repair
+		t.onMsg(msg)
+		c.mu.Lock()
+		if _, ok := s.q.Pop(); !ok {
+			b.Fatal("event not queued")
+		}
+		_ = s.q.Credit(1)
+		c.ready, s.inReady = c.ready[:0], false
+		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		default:
+		}
+	}
+}
