@@ -1,27 +1,22 @@
 package ingest
 
 import (
-	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
-	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -32,119 +27,100 @@ const (
 	benchBatch   = 250
 	benchCallers = 8
 	benchText    = 1000 // characters of text: a ~1 KiB PrivateMessage
-	// benchRound is how many batches run between two plain rounds.
+	// benchRound is how many batches each path sends in one round.
 	benchRound = 2 * benchCallers
 )
 
 // BenchmarkIngest measures ingest over HTTP and over NATS against two
 // anchors sending the same messages to the same stream on the same server:
 // a plain JetStream async publish, and one with Nats-Msg-Id (the server's
-// dedup, what ingest's own dedup stands in for). Each sub-benchmark
-// interleaves the three in rounds of benchRound batches, timed apart, the
-// first of each round rotating (interleaved). It reports msgs/s (the
-// measured path), plain-msgs/s, msgid-msgs/s, the ratios of-plain and
-// of-msgid, and the process CPU time per message of each (cpu-µs/msg,
-// plain-cpu-µs/msg, msgid-cpu-µs/msg) with the ratios cpu-of-plain and
-// cpu-of-msgid (an anchor's CPU over the path's): server and ingest run in
-// the process, so on a machine others load too the CPU ratio says what the
-// rate ratio would be with the CPU to itself.
+// dedup, what ingest's own dedup stands in for). The callers of every path
+// (the HTTP client, the NATS requester, the anchors' JetStream publisher)
+// run in a process of their own, benchCallers goroutines each with one
+// batch of benchBatch messages in flight, every acknowledgement awaited;
+// the server and ingest run in this one. Each sub-benchmark interleaves
+// the three paths in rounds of benchRound batches, timed apart, the first
+// of each round rotating. It reports msgs/s (the measured path),
+// plain-msgs/s, msgid-msgs/s, the ratios of-plain and of-msgid; the CPU
+// time per message of each path, both processes (cpu-µs/msg,
+// plain-cpu-µs/msg, msgid-cpu-µs/msg), and of that the caller's
+// (caller-µs/msg, plain-caller-µs/msg, msgid-caller-µs/msg); and the
+// ratios cpu-of-plain and cpu-of-msgid (an anchor's CPU over the path's,
+// callers included) and srv-cpu-of-plain and srv-cpu-of-msgid (callers
+// left out: the server's, and ingest's where it is in the path). On a
+// machine others load too the CPU ratios say what the rate ratios would be
+// with the CPU to itself.
 // jetstream-one-write is the bound: the one write an admitted input costs
 // (the input on its per-message subject with its headers, created only if
-// absent), sent as ingest sends it (batchPublisher), without ingest's
-// intake, peel, classify or dedup read. The anchors publish to one subject
-// of the group with the JetStream client's async publish.
+// absent), sent as ingest sends it (batchPublisher) by the caller process,
+// without ingest's intake, peel, classify or dedup read. The anchors
+// publish to one subject of the group with the JetStream client's async
+// publish.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 20000x -count 3 ./internal/ingest/
 func BenchmarkIngest(b *testing.B) {
-	b.Run("jetstream-one-write", func(b *testing.B) {
-		r := newBenchRig(b)
-		p := newBatchPublisher(r.env.nc)
-		if err := p.start(); err != nil {
-			b.Fatal(err)
-		}
-		defer p.stop()
-		interleaved(b, r, func(bt batch) error {
-			res, err := p.publish(context.Background(), r.js, bt.raw)
-			if err != nil {
-				return err
-			}
-			for _, r := range res {
-				if r.err != nil {
-					return r.err
+	for _, sub := range []struct{ name, arm string }{
+		{"jetstream-one-write", armRaw},
+		{"http-msgpack", armHTTP},
+		{"nats-msgpack", armNATS},
+	} {
+		b.Run(sub.name, func(b *testing.B) {
+			r := newBenchRig(b)
+			interleaved(b, r, r.plan(b, benchMessages(b, r.group, b.N), sub.arm), sub.arm)
+		})
+	}
+}
+
+// BenchmarkIngestAlone runs each path of BenchmarkIngest alone (the same
+// messages and batches, without the others), with the messages made before
+// the profile starts and the caller in its own process, so that a CPU
+// profile of this one shows what the server, and ingest where it is in the
+// path, spend on it (docs/ingest.md, "Throughput"). -cpuprofile would also
+// profile the making of the messages; -alone-profile profiles only the
+// timed part of the one sub-benchmark run:
+//
+//	go test -run '^$' -bench 'BenchmarkIngestAlone/http-msgpack' -benchtime 100000x ./internal/ingest/ -args -alone-profile cpu.prof
+func BenchmarkIngestAlone(b *testing.B) {
+	for _, sub := range []struct{ name, arm string }{
+		{"jetstream-one-write", armRaw},
+		{"http-msgpack", armHTTP},
+		{"nats-msgpack", armNATS},
+		{"plain", armPlain},
+		{"msgid", armMsgID},
+	} {
+		b.Run(sub.name, func(b *testing.B) {
+			r := newBenchRig(b)
+			plan := r.plan(b, benchMessages(b, r.group, b.N), sub.arm)
+			c := startCaller(b, plan)
+			runtime.GC()
+			if *aloneProfile != "" {
+				f, err := os.Create(*aloneProfile)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					b.Fatal(err)
 				}
 			}
-			return nil
-		}, true)
-	})
-	b.Run("http-msgpack", func(b *testing.B) {
-		r := newBenchRig(b)
-		send, done := httpSender(b, r)
-		defer done()
-		interleaved(b, r, send, false)
-	})
-	b.Run("nats-msgpack", func(b *testing.B) {
-		r := newBenchRig(b)
-		interleaved(b, r, func(bt batch) error {
-			m := nats.NewMsg(intakeSubject(testTenant))
-			m.Header.Set(HeaderContentType, httpapi.ContentTypeMsgpack)
-			m.Data = bt.body
-			reply, err := r.env.nc.RequestMsg(m, 30*time.Second)
+			b.ResetTimer()
+			c0 := cpuNow()
+			calls, err := c.run(sub.arm, 0, len(plan.Batches))
 			if err != nil {
-				return err
+				b.Fatal(err)
 			}
-			var res Response
-			if err := decodeMsgpack(reply.Data, &res); err != nil {
-				return err
+			b.StopTimer()
+			if *aloneProfile != "" {
+				pprof.StopCPUProfile()
 			}
-			return checkQueued(res, bt.n)
-		}, false)
-	})
+			perMsg := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+			b.ReportMetric(perMsg(cpuNow()-c0), "srv-µs/msg")
+			b.ReportMetric(perMsg(calls), "caller-µs/msg")
+		})
+	}
 }
 
-// BenchmarkIngestHTTPAlone runs ingest's HTTP path alone, the same
-// messages and batches as BenchmarkIngest/http-msgpack without the anchors
-// and with the messages made before the profile starts, so that a CPU
-// profile shows what ingest's path costs (docs/ingest.md, "Throughput"):
-//
-//	go test -run '^$' -bench BenchmarkIngestHTTPAlone -benchtime 100000x -cpuprofile cpu.prof ./internal/ingest/
-func BenchmarkIngestHTTPAlone(b *testing.B) {
-	r := newBenchRig(b)
-	send, done := httpSender(b, r)
-	defer done()
-	bodies := encodeBatches(b, benchMessages(b, r.group, b.N), false)
-	runtime.GC()
-	b.ResetTimer()
-	c0 := cpuNow()
-	fanIn(b, bodies, send)
-	b.StopTimer()
-	b.ReportMetric(float64((cpuNow()-c0).Microseconds())/float64(b.N), "cpu-µs/msg")
-}
-
-// httpSender posts one batch to the rig's worker over HTTP as msgpack and
-// checks that every message was queued.
-func httpSender(b *testing.B, r *benchRig) (send func(batch) error, done func()) {
-	w := r.env.workers[0]
-	tok := benchToken(b)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchCallers}}
-	return func(bt batch) error {
-		req, err := http.NewRequest(http.MethodPost, w.http.URL+"/v1/tenants/"+testTenant+"/transport", bytes.NewReader(bt.body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", httpapi.ContentTypeMsgpack)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var res Response
-		if err := decodeResponse(resp, &res); err != nil {
-			return err
-		}
-		return checkQueued(res, bt.n)
-	}, client.CloseIdleConnections
-}
+var aloneProfile = flag.String("alone-profile", "", "BenchmarkIngestAlone writes a CPU profile of its timed part here")
 
 // benchRig is one sub-benchmark's server, ingest worker and hosted group.
 // Each sub-benchmark has its own, so none runs against a stream and a heap
@@ -152,181 +128,119 @@ func httpSender(b *testing.B, r *benchRig) (send func(batch) error, done func())
 type benchRig struct {
 	env   *env
 	group *testpeer.Group
-	js    jetstream.JetStream
 }
 
 func newBenchRig(b *testing.B) *benchRig {
 	r := &benchRig{env: newEnv(b, envOpts{limits: Limits{RatePerTenant: -1, ByteRatePerTenant: -1}}), group: newBenchGroup(b)}
 	r.env.hostGroup(r.group.ID())
-	js, err := jetstream.New(r.env.nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.js = js
 	return r
 }
 
-// anchor publishes msgs to one input subject of the group, asynchronously,
-// and awaits them: a plain JetStream publish, or with ids one carrying
-// Nats-Msg-Id (the server's own dedup), the write ingest's dedup competes
-// with.
-func (r *benchRig) anchor(msgs []schema.TransportMessage, ids []string) error {
-	subj, err := subject.Input(testTenant, hex.EncodeToString(r.group.ID()), strings.Repeat("00", sha256.Size))
+// plan cuts msgs into batches of benchBatch in the forms the anchors and
+// arm send them: request bodies, or for armRaw the writes their admission
+// makes.
+func (r *benchRig) plan(b *testing.B, msgs []schema.TransportMessage, arm string) *callerPlan {
+	anchor, err := subject.Input(testTenant, hex.EncodeToString(r.group.ID()), strings.Repeat("00", sha256.Size))
 	if err != nil {
-		return err
+		b.Fatal(err)
 	}
-	for i, m := range msgs {
-		opts := []jetstream.PublishOpt{jetstream.WithStallWait(stallWait)}
-		if ids != nil {
-			opts = append(opts, jetstream.WithMsgID(ids[i]))
-		}
-		if _, err := r.js.PublishAsync(subj, m.Payload, opts...); err != nil {
-			return err
-		}
+	p := &callerPlan{
+		HTTPURL:       r.env.workers[0].http.URL + "/v1/tenants/" + testTenant + "/transport",
+		NATSURL:       r.env.url,
+		Token:         benchToken(b),
+		IntakeSubject: intakeSubject(testTenant),
+		AnchorSubject: anchor,
 	}
-	return awaitAsync(r.js)
+	for i := 0; i < len(msgs); i += benchBatch {
+		part := msgs[i:min(i+benchBatch, len(msgs))]
+		var bt callerBatch
+		for _, m := range part {
+			id := sha256.Sum256(m.Payload)
+			bt.Payloads = append(bt.Payloads, m.Payload)
+			bt.IDs = append(bt.IDs, hex.EncodeToString(id[:]))
+		}
+		if arm == armRaw {
+			bt.Raw = rawWrites(b, part)
+		} else {
+			bt.Body = encodeBatch(b, part)
+		}
+		p.Batches = append(p.Batches, bt)
+	}
+	return p
 }
 
-// arm is one path of the benchmark, with the wall and CPU time it took.
-type arm struct {
-	run       func(lo, hi int, round []batch) error
-	wall, cpu time.Duration
+// path is one path of the benchmark, with the wall time it took and the
+// CPU time of each process.
+type path struct {
+	arm                string
+	wall, serve, calls time.Duration
 }
 
-// interleaved sends the same b.N messages three ways: through send (in
-// batches from benchCallers goroutines), and through the two anchors, a
-// plain JetStream async publish and one with Nats-Msg-Id, to the same
-// stream, so with the same durability. The three alternate in rounds of
-// benchRound batches, each timed apart, and which goes first rotates from
-// round to round, so neither whatever else loads the machine nor running
-// first or last favours one. With raw the batches carry the writes
-// admission makes instead of request bodies.
-func interleaved(b *testing.B, r *benchRig, send func(batch) error, raw bool) {
-	msgs := benchMessages(b, r.group, b.N)
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		id := sha256.Sum256(m.Payload)
-		ids[i] = hex.EncodeToString(id[:])
-	}
-	bodies := encodeBatches(b, msgs, raw)
-	b.SetBytes(int64(len(msgs[0].Payload)))
-	measured := &arm{run: func(_, _ int, round []batch) error { fanIn(b, round, send); return nil }}
-	plain := &arm{run: func(lo, hi int, _ []batch) error { return r.anchor(msgs[lo:hi], nil) }}
-	withID := &arm{run: func(lo, hi int, _ []batch) error { return r.anchor(msgs[lo:hi], ids[lo:hi]) }}
-	arms := []*arm{measured, plain, withID}
+// interleaved sends the plan's messages three ways from the caller
+// process: through arm, and through the two anchors, a plain JetStream
+// async publish and one with Nats-Msg-Id, to the same stream, so with the
+// same durability. The three alternate in rounds of benchRound batches,
+// each timed apart, and which goes first rotates from round to round, so
+// neither whatever else loads the machine nor running first or last
+// favours one.
+func interleaved(b *testing.B, r *benchRig, plan *callerPlan, arm string) {
+	b.SetBytes(int64(len(plan.Batches[0].Payloads[0])))
+	c := startCaller(b, plan)
+	measured, plain, withID := &path{arm: arm}, &path{arm: armPlain}, &path{arm: armMsgID}
+	paths := []*path{measured, plain, withID}
 	runtime.GC() // the garbage of making the messages is no one's cost
 	b.ResetTimer()
-	for k, lo, off := 0, 0, 0; lo < len(bodies); k, lo = k+1, lo+benchRound {
-		round := bodies[lo:min(lo+benchRound, len(bodies))]
-		n := 0
-		for _, bt := range round {
-			n += bt.n
-		}
-		for i := range arms {
-			a := arms[(k+i)%len(arms)]
+	for k, lo := 0, 0; lo < len(plan.Batches); k, lo = k+1, lo+benchRound {
+		hi := min(lo+benchRound, len(plan.Batches))
+		for i := range paths {
+			p := paths[(k+i)%len(paths)]
 			start, c0 := time.Now(), cpuNow()
-			if err := a.run(off, off+n, round); err != nil {
+			calls, err := c.run(p.arm, lo, hi)
+			if err != nil {
 				b.Fatal(err)
 			}
-			a.wall += time.Since(start)
-			a.cpu += cpuNow() - c0
+			p.wall += time.Since(start)
+			p.serve += cpuNow() - c0
+			p.calls += calls
 		}
-		off += n
 	}
 	b.StopTimer()
-	rate := func(a *arm) float64 { return float64(b.N) / a.wall.Seconds() }
-	perMsg := func(a *arm) float64 { return float64(a.cpu.Microseconds()) / float64(b.N) }
+	rate := func(p *path) float64 { return float64(b.N) / p.wall.Seconds() }
+	perMsg := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
 	b.ReportMetric(rate(measured), "msgs/s")
 	b.ReportMetric(rate(plain), "plain-msgs/s")
 	b.ReportMetric(rate(withID), "msgid-msgs/s")
 	b.ReportMetric(rate(measured)/rate(plain), "of-plain")
 	b.ReportMetric(rate(measured)/rate(withID), "of-msgid")
-	b.ReportMetric(perMsg(measured), "cpu-µs/msg")
-	b.ReportMetric(perMsg(plain), "plain-cpu-µs/msg")
-	b.ReportMetric(perMsg(withID), "msgid-cpu-µs/msg")
-	if measured.cpu > 0 {
-		b.ReportMetric(float64(plain.cpu)/float64(measured.cpu), "cpu-of-plain")
-		b.ReportMetric(float64(withID.cpu)/float64(measured.cpu), "cpu-of-msgid")
+	for _, p := range []struct {
+		prefix string
+		p      *path
+	}{{"", measured}, {"plain-", plain}, {"msgid-", withID}} {
+		b.ReportMetric(perMsg(p.p.serve+p.p.calls), p.prefix+"cpu-µs/msg")
+		b.ReportMetric(perMsg(p.p.calls), p.prefix+"caller-µs/msg")
 	}
-}
-
-// awaitAsync waits for every asynchronous publish of js.
-func awaitAsync(js jetstream.JetStream) error {
-	select {
-	case <-js.PublishAsyncComplete():
-		return nil
-	case <-time.After(time.Minute):
-		return errors.New("publishes not acknowledged")
+	if measured.serve > 0 {
+		all := float64(measured.serve + measured.calls)
+		b.ReportMetric(float64(plain.serve+plain.calls)/all, "cpu-of-plain")
+		b.ReportMetric(float64(withID.serve+withID.calls)/all, "cpu-of-msgid")
+		b.ReportMetric(float64(plain.serve)/float64(measured.serve), "srv-cpu-of-plain")
+		b.ReportMetric(float64(withID.serve)/float64(measured.serve), "srv-cpu-of-msgid")
 	}
-}
-
-// batch is one intake request body, and the raw writes its messages make
-// when admitted, made before the timer starts: the callers' encoding is
-// not ingest's cost.
-type batch struct {
-	body []byte
-	raw  []*nats.Msg
-	n    int
-}
-
-// encodeBatches cuts msgs into batches of benchBatch: msgpack request
-// bodies, or with raw the writes their admission makes.
-func encodeBatches(b *testing.B, msgs []schema.TransportMessage, raw bool) []batch {
-	var out []batch
-	for i := 0; i < len(msgs); i += benchBatch {
-		part := msgs[i:min(i+benchBatch, len(msgs))]
-		bt := batch{n: len(part)}
-		if raw {
-			bt.raw = rawWrites(b, part)
-		} else {
-			bt.body = encodeBatch(b, part)
-		}
-		out = append(out, bt)
-	}
-	return out
 }
 
 // rawWrites are the writes ingest makes for each admitted message: the
 // input with its headers, created only if absent.
-func rawWrites(b *testing.B, msgs []schema.TransportMessage) []*nats.Msg {
-	out := make([]*nats.Msg, 0, len(msgs))
+func rawWrites(b *testing.B, msgs []schema.TransportMessage) []rawWrite {
+	out := make([]rawWrite, 0, len(msgs))
 	for _, tm := range msgs {
 		in := &input{msg: tm, id: sha256.Sum256(tm.Payload), class: schema.ClassApplication, mls: tm.Payload, groupHex: hex.EncodeToString(tm.Group)}
 		pub, err := inputMsg(testTenant, in)
 		if err != nil {
 			b.Fatal(err)
 		}
-		out = append(out, pub)
+		out = append(out, rawWrite{Subject: pub.Subject, Header: pub.Header, Data: pub.Data})
 	}
 	return out
-}
-
-// fanIn sends the batches from benchCallers goroutines.
-func fanIn(b *testing.B, all []batch, send func(batch) error) {
-	batches := make(chan batch, len(all))
-	for _, bt := range all {
-		batches <- bt
-	}
-	close(batches)
-	var wg sync.WaitGroup
-	errs := make(chan error, benchCallers)
-	for range benchCallers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for batch := range batches {
-				if err := send(batch); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
 }
 
 func checkQueued(r Response, n int) error {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -30,7 +32,17 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if plan := os.Getenv(benchCallerEnv); plan != "" {
+		// BenchmarkIngest's caller process (bench_caller_test.go).
+		if err := runBenchCaller(plan); err != nil {
+			fmt.Fprintln(os.Stderr, "caller:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const testTenant = "acme"
 
@@ -50,6 +62,7 @@ var testVault = func() *engine.Vault {
 type env struct {
 	t       testing.TB
 	connect func() (*nats.Conn, error) // for the next worker
+	url     string                     // the server's client URL
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	workers []*worker
@@ -75,7 +88,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	ns := natstest.Start(t, natstest.OverLoopback(),
 		natstest.WithStreams(streams.Config{DuplicateWindow: o.window, InputMaxBytes: o.inBytes}))
-	e := &env{t: t, connect: func() (*nats.Conn, error) { return ns.Server.Connect() }, nc: ns.Conn, js: ns.JS}
+	e := &env{t: t, connect: func() (*nats.Conn, error) { return ns.Server.Connect() }, url: ns.Server.ClientURL(), nc: ns.Conn, js: ns.JS}
 	if !o.none {
 		e.addWorkers(o)
 	}
