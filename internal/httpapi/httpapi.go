@@ -77,6 +77,12 @@ func wantsMsgpack(r *http.Request) bool {
 // ReadBody reads at most limit bytes of the request body. A larger body is
 // ErrBodyTooLarge.
 func ReadBody(r *http.Request, limit int64) ([]byte, error) {
+	return ReadBodyInto(r, limit, nil)
+}
+
+// ReadBodyInto is ReadBody reading into buf when the announced body fits
+// its capacity, so a caller may reuse buffers.
+func ReadBodyInto(r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxBody
 	}
@@ -85,7 +91,11 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	if n := r.ContentLength; n >= 0 && n <= limit {
 		// The size is announced: one buffer of it, no regrowth. A body
 		// that is not the length it announced fails in the server's read.
-		b = make([]byte, n)
+		if int64(cap(buf)) >= n {
+			b = buf[:n]
+		} else {
+			b = make([]byte, n)
+		}
 		_, err = io.ReadFull(r.Body, b)
 	} else {
 		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))

@@ -158,6 +158,20 @@ func (p *batchPublisher) ack(m *nats.Msg) {
 	}
 }
 
+// streamName is name as a string, without a copy for the streams ingest
+// writes to: every acknowledgement names one.
+func streamName(name []byte) string {
+	switch string(name) {
+	case streamIn:
+		return streamIn
+	case streamRetained:
+		return streamRetained
+	case streamOutcomes:
+		return streamOutcomes
+	}
+	return string(name)
+}
+
 // ackPrefix is how the server begins a stored message's acknowledgement;
 // anything else (an error, an unexpected shape) is decoded in full.
 var ackPrefix = []byte(`{"stream":"`)
@@ -174,7 +188,7 @@ func parseAck(m *nats.Msg) pubResult {
 			end := bytes.IndexAny(rest, ",}")
 			if end > 0 && rest[len(rest)-1] == '}' && !bytes.Contains(rest[end:], []byte(`"error"`)) {
 				if seq, err := strconv.ParseUint(string(rest[:end]), 10, 64); err == nil {
-					return pubResult{ack: &jetstream.PubAck{Stream: string(name), Sequence: seq, Duplicate: bytes.Contains(rest[end:], []byte(`"duplicate":true`))}}
+					return pubResult{ack: &jetstream.PubAck{Stream: streamName(name), Sequence: seq, Duplicate: bytes.Contains(rest[end:], []byte(`"duplicate":true`))}}
 				}
 			}
 		}

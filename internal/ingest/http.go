@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -73,7 +74,10 @@ func (s *Service) handleTransport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.reading.release(n)
-	body, err := httpapi.ReadBody(r, s.cfg.Limits.MaxBodyBytes)
+	buf := getBody()
+	defer putBody(buf)
+	body, err := httpapi.ReadBodyInto(r, s.cfg.Limits.MaxBodyBytes, *buf)
+	*buf = body
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -89,6 +93,28 @@ func (s *Service) handleTransport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpapi.Write(w, r, http.StatusOK, Response{Results: results})
+}
+
+// bodies are request body buffers. A body is dead once its request is
+// answered: inputs slice their payloads from it, but every write copies
+// them and no result refers to them.
+var bodies sync.Pool
+
+// maxPooledBody bounds the buffers kept for reuse.
+const maxPooledBody = 4 << 20
+
+func getBody() *[]byte {
+	if b, ok := bodies.Get().(*[]byte); ok {
+		return b
+	}
+	return new([]byte)
+}
+
+func putBody(b *[]byte) {
+	if cap(*b) <= maxPooledBody {
+		*b = (*b)[:0]
+		bodies.Put(b)
+	}
 }
 
 func (s *Service) handleOutcome(w http.ResponseWriter, r *http.Request) {

@@ -111,7 +111,7 @@ func decodeIntake(body []byte, isMsgpack bool, lim Limits) ([]schema.TransportMe
 		return nil, err
 	}
 	for i := range msgs {
-		if err := checkMessage(&msgs[i], fieldOf(batch, i), lim); err != nil {
+		if err := checkMessage(&msgs[i], batch, i, lim); err != nil {
 			return nil, err
 		}
 	}
@@ -148,20 +148,22 @@ func (s *Service) limits() Limits {
 // checkMessage applies the envelope rules of fabric-native/1 (DESIGN §3).
 // Payload content is not judged here: bytes that do not peel or parse get a
 // category, not a 400.
-func checkMessage(m *schema.TransportMessage, field string, lim Limits) error {
+func checkMessage(m *schema.TransportMessage, batch bool, i int, lim Limits) error {
+	// The member's name is made only for an error: this runs per message.
+	field := func(member string) string { return fieldOf(batch, i) + member }
 	switch {
 	case m.V != schema.TransportVersion:
-		return badField(field+".v", "version %d is not supported, want %d", m.V, schema.TransportVersion)
+		return badField(field(".v"), "version %d is not supported, want %d", m.V, schema.TransportVersion)
 	case !m.Kind.Valid():
-		return badField(field+".kind", "want %q or %q", schema.TransportMLS, schema.TransportSealed)
+		return badField(field(".kind"), "want %q or %q", schema.TransportMLS, schema.TransportSealed)
 	case len(m.Group) == 0:
-		return badField(field+".group", "missing or empty")
+		return badField(field(".group"), "missing or empty")
 	case len(m.Group) > maxGroupBytes:
-		return badField(field+".group", "longer than %d bytes", maxGroupBytes)
+		return badField(field(".group"), "longer than %d bytes", maxGroupBytes)
 	case len(m.Payload) == 0:
-		return badField(field+".payload", "missing or empty")
+		return badField(field(".payload"), "missing or empty")
 	case len(m.Payload) > lim.MaxMessageBytes:
-		return ErrMessageTooLarge.With("%s.payload: exceeds %d bytes", field, lim.MaxMessageBytes)
+		return ErrMessageTooLarge.With("%s: exceeds %d bytes", field(".payload"), lim.MaxMessageBytes)
 	}
 	return nil
 }

@@ -34,6 +34,9 @@ const stallWait = 5 * time.Second
 // isWrongLast reports whether err is a failed create-if-absent: the subject
 // already holds a message.
 func isWrongLast(err error) bool {
+	if err == nil {
+		return false // without the target escaping: this runs per input
+	}
 	var ae *jetstream.APIError
 	return errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
@@ -45,6 +48,9 @@ func isWrongLast(err error) bool {
 // waited out: once it settles, the same publish is stored or reports that
 // it exists.
 func isInProcess(err error) bool {
+	if err == nil {
+		return false
+	}
 	var ae *jetstream.APIError
 	return errors.As(err, &ae) && (ae.ErrorCode == errCodeMsgIDInProcess || ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -80,6 +80,37 @@ func (in *input) hexID() string {
 	return in.idHex
 }
 
+// hexIDs puts the message ids of ins in hex, all in one allocation: the
+// dedup read and the writes of a request need every one of them.
+func hexIDs(ins []*input) {
+	buf := make([]byte, 0, len(ins)*hex.EncodedLen(sha256.Size))
+	for _, in := range ins {
+		buf = hex.AppendEncode(buf, in.id[:])
+	}
+	all := string(buf)
+	const n = 2 * sha256.Size
+	for i, in := range ins {
+		in.idHex = all[i*n : (i+1)*n]
+	}
+}
+
+// shareGroups gives each input the group's hex and key of the input before
+// it when both name the same group: a request's inputs are mostly for one
+// group, so these are made once, not once each. The others get them in
+// peelAndClassify.
+func shareGroups(tenant string, ins []*input) {
+	for i, in := range ins {
+		if i > 0 && ins[i-1].groupKey != "" && bytes.Equal(in.msg.Group, ins[i-1].msg.Group) {
+			in.groupHex, in.groupKey = ins[i-1].groupHex, ins[i-1].groupKey
+			continue
+		}
+		groupHex := hex.EncodeToString(in.msg.Group)
+		if key, err := subject.GroupKey(tenant, groupHex); err == nil {
+			in.groupHex, in.groupKey = groupHex, key
+		}
+	}
+}
+
 // prepare peels and classifies an input and decides its next step. It does
 // no I/O. Whatever the bytes, it does not take the worker down: a panic in
 // a decoder is contained and the input fails closed as invalid_encoding.
@@ -96,16 +127,20 @@ func (s *Service) prepare(tenant string, in *input) {
 }
 
 func (s *Service) peelAndClassify(tenant string, in *input) {
-	in.groupHex = hex.EncodeToString(in.msg.Group)
-	key, err := subject.GroupKey(tenant, in.groupHex)
-	if err != nil {
-		// Intake checks tenant and group length; this is a guard.
-		in.id = sha256.Sum256(in.msg.Payload)
-		in.class = schema.ClassMalformed
-		in.reject(schema.CategoryWrongRecipient)
-		return
+	if in.groupKey == "" {
+		in.groupHex = hex.EncodeToString(in.msg.Group)
+		key, err := subject.GroupKey(tenant, in.groupHex)
+		if err != nil {
+			// Intake checks tenant and group length; this is a guard.
+			in.id = sha256.Sum256(in.msg.Payload)
+			in.class = schema.ClassMalformed
+			in.reject(schema.CategoryWrongRecipient)
+			return
+		}
+		in.groupKey = key
 	}
-	in.groupKey = key
+	key := in.groupKey
+	var err error
 	mls := []byte(in.msg.Payload)
 	if in.msg.Kind == schema.TransportSealed {
 		in.transportID = sha256.Sum256(in.msg.Payload)
@@ -169,6 +204,7 @@ func (s *Service) peelAndClassify(tenant string, in *input) {
 // prepareAll prepares a request's inputs; a large batch is split over the
 // CPUs. It does no I/O.
 func (s *Service) prepareAll(tenant string, ins []*input) {
+	shareGroups(tenant, ins)
 	const perWorker = 64 // below this a goroutine costs more than it saves
 	n := min(runtime.GOMAXPROCS(0), (len(ins)+perWorker-1)/perWorker)
 	if n <= 1 {
@@ -365,6 +401,7 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 		return nil
 	}
 	start := time.Now()
+	hexIDs(ins)
 	prevs, err := s.readOutcomes(ctx, tenant, ins)
 	if err != nil {
 		return err
@@ -378,6 +415,7 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 	}
 	batch := make([]entry, 0, len(ins))
 	msgs := make([]*nats.Msg, 0, len(ins))
+	writes := make([]inputWrite, len(ins))
 	first := make(map[[sha256.Size]byte]bool, len(ins))
 	for _, in := range ins {
 		prev := prevs[in.id]
@@ -386,7 +424,7 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 			continue
 		}
 		first[in.id] = true
-		m, err := inputMsg(tenant, in)
+		m, err := writes[len(msgs)].set(tenant, in)
 		if err != nil {
 			return err
 		}
@@ -439,21 +477,32 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 }
 
 // inputMsg is the message that puts an input on its per-message input
-// subject, created only if absent. Its header is built as a literal of
-// canonical keys, with the values in one allocation: one per input sent.
+// subject, created only if absent.
 func inputMsg(tenant string, in *input) (*nats.Msg, error) {
+	return new(inputWrite).set(tenant, in)
+}
+
+// inputWrite is an input's message with its header values, so that the
+// writes of a request are one allocation, not one each.
+type inputWrite struct {
+	msg  nats.Msg
+	vals [3]string
+}
+
+// set makes w the message of in. Its header is a literal of canonical keys.
+func (w *inputWrite) set(tenant string, in *input) (*nats.Msg, error) {
 	idHex := in.hexID()
 	subj, err := subject.Input(tenant, in.groupHex, idHex)
 	if err != nil {
 		return nil, fmt.Errorf("input subject: %w", err)
 	}
-	v := [...]string{"0", string(in.class), idHex}
-	vals := v[:]
-	return &nats.Msg{Subject: subj, Data: in.mls, Header: nats.Header{
-		jetstream.ExpectedLastSubjSeqHeader: vals[0:1:1],
-		bus.HeaderClass:                     vals[1:2:2],
-		bus.HeaderMessageID:                 vals[2:3:3],
-	}}, nil
+	w.vals = [...]string{"0", string(in.class), idHex}
+	w.msg = nats.Msg{Subject: subj, Data: in.mls, Header: nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: w.vals[0:1:1],
+		bus.HeaderClass:                     w.vals[1:2:2],
+		bus.HeaderMessageID:                 w.vals[2:3:3],
+	}}
+	return &w.msg, nil
 }
 
 // storedInput reads the stored input of a message id through the stream
