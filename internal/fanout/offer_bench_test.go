@@ -76,9 +76,15 @@ func BenchmarkOffer(b *testing.B) {
 
 // BenchmarkTapOnMsg measures the tap's handling of one republished
 // message.received with a content type, as the load command stores them,
-// for one msgpack subscription: decode, filter, queue, wake the writer.
-// nats.go's parsing of the message is not in it.
+// for one subscription in msgpack or JSON: decode, filter, encode for JSON,
+// queue, wake the writer. nats.go's parsing of the message is not in it.
 func BenchmarkTapOnMsg(b *testing.B) {
+	for _, enc := range []wire.Encoding{wire.Msgpack, wire.JSON} {
+		b.Run(enc.Subprotocol(), func(b *testing.B) { benchTapOnMsg(b, enc) })
+	}
+}
+
+func benchTapOnMsg(b *testing.B, enc wire.Encoding) {
 	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
@@ -89,7 +95,7 @@ func BenchmarkTapOnMsg(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := newConn(g, wire.Msgpack, false, auth.Claims{}, nil)
+	c := newConn(g, enc, false, auth.Claims{}, nil)
 	s := c.newSubscription(tenantA, client1, f, 0)
 	c.announce(s, nil)
 	t.subs[s] = struct{}{}
