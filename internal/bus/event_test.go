@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -457,6 +459,34 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := Decode(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRepublishedHeaders is nats.go's parsing of a republished event's
+// headers, before Decode sees the message: RePublish's five and the stored
+// Nats-Msg-Id for an event published alone; an event of an atomic batch, as
+// converge stores them, also keeps Nats-Batch-Id and Nats-Batch-Sequence;
+// a DM's event also carries its conversation key (EVENT-020), the ninth.
+func BenchmarkRepublishedHeaders(b *testing.B) {
+	stored, _ := subject.Events(tenant, client)
+	alone := []string{"Nats-Stream: FABRIC_EVENTS", "Nats-Subject: " + stored, "Nats-Sequence: 123456",
+		"Nats-Time-Stamp: 2026-12-03T20:33:44.910823186Z", "Nats-Last-Sequence: 123000",
+		"Nats-Msg-Id: " + EventID([]byte("headers"))}
+	batch := append(slices.Clone(alone), "Nats-Batch-Id: yIWxcbUw9vavhSyNMmYxrl", "Nats-Batch-Sequence: 17")
+	dm := append(slices.Clone(batch), HeaderConversationKey+": "+strings.Repeat("d3", 32))
+	for _, c := range []struct {
+		name    string
+		headers []string
+	}{{"alone", alone}, {"batch", batch}, {"batch-dm", dm}} {
+		block := []byte("NATS/1.0\r\n" + strings.Join(c.headers, "\r\n") + "\r\n\r\n")
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := nats.DecodeHeadersMsg(block); err != nil {
 					b.Fatal(err)
 				}
 			}
