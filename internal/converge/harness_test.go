@@ -205,6 +205,13 @@ func (c *testClock) run(d time.Duration) {
 	c.ahead, c.until = d, time.Time{}
 }
 
+// advance moves the clock d further ahead of the real time.
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ahead += d
+}
+
 // events returns every converge event stored for a client so far (the
 // client store's own identity.registered is left out).
 func (e *env) events(clientID string) []bus.Delivered {

@@ -38,6 +38,9 @@ type Metrics struct {
 	// Resident is the number of groups whose hosted members are in
 	// memory; one idle for Config.IdleAfter is dropped.
 	Resident prometheus.Gauge
+	// MemoryReleases counts the times the memory of dropped idle groups
+	// was returned to the system (at most once per Config.IdleAfter).
+	MemoryReleases prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil).
@@ -92,9 +95,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fabric_converge_resident_groups",
 			Help: "Groups whose hosted members are in memory; a group idle for the idle time is dropped, and its next input restores it from its stored state.",
 		}),
+		MemoryReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fabric_converge_memory_releases_total",
+			Help: "Times the memory freed by dropping idle groups was returned to the system (at most once per idle time).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries, m.Resident)
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries, m.Resident, m.MemoryReleases)
 	}
 	// The label values known up front exist at zero from the start, so
 	// rates and alerts over them work on a fresh worker.

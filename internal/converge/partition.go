@@ -160,8 +160,10 @@ func (p *partition) remember(key string, g *loadedGroup) {
 
 // evictIdle drops the groups that nothing loaded or committed for idle
 // (their members are restored from the stored state by the next input)
-// and brings the resident gauge to the groups that stay.
-func (p *partition) evictIdle(now time.Time, idle time.Duration, resident prometheus.Gauge) {
+// and brings the resident gauge to the groups that stay. It reports
+// whether it dropped any.
+func (p *partition) evictIdle(now time.Time, idle time.Duration, resident prometheus.Gauge) bool {
+	n := len(p.groups)
 	for k, g := range p.groups {
 		if now.Sub(g.used) >= idle {
 			delete(p.groups, k)
@@ -169,6 +171,7 @@ func (p *partition) evictIdle(now time.Time, idle time.Duration, resident promet
 	}
 	resident.Add(float64(len(p.groups) - p.resident))
 	p.resident = len(p.groups)
+	return len(p.groups) < n
 }
 
 func (w *Worker) runPartition(ctx context.Context, p int) {
@@ -315,7 +318,8 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			w.cleanup(ctx, part)
 		}
 		w.saveExpiry(ctx, part)
-		part.evictIdle(w.cfg.Now(), w.cfg.IdleAfter, w.metrics.Resident)
+		now := w.cfg.Now()
+		w.release.poll(now, part.evictIdle(now, w.cfg.IdleAfter, w.metrics.Resident))
 	}
 }
 

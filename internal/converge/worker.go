@@ -122,6 +122,8 @@ type Worker struct {
 	sealers sealers
 	// partBytes is the most bytes of a state blob one message carries.
 	partBytes int
+	// release returns the memory of dropped idle groups to the system.
+	release *memoryRelease
 
 	mu      sync.Mutex
 	running map[int]*partitionRun
@@ -201,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		cfg.Now = time.Now
 	}
 	w := &Worker{cfg: cfg, js: cfg.JS, log: cfg.Logger, metrics: cfg.Metrics, running: map[int]*partitionRun{},
-		freeRounds: map[int]int{}, adopted: map[int]bool{}}
+		freeRounds: map[int]int{}, adopted: map[int]bool{}, release: newMemoryRelease(cfg.IdleAfter)}
 	var err error
 	if w.inStream, err = cfg.JS.Stream(ctx, streams.StreamInput); err != nil {
 		return nil, fmt.Errorf("converge: stream %s: %w", streams.StreamInput, err)
@@ -271,6 +273,10 @@ func (w *Worker) Ready(context.Context) error {
 func (w *Worker) Run(ctx context.Context) error {
 	tick := time.NewTicker(w.cfg.LeaseTTL / 3)
 	defer tick.Stop()
+	// Run returns only once ctx has ended, which stops the releases.
+	var releases sync.WaitGroup
+	releases.Go(func() { w.release.run(ctx, w.metrics.MemoryReleases, w.log) })
+	defer releases.Wait()
 	defer w.stopAll()
 	for {
 		if err := w.balance(ctx); err != nil && ctx.Err() == nil {
