@@ -2,8 +2,11 @@ package converge
 
 import (
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"testing"
@@ -87,10 +90,16 @@ func benchConverge(b *testing.B, n, every int) {
 	e := newEnv(b)
 	g, hs, welcome := benchGroup(b, e, n)
 	states := benchStates(b, e, hs, welcome)
-	// The atomic batch limit deploy/ and the embedded servers configure.
-	e.worker("bench", func(c *Config) { c.SnapshotEvery, c.MaxBatch = every, natsserver.DefaultMaxAtomicBatch })
+	// The atomic batch limit deploy/ and the embedded servers configure;
+	// the default lease and cleanup period (the harness's shorter ones make
+	// the 64 partitions' idle fetches and heartbeats five times as often).
+	e.worker("bench", func(c *Config) {
+		c.SnapshotEvery, c.MaxBatch = every, natsserver.DefaultMaxAtomicBatch
+		c.LeaseTTL, c.CleanupInterval = DefaultLeaseTTL, DefaultCleanupInterval
+	})
 	e.publish(welcome)
 	e.waitAccepted(welcome.ID, time.Minute)
+	e.waitConsumers()
 	msgs, ins := benchInputs(b, g)
 	done := e.acceptedSignal(msgs[len(msgs)-1].ID)
 	rawFirst := rand.IntN(2) == 0
@@ -99,6 +108,7 @@ func benchConverge(b *testing.B, n, every int) {
 		raw = rawDecrypt(b, e, states, msgs)
 	}
 	b.ResetTimer()
+	stopProfile := profileTimed(b)
 	cpu, srvCPU := processCPU(b), e.serverCPU()
 	start := time.Now()
 	// Published as ingest does, pipelined: the publisher is not the bound.
@@ -109,6 +119,7 @@ func benchConverge(b *testing.B, n, every int) {
 	}
 	e.wait(done, "last input not accepted in time")
 	took, used, srvUsed := time.Since(start), processCPU(b)-cpu, e.serverCPU()-srvCPU
+	stopProfile()
 	b.StopTimer()
 	if !rawFirst {
 		raw = rawDecrypt(b, e, states, msgs)
@@ -156,6 +167,54 @@ func BenchmarkConvergeBacklog(b *testing.B) {
 			report(b, n, took, used, rawDecrypt(b, e, states, msgs))
 			e.reportServer(b, srvUsed)
 		})
+	}
+}
+
+var (
+	timedProfile  = flag.String("converge-bench-cpuprofile", "", "write a CPU profile of BenchmarkConverge's timed part only to this path, .1, .2, … per run of more than one message (merge them with go tool pprof)")
+	timedProfiles int
+)
+
+// profileTimed starts the CPU profile of -converge-bench-cpuprofile and
+// returns what stops it: the profile then holds converge's work, not the
+// set-up or the raw decryption.
+func profileTimed(b *testing.B) func() {
+	if *timedProfile == "" || b.N == 1 {
+		return func() {}
+	}
+	timedProfiles++
+	f, err := os.Create(fmt.Sprintf("%s.%d", *timedProfile, timedProfiles))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitConsumers waits until the worker has a consumer of every partition:
+// making them is its start-up, not the work the clock measures.
+func (e *env) waitConsumers() {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, streams.StreamInput)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for {
+		if info, err := s.Info(e.ctx); err == nil && info.State.Consumers >= subject.Partitions {
+			return
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatal("partition consumers not made in time")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

@@ -51,6 +51,8 @@ type groupState struct {
 	MessageBase uint64          `msgpack:"message_base,omitempty"`
 	// Expiry are the expiry queues of the stored index, by duration.
 	Expiry []expiryQueue `msgpack:"expiry,omitempty"`
+	// ids are the client ids of Members, sorted (clientIDs).
+	ids []string
 	// unstored are the index writes of transactions whose batches are not
 	// known stored yet, oldest first: a pipelined transaction reads them
 	// before the stream.
@@ -260,7 +262,7 @@ func (g *groupState) clone() (*groupState, error) {
 // processing and event ids do not depend on map order.
 func (g *groupState) active() []*hostedMember {
 	var out []*hostedMember
-	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+	for _, id := range g.clientIDs() {
 		if m := g.Members[id]; !m.Removed {
 			out = append(out, m)
 		}
@@ -268,12 +270,22 @@ func (g *groupState) active() []*hostedMember {
 	return out
 }
 
+// clientIDs returns the client ids of Members, sorted. They are kept while
+// the set of members is the same (a lookup each instead of a sort: this
+// runs several times per input, for every hosted member).
+func (g *groupState) clientIDs() []string {
+	if len(g.ids) != len(g.Members) || slices.ContainsFunc(g.ids, func(id string) bool { return g.Members[id] == nil }) {
+		g.ids = slices.Sorted(maps.Keys(g.Members))
+	}
+	return g.ids
+}
+
 // following returns the members whose convergence state takes input: the
 // active ones, then the removed ones still Retained, each in client id
 // order.
 func (g *groupState) following() []*hostedMember {
 	out := g.active()
-	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+	for _, id := range g.clientIDs() {
 		if m := g.Members[id]; m.Removed && m.Retained {
 			out = append(out, m)
 		}
