@@ -20,6 +20,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -206,16 +207,10 @@ func (e *env) waitConsumers() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for {
-		if info, err := s.Info(e.ctx); err == nil && info.State.Consumers >= subject.Partitions {
-			return
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatal("partition consumers not made in time")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	eventually.Within(e.t, time.Minute, "a consumer of every partition", func() bool {
+		info, err := s.Info(e.ctx)
+		return err == nil && info.State.Consumers >= subject.Partitions
+	})
 }
 
 // benchStates joins every hosted member from the Welcome outside converge,
