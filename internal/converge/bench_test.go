@@ -22,7 +22,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/natsserver"
-	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
+	"github.com/fabric-mls/fabric/internal/procstat"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -346,11 +346,7 @@ func (e *env) serverCPU() time.Duration {
 	if e.server == nil {
 		return 0
 	}
-	d, err := natstest.ProcessCPU(e.server)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return d
+	return procstat.CPU(e.server.Pid)
 }
 
 // reportServer reports the CPU per message of the server's own process

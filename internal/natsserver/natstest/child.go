@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,27 +87,4 @@ func startChild(t testing.TB, cpus string) (*os.Process, string) {
 		t.Fatalf("the server's process gave no URL: %v", err)
 	}
 	return cmd.Process, strings.TrimSpace(line)
-}
-
-// ProcessCPU is the CPU time, user and system, a process has used so far
-// (Linux: /proc/<pid>/stat at the kernel's 100 ticks a second).
-func ProcessCPU(p *os.Process) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name, which may hold spaces, in ")".
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("natstest: short /proc stat of %d", p.Pid)
-	}
-	var ticks int64
-	for _, s := range f[11:13] { // utime, stime
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("natstest: /proc stat of %d: %w", p.Pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / 100), nil
 }
