@@ -580,6 +580,15 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 		rec := t.ownRecord(oc, schema.OperationDone)
 		stale := note != nil && note.Disposition == schema.DispositionStale
 		switch {
+		case note != nil && note.Disposition == schema.DispositionAccepted && !oc.Lost && newerOf(t.g.OwnCommits, oc):
+			// A lost commit waiting behind its client's retried one won
+			// for now, but the retried one, already sent on the state it
+			// lost to, extends that branch and wins back when it comes.
+			// It is settled after that one, like any waiting commit: made
+			// again on the canonical state, done without a commit when
+			// that holds its intent.
+			keep = append(keep, oc)
+			continue
 		case note != nil && note.Disposition == schema.DispositionAccepted:
 			if m := t.g.Members[oc.ClientID]; m != nil {
 				m.LeafAt = t.now // the commit carried the committer's new path
@@ -614,6 +623,12 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 		}
 	}
 	return p.sendWaiting(ctx, t)
+}
+
+// newerOf reports whether oc's client has a commit in flight made on a
+// later epoch than oc: oc lost and waits behind it.
+func newerOf(own []ownCommit, oc ownCommit) bool {
+	return slices.ContainsFunc(own, func(o ownCommit) bool { return o.ClientID == oc.ClientID && !o.Lost && o.Epoch > oc.Epoch })
 }
 
 // tipEpoch is the epoch of a client's canonical state; holds is false when

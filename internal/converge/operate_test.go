@@ -465,6 +465,67 @@ func TestOwnCommitsOfOneClientAreRetriedOneAtATime(t *testing.T) {
 	}
 }
 
+// Issue 19, one commit of a client at a time: one admin's three changes
+// leave from one epoch; the commit of the highest digest comes back
+// first and wins, the first of the other two is made again on it, and
+// the last waits. The waiting one's commit then comes back alone and
+// wins over the first (lower digest, same depth), but the retried commit
+// already sent extends the first and wins back when it arrives. The
+// waiting operation must not be done by that passing win: every
+// operation done holds its change in the final components. The
+// outbound consumer is paused so the commits come back in this order.
+func TestOwnCommitWinningBehindItsClientsRetryIsNotDoneByIt(t *testing.T) {
+	e, lo, _, group := twoAdmins(t)
+	submit := e.startIngest()
+	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.outboundMsgs(group, 3)) // the add, its Welcome, the admins
+	name, description, image := "name", "description", "https://example.com/a.png"
+	patches := []bus.ComponentsPatch{{Name: &name}, {Description: &description}, {ImageURL: &image}}
+	var ops [][]byte
+	for _, p := range patches {
+		ops = append(ops, e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &p}))
+	}
+	out := e.outboundMsgs(group, before+3)[before:]
+	first := 0 // the highest digest wins over neither other commit
+	for i := range out {
+		if out[i].id > out[first].id {
+			first = i
+		}
+	}
+	back := func(m outboundMsg) []byte {
+		r := submit(m.transport)
+		if r.Status != schema.StatusQueued {
+			t.Fatalf("commit %s submitted: %+v", m.id, r)
+		}
+		return r.MessageID
+	}
+	back(out[first])
+	e.operation(ops[first], schema.OperationDone)
+	out = e.outboundMsgs(group, before+4)
+	waiting := 2
+	if first == 2 {
+		waiting = 1
+	}
+	e.settledOutcome(back(out[before+waiting]))
+	if rec := e.lastOperation(ops[waiting]); rec.Status == schema.OperationDone {
+		t.Fatalf("record %+v done by a win its client's retried commit takes back", rec)
+	}
+	if _, err := e.js.ResumeConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if rec := e.finalOperation(op); rec.Status != schema.OperationDone {
+			t.Fatalf("record %+v, want done", rec)
+		}
+	}
+	set := e.conversationComponents(group, lo.rec.ClientID)
+	if set.Profile == nil || set.Profile.Name != name || set.Profile.Description != description || set.Avatar == nil || set.Avatar.URL != image {
+		t.Fatalf("components %+v %+v, want the three changes", set.Profile, set.Avatar)
+	}
+}
+
 // finalOperation waits for an operation's record to be done or failed.
 func (e *env) finalOperation(id []byte) schema.Operation {
 	e.t.Helper()
