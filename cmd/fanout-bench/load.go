@@ -41,8 +41,9 @@ import (
 // hold one subscriber on its own channel (a fabric client id; a Centrifugo
 // personal channel, subscribed server-side by the connection token's
 // channels claim), read by the same code. The fabric's events are stored
-// as converge stores them (one atomic batch per group message, with its
-// checkpoint; -fabric-publish event adds one publish per event), and
+// as converge stores them (one atomic batch of -group-messages-per-batch
+// group messages in the burst, of one in the latency phase, with the
+// group's checkpoint; -fabric-publish event adds one publish per event), and
 // Centrifugo's publications carry the same event (-centrifugo-history adds
 // Centrifugo keeping them for recovery). It reports per system and N:
 // RSS per idle subscriber, delivered events/s with -burst events published
@@ -74,6 +75,9 @@ type loadOptions struct {
 	publishers      int
 	// rateBatch is how many events one publish of the latency phase carries.
 	rateBatch int
+	// groupMessages is how many group messages of groupMembers hosted
+	// members one publish of the burst carries.
+	groupMessages int
 	// fabricPublish lists how the fabric's events are stored, each measured
 	// as a system of its own: "batch" (as converge does), "event".
 	fabricPublish string
@@ -150,6 +154,9 @@ func runLoad(o options) error {
 		}
 		counts = append(counts, n)
 	}
+	if lo.groupMessages < 1 || groupMembers*lo.groupMessages >= bus.DefaultMaxBatch {
+		return fmt.Errorf("-group-messages-per-batch: %d group messages of %d members do not fit one batch", lo.groupMessages, groupMembers)
+	}
 	stop, err := startCPUProfile(o.selfProfile)
 	if err != nil {
 		return err
@@ -160,7 +167,7 @@ func runLoad(o options) error {
 		switch mode = strings.TrimSpace(mode); mode {
 		case "batch", "event":
 			systems = append(systems, &fabricSystem{json: o.json, profile: o.profile, natsProfile: o.natsProfile,
-				publishers: lo.publishers, perEvent: mode == "event"})
+				publishers: lo.publishers, perEvent: mode == "event", members: groupMembers})
 		default:
 			return fmt.Errorf("-fabric-publish: %q is neither batch nor event", mode)
 		}
@@ -305,7 +312,7 @@ func loadRound(ctx context.Context, sys system, n int, lo loadOptions) (result, 
 	self := []int{os.Getpid()}
 	cpu0, gw0, gen0 := cpuTime(pids), cpuTime(pids[:1]), cpuTime(self)
 	t0 := time.Now()
-	if err := publishLoad(ctx, sys, n, lo.burst, 0, burstBatch, lo.publishers); err != nil {
+	if err := publishLoad(ctx, sys, n, lo.burst, 0, groupMembers*lo.groupMessages, lo.publishers); err != nil {
 		return res, err
 	}
 	last := awaitDelivered(ctx, m, int64(lo.burst))
@@ -356,11 +363,22 @@ func awaitDelivered(ctx context.Context, m *meter, want int64) time.Time {
 	return last
 }
 
-// burstBatch is how many events (to as many subscribers) one publish of
-// the burst carries: for the fabric one input message to a group of 100
-// hosted members, for Centrifugo one /api/batch request of 100 publish
+// groupMembers is the hosted members of the fabric's group: one group
+// message is that many events, to as many subscribers. One publish of the
+// burst carries -group-messages-per-batch of them: for the fabric one
+// atomic batch, for Centrifugo one /api/batch request of as many publish
 // commands.
-const burstBatch = 100
+const groupMembers = 100
+
+// convergeGroupMessages is how many inputs of a 100-member group converge
+// applies in one transaction under backlog (partition.go applyRun, MaxBatch
+// bus.DefaultMaxBatch 1000): after k message inputs the transaction holds
+// 100k events, k index entries (index.go), k message records and k
+// pointers plus 2 conversation records per group member (readable.go),
+// 103k+200 in all; a next input is admitted while that plus
+// eventBudget 4*100+4 stays within 999, so up to k=3 (509+404), and the
+// transaction commits 4 inputs (612 messages and the checkpoint).
+const convergeGroupMessages = 4
 
 // publishLoad publishes events round-robin to the n subscribers in batches
 // of batch events from publishers goroutines: paced at rate events per
@@ -426,7 +444,10 @@ type fabricSystem struct {
 	// (Nats-Msg-Id) instead of converge's atomic batches.
 	perEvent bool
 	clients  []string
-	seq      atomic.Uint64
+	// members is the hosted members of each group message (groupMembers;
+	// 0, all of one publish's subscribers).
+	members int
+	seq     atomic.Uint64
 	// ckSeq is publisher p's group's last checkpoint sequence, the fence
 	// of its next batch.
 	ckSeq []uint64
@@ -572,9 +593,10 @@ type benchCheckpoint struct {
 	Worker   string            `msgpack:"worker"`
 }
 
-// groupMessage is what converge stores for one input message to a group
-// whose hosted members are the clients to: one message.received per member
-// and the group's checkpoint, built by the bus code converge uses. Each
+// groupMessage is what converge stores for input messages to a group,
+// each to f.members of the clients to (the group's hosted members): one
+// message.received per member per message and the group's checkpoint
+// naming one message's members, built by the bus code converge uses. Each
 // event id starts with the publish time in hex, read back from the frame.
 func (f *fabricSystem) groupMessage(p int, to []int) ([]bus.Event, bus.Checkpoint, error) {
 	stamp := time.Now().UnixNano()
@@ -584,15 +606,24 @@ func (f *fabricSystem) groupMessage(p int, to []int) ([]bus.Event, bus.Checkpoin
 	if err != nil {
 		return nil, bus.Checkpoint{}, err
 	}
-	msgID := fmt.Appendf(nil, "%016x%016x", stamp, n)
+	members := f.members
+	if members <= 0 {
+		members = len(to)
+	}
 	events := make([]bus.Event, len(to))
 	ck := benchCheckpoint{V: 1, InputSeq: n, Txn: "in:" + strconv.FormatUint(n, 10),
-		State: fmt.Sprintf("%s.%s.s.%024x", tenant, groupHex, n), Members: make(map[string]string, len(to)), Worker: "fanout-bench"}
+		State: fmt.Sprintf("%s.%s.s.%024x", tenant, groupHex, n), Members: make(map[string]string, members), Worker: "fanout-bench"}
+	var msgID []byte
 	for k, i := range to {
+		if k%members == 0 {
+			msgID = fmt.Appendf(nil, "%016x%016x", stamp, n-uint64(k))
+		}
 		events[k] = bus.Event{Tenant: tenant, ClientID: f.clients[i], ID: fmt.Sprintf("%016x%048x", stamp, n-uint64(k)),
 			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
 				GroupID: group, MessageID: msgID, ContentType: benchText, SenderInboxID: benchSender}}}
-		ck.Members[f.clients[i]] = fmt.Sprintf("%s.%s.m.%s.%024x", tenant, groupHex, f.clients[i], n)
+		if k < members {
+			ck.Members[f.clients[i]] = fmt.Sprintf("%s.%s.m.%s.%024x", tenant, groupHex, f.clients[i], n)
+		}
 	}
 	body, err := msgpack.Marshal(ck)
 	if err != nil {

@@ -60,8 +60,9 @@ func TestLoadSubscriberReadsFramesAsDecoded(t *testing.T) {
 
 // TestBatchPublishedEventReachesSubscriberAsConvergeStores protects the
 // fabric side of the load figures: a burst batch is stored as converge
-// stores one input message to a group of hosted members (one atomic batch,
-// the group checkpoint last, fenced on the previous one), each event is
+// stores a transaction of input messages to a group of hosted members (one
+// atomic batch, each message's events, the group checkpoint last naming the
+// group's members, fenced on the previous one), each event is
 // what converge's project.Received makes for the member, and it reaches
 // the member's subscriber through the gateway decoded equal to it.
 func TestBatchPublishedEventReachesSubscriberAsConvergeStores(t *testing.T) {
@@ -74,7 +75,7 @@ func TestBatchPublishedEventReachesSubscriberAsConvergeStores(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f := &fabricSystem{secret: bytes.Repeat([]byte("fanout-load-test-secret-"), 2), js: js, publishers: 1,
-		clients: []string{"00000001", "00000002"}, ckSeq: make([]uint64, 1)}
+		clients: []string{"00000001", "00000002"}, members: 1, ckSeq: make([]uint64, 1)}
 	kv, err := js.KeyValue(ctx, streams.BucketClients)
 	if err != nil {
 		t.Fatal(err)
@@ -142,11 +143,15 @@ func TestBatchPublishedEventReachesSubscriberAsConvergeStores(t *testing.T) {
 			t.Fatal(err)
 		}
 		if seq != f.ckSeq[0] || seq != before+3 {
-			t.Fatalf("batch %d: checkpoint at %d, fence carried %d, want %d (two events, then the checkpoint)", round, seq, f.ckSeq[0], before+3)
+			t.Fatalf("batch %d: checkpoint at %d, fence carried %d, want %d (two messages' events, then the checkpoint)", round, seq, f.ckSeq[0], before+3)
 		}
 		var ck benchCheckpoint
-		if err := msgpack.Unmarshal(data, &ck); err != nil || len(ck.Members) != 2 {
-			t.Fatalf("batch %d: checkpoint %+v (%v), want both hosted members named", round, ck, err)
+		if err := msgpack.Unmarshal(data, &ck); err != nil || len(ck.Members) != 1 {
+			t.Fatalf("batch %d: checkpoint %+v (%v), want the group's one hosted member named", round, ck, err)
+		}
+		first := natstest.ClientEvents(t, js, tenant, f.clients[0])
+		if len(first) != round+1 {
+			t.Fatalf("batch %d: first member holds %d events, want %d", round, len(first), round+1)
 		}
 
 		b, ok := <-frames
@@ -175,6 +180,9 @@ func TestBatchPublishedEventReachesSubscriberAsConvergeStores(t *testing.T) {
 		stored := natstest.ClientEvents(t, js, tenant, f.clients[1])
 		if len(stored) != round+1 || stored[round].ID != fr.EventID || !reflect.DeepEqual(stored[round].Event, got) {
 			t.Errorf("batch %d: stored %+v, subscriber read %s %+v", round, stored, fr.EventID, got)
+		}
+		if bytes.Equal(first[round].Event.MessageReceived.MessageID, got.MessageReceived.MessageID) {
+			t.Errorf("batch %d: both members' events carry message %x, want one message each", round, got.MessageReceived.MessageID)
 		}
 	}
 	if got := st.m.delivered.Load(); got != 2 {
