@@ -163,8 +163,10 @@ func rolePermissions() map[string]*server.Permissions {
 		UserFanout: perms(append(in(UserFanout), subject.LivePattern), all,
 			direct(streams.StreamEvents), kvRead(streams.BucketGroups),
 			// whether a client exists: its record only (<tenant>.<client>),
-			// whose private parts the gateway cannot unseal
-			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketClients) + "." + streams.KVSubject(streams.BucketClients, "*.*")}),
+			// whose private parts the gateway cannot unseal; a record a
+			// replica does not hold yet is asked of the leader (R3)
+			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketClients) + "." + streams.KVSubject(streams.BucketClients, "*.*"),
+				bus.PermMsgGet + streams.KVStream(streams.BucketClients)}),
 		UserBridge: bridgePermissions(in(UserBridge), outbound),
 	}
 }
