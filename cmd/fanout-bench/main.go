@@ -114,7 +114,7 @@ func main() {
 	flag.DurationVar(&o.load.rateFor, "rate-for", 5*time.Second, "load: length of the latency phase")
 	flag.IntVar(&o.load.publishers, "publishers", 4, "load: concurrent publishers")
 	flag.IntVar(&o.load.rateBatch, "rate-batch", 100, "load: events per publish in the latency phase (a fabric group message to as many hosted members; a Centrifugo /api/batch of as many publishes)")
-	flag.IntVar(&o.load.groupMessages, "group-messages-per-batch", convergeGroupMessages, "load: group messages of 100 hosted members per publish of the burst: the fabric's atomic batch holds their events and one checkpoint, as converge's transaction under backlog (4: load.go convergeGroupMessages); Centrifugo's /api/batch as many publishes")
+	flag.IntVar(&o.load.groupMessages, "group-messages-per-batch", convergeGroupMessages, "load: group messages of 100 hosted members per publish of the burst: the fabric's atomic batch holds their events and one checkpoint, as converge's transaction under backlog at its default -max-batch 1000 (4; 92 at the -max-batch=10000 of deploy/ and the all-in-one: load.go convergeGroupMessages); Centrifugo's /api/batch as many publishes")
 	flag.StringVar(&o.load.fabricPublish, "fabric-publish", "batch", "load: how the fabric's events are stored, comma-separated, each measured: batch (one atomic batch per group message with its checkpoint, as converge stores them), event (one JetStream async publish with Nats-Msg-Id per event)")
 	flag.StringVar(&o.load.centrifugo, "centrifugo", "", "load: path of a centrifugo v6 binary to compare with")
 	flag.BoolVar(&o.load.centrifugoHistory, "centrifugo-history", false, "load: also measure Centrifugo with history and forced recovery on its channels, as the fabric stores every event")
