@@ -229,9 +229,11 @@ func (d *deployment) checkRefusals(t *testing.T) {
 		"fanout": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.ev.dev.c1"}, attempt{"pub", "fabric.outcome.dev.m1"}, attempt{"pub", "fabric.in.dev.g1.m1"},
 			attempt{"pub", "$KV.fabric-groups.dev.g1"}, attempt{"pub", "$KV.fabric-clients.dev.c1"},
-			// fanout reads one client record by its key (unknown_client), never
-			// the bucket by sequence or through a consumer.
-			attempt{"pub", api + "DIRECT.GET.KV_fabric-clients"}, attempt{"pub", api + "STREAM.MSG.GET.KV_fabric-clients"},
+			// fanout reads one client record by its key (unknown_client), from
+			// a replica or, when that has none yet, from the leader
+			// (STREAM.MSG.GET, which it may send); never the bucket through a
+			// direct get without a key or through a consumer.
+			attempt{"pub", api + "DIRECT.GET.KV_fabric-clients"},
 			attempt{"pub", api + "CONSUMER.CREATE.KV_fabric-clients"}, attempt{"pub", api + "DIRECT.GET.FABRIC_IN"},
 			attempt{"sub", "fabric.intake.>"}, attempt{"sub", "fabric.ev.>"}, attempt{"sub", "_INBOX_converge.>"}),
 		"api": append(deleteAndPurge(all...),
