@@ -44,7 +44,7 @@ func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
 			t.Fatalf("FABRIC_IN[%d] is not the expected input", i)
 		}
 	}
-	w.wantOutcome(t, commit.ID, schema.StatusQueued, "", schema.ClassCommit)
+	w.awaitOutcome(t, commit.ID, schema.StatusQueued, "", schema.ClassCommit)
 }
 
 // Input that already entered convergence is a duplicate when delivered

@@ -79,5 +79,5 @@ func TestExactlyOnceOnR3(t *testing.T) {
 	wantResult(t, e.workers[0].submitOne(t, m.Transport), m.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
 	e.hostGroup(other.ID())
 	eventually.True(t, "backfill", func() bool { return len(e.inputs()) == n+1 })
-	e.workers[1].wantOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
+	e.workers[1].awaitOutcome(t, m.ID, schema.StatusQueued, "", schema.ClassApplication)
 }

@@ -258,6 +258,19 @@ func (w *worker) wantOutcome(t testing.TB, id []byte, status schema.OutcomeStatu
 	return o
 }
 
+// awaitOutcome waits for an input's outcome record to be status/cat/class:
+// a retried input enters FABRIC_IN before its outcome record is replaced.
+func (w *worker) awaitOutcome(t testing.TB, id []byte, status schema.OutcomeStatus, cat schema.Category, class schema.InputClass) {
+	t.Helper()
+	eventually.NoError(t, func() error {
+		o, ok := w.outcome(t, id)
+		if !ok || o.Status != status || o.Category != cat || (class != "" && o.Class != class) {
+			return fmt.Errorf("outcome = %s/%s/%s (found %v), want %s/%s/%s", o.Status, o.Category, o.Class, ok, status, cat, class)
+		}
+		return nil
+	})
+}
+
 // inputs returns every message on FABRIC_IN.
 // wantInputs fails the test unless FABRIC_IN holds n inputs.
 func (e *env) wantInputs(n int) {

@@ -44,5 +44,5 @@ func TestOutboundConsumerIsRetriedNotFatal(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, "the outbound message stored as input", func() bool { return len(e.inputs()) == 2 })
-	w.wantOutcome(t, sent.ID, schema.StatusQueued, "", schema.ClassApplication)
+	w.awaitOutcome(t, sent.ID, schema.StatusQueued, "", schema.ClassApplication)
 }
