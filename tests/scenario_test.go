@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/demo"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -349,13 +351,13 @@ func text(t *testing.T, r testpeer.Received) string {
 func operationFinal(t testing.TB, ctx context.Context, ops *client.Operations, clientID string, id []byte) schema.Operation {
 	t.Helper()
 	var rec schema.Operation
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if rec, err = ops.Operation(ctx, clientID, id); err == nil && (rec.Status == schema.OperationDone || rec.Status == schema.OperationFailed) {
-			return rec
+	eventually.NoError(t, func() error {
+		var err error
+		if rec, err = ops.Operation(ctx, clientID, id); err != nil || (rec.Status != schema.OperationDone && rec.Status != schema.OperationFailed) {
+			return fmt.Errorf("operation %+v (%v) has not finished", rec, err)
 		}
-	}
-	t.Fatalf("operation %+v (%v) never finished", rec, err)
+		return nil
+	})
 	return rec
 }
 
@@ -365,12 +367,12 @@ func operationFinal(t testing.TB, ctx context.Context, ops *client.Operations, c
 func settled(t *testing.T, ctx context.Context, base, token string, id []byte) schema.Outcome {
 	t.Helper()
 	var o schema.Outcome
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if o = outcome(t, ctx, base, token, id); o.Status == schema.StatusRejected || o.Disposition != "" {
-			return o
+	eventually.NoErrorWithin(t, 30*time.Second, func() error {
+		if o = outcome(t, ctx, base, token, id); o.Status != schema.StatusRejected && o.Disposition == "" {
+			return fmt.Errorf("outcome %+v not decided", o)
 		}
-	}
-	t.Fatalf("outcome %+v never decided", o)
+		return nil
+	})
 	return o
 }
 
@@ -433,10 +435,7 @@ func (o *outbound) read(group []byte, n int) []schema.TransportMessage {
 		o.t.Fatal(err)
 	}
 	var out []schema.TransportMessage
-	for deadline := time.Now().Add(30 * time.Second); len(out) < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			o.t.Fatalf("%d outbound messages, want %d", len(out), n)
-		}
+	eventually.NoErrorWithin(o.t, 30*time.Second, func() error {
 		got, err := readmodel.Scan(o.ctx, o.js, streams.StreamEvents, subj, o.next, n-len(out))
 		if err != nil {
 			o.t.Fatal(err)
@@ -449,7 +448,11 @@ func (o *outbound) read(group []byte, n int) []schema.TransportMessage {
 			out = append(out, tm)
 			o.next = s.Seq + 1
 		}
-	}
+		if len(out) < n {
+			return fmt.Errorf("%d outbound messages, want %d", len(out), n)
+		}
+		return nil
+	})
 	return out
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 )
 
@@ -55,20 +57,18 @@ func TestLargeBlobStoredInParts(t *testing.T) {
 		}
 	}
 	w.purge(e.ctx, written)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	eventually.NoError(t, func() error {
 		left := 0
 		for _, k := range written {
 			if _, err := w.conv.Get(e.ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
 				left++
 			}
 		}
-		if left == 0 {
-			break
+		if left > 0 {
+			return fmt.Errorf("%d of %d keys left after the purge", left, len(written))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d keys left after the purge", left, len(written))
-		}
-	}
+		return nil
+	})
 }
 
 func sameKeys(a, b []string) bool {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
@@ -254,17 +256,17 @@ func (e *env) waitEvents(clientID string, n int) []bus.Delivered {
 // waitEventsWithin is waitEvents with its own timeout.
 func (e *env) waitEventsWithin(clientID string, n int, timeout time.Duration) []bus.Delivered {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		evs := e.events(clientID)
-		if len(evs) >= n || time.Now().After(deadline) {
-			if len(evs) != n {
-				e.t.Fatalf("client has %d events, want %d: %v", len(evs), n, kinds(evs))
-			}
-			return evs
+	var evs []bus.Delivered
+	eventually.NoErrorWithin(e.t, timeout, func() error {
+		if evs = e.events(clientID); len(evs) < n {
+			return fmt.Errorf("client has %d events, want %d: %v", len(evs), n, kinds(evs))
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if len(evs) != n {
+		e.t.Fatalf("client has %d events, want %d: %v", len(evs), n, kinds(evs))
 	}
+	return evs
 }
 
 func kinds(evs []bus.Delivered) []schema.EventKind {
@@ -275,16 +277,19 @@ func kinds(evs []bus.Delivered) []schema.EventKind {
 	return out
 }
 
-// settledOutcome waits up to 10 s for an input's outcome to carry a
-// disposition other than deferred: outcome records are stored after the
+// settledOutcome waits for an input's outcome to carry a disposition other
+// than deferred, or a rejection: outcome records are stored after the
 // events they go with, so a test that saw the events may read too early.
 func (e *env) settledOutcome(id []byte) schema.Outcome {
 	e.t.Helper()
-	o := e.outcome(id)
-	for deadline := time.Now().Add(10 * time.Second); (o.Disposition == "" || o.Disposition == schema.DispositionDeferred) && o.Status != schema.StatusRejected && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	var o schema.Outcome
+	eventually.NoError(e.t, func() error {
 		o = e.outcome(id)
-	}
+		if (o.Disposition == "" || o.Disposition == schema.DispositionDeferred) && o.Status != schema.StatusRejected {
+			return fmt.Errorf("outcome %s/%s, not settled", o.Status, o.Disposition)
+		}
+		return nil
+	})
 	return o
 }
 
@@ -299,21 +304,19 @@ func (e *env) outcome(id []byte) schema.Outcome {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		m, err := s.GetLastMsgForSubject(e.ctx, subj)
-		if err == nil {
-			var o schema.Outcome
-			if err := o.UnmarshalMsgpack(m.Data); err != nil {
-				e.t.Fatal(err)
-			}
-			return o
+	var m *jetstream.RawStreamMsg
+	eventually.NoErrorWithin(e.t, 10*time.Second, func() error {
+		m, err = s.GetLastMsgForSubject(e.ctx, subj)
+		if err != nil {
+			return fmt.Errorf("no outcome: %w", err)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no outcome: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	var o schema.Outcome
+	if err := o.UnmarshalMsgpack(m.Data); err != nil {
+		e.t.Fatal(err)
 	}
+	return o
 }
 
 // startIngest runs an ingest worker on the env's server and returns a

@@ -16,6 +16,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -113,17 +114,14 @@ func settled(t *testing.T, e *env, client string, n int) []bus.Delivered {
 // waitOutcome waits until an input's outcome record has disposition d.
 func (e *env) waitOutcome(id []byte, d schema.Disposition) schema.Outcome {
 	e.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		o := e.outcome(id)
-		if o.Disposition == d {
-			return o
+	var o schema.Outcome
+	eventually.NoError(e.t, func() error {
+		if o = e.outcome(id); o.Disposition != d {
+			return fmt.Errorf("outcome %s/%s, want %s", o.Status, o.Disposition, d)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("outcome %s/%s, want %s", o.Status, o.Disposition, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return o
 }
 
 // TestLateWinnerRollsBackDeliveredBranch: a branch that was applied and

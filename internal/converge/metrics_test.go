@@ -2,13 +2,13 @@ package converge
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -32,10 +32,7 @@ func TestMetrics(t *testing.T) {
 		return testutil.ToFloat64(m.Owned) == subject.Partitions && testutil.ToFloat64(accepted) == 2 &&
 			testutil.ToFloat64(m.Events.WithLabelValues(string(schema.KindMessageReceived))) == 1
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !settled() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, "the counters settle", settled)
 	if got := testutil.ToFloat64(m.Owned); got != subject.Partitions {
 		t.Errorf("owned partitions %v", got)
 	}

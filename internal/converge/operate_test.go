@@ -66,10 +66,10 @@ func (e *env) operation(id []byte, want schema.OperationStatus) schema.Operation
 		e.t.Fatal(err)
 	}
 	var rec schema.Operation
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	eventually.NoError(e.t, func() error {
 		m, err := s.GetLastMsgForSubject(e.ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
+			return fmt.Errorf("no operation record, want status %s", want)
 		}
 		if err != nil {
 			e.t.Fatal(err)
@@ -77,11 +77,11 @@ func (e *env) operation(id []byte, want schema.OperationStatus) schema.Operation
 		if rec, err = bus.DecodeOperationRecord(m.Data); err != nil {
 			e.t.Fatal(err)
 		}
-		if rec.Status == want {
-			return rec
+		if rec.Status != want {
+			return fmt.Errorf("operation record %+v, want status %s", rec, want)
 		}
-	}
-	e.t.Fatalf("operation record %+v, want status %s", rec, want)
+		return nil
+	})
 	return rec
 }
 
@@ -101,7 +101,7 @@ func (e *env) outboundMsgs(group []byte, n int) []outboundMsg {
 		e.t.Fatal(err)
 	}
 	var out []outboundMsg
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	eventually.NoError(e.t, func() error {
 		c, err := e.js.OrderedConsumer(e.ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
 		if err != nil {
 			e.t.Fatal(err)
@@ -119,10 +119,11 @@ func (e *env) outboundMsgs(group []byte, n int) []outboundMsg {
 			h := m.Headers()
 			out = append(out, outboundMsg{transport: tm, id: h.Get(bus.HeaderMessageID), class: h.Get(bus.HeaderClass), opID: h.Get(bus.HeaderOperationID)})
 		}
-		if len(out) >= n {
-			break
+		if len(out) < n {
+			return fmt.Errorf("%d outbound messages, want %d", len(out), n)
 		}
-	}
+		return nil
+	})
 	if len(out) != n {
 		e.t.Fatalf("%d outbound messages, want %d", len(out), n)
 	}
@@ -354,15 +355,13 @@ func TestRacingOwnCommitsOneWinsTheOtherIsRetried(t *testing.T) {
 	// Both admins are on the same state: a text from b reaches a.
 	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: b.rec.ClientID, GroupID: group, Payload: textOf(t, "after the race")})
 	e.operation(send, schema.OperationDone)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	eventually.NoError(t, func() error {
 		evs := e.events(a.rec.ClientID)
-		if n := len(evs); n > 0 && evs[n-1].Event.MessageReceived != nil {
-			break
+		if n := len(evs); n == 0 || evs[n-1].Event.MessageReceived == nil {
+			return fmt.Errorf("a's events %v: b's text has not arrived", kinds(evs))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a's events %v: b's text never arrived", kinds(e.events(a.rec.ClientID)))
-		}
-	}
+		return nil
+	})
 }
 
 // twoAdmins makes a group of two hosted admins through operations, lo
@@ -530,15 +529,12 @@ func TestOwnCommitWinningBehindItsClientsRetryIsNotDoneByIt(t *testing.T) {
 func (e *env) finalOperation(id []byte) schema.Operation {
 	e.t.Helper()
 	var rec schema.Operation
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if rec = e.lastOperation(id); rec.Status == schema.OperationDone || rec.Status == schema.OperationFailed {
-			return rec
+	eventually.NoErrorWithin(e.t, 30*time.Second, func() error {
+		if rec = e.lastOperation(id); rec.Status != schema.OperationDone && rec.Status != schema.OperationFailed {
+			return fmt.Errorf("operation %+v has not finished", rec)
 		}
-	}
-	for _, m := range rec.MessageIDs {
-		e.t.Logf("message %x outcome %+v", m[:4], e.outcome(m))
-	}
-	e.t.Fatalf("operation %+v never finished", rec)
+		return nil
+	})
 	return rec
 }
 

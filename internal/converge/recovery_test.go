@@ -352,8 +352,7 @@ func TestEveryPartitionOwned(t *testing.T) {
 	}
 	wa, _ := e.worker("all", nil)
 	wb, _ := e.worker("half", func(c *Config) { c.Partitions = half })
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	eventually.NoError(t, func() error {
 		a, b := wa.Owned(), wb.Owned()
 		overlap := false
 		for _, p := range b {
@@ -363,14 +362,11 @@ func TestEveryPartitionOwned(t *testing.T) {
 		}
 		// The half worker holds some of its set, the other worker the rest:
 		// its share and the orphans it adopted.
-		if !overlap && len(b) > 0 && len(a)+len(b) == subject.Partitions {
-			return
+		if overlap || len(b) == 0 || len(a)+len(b) != subject.Partitions {
+			return fmt.Errorf("owned %d + %d partitions, overlap %v", len(a), len(b), overlap)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("owned %d + %d partitions, overlap %v", len(a), len(b), overlap)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestSharedBatchAcrossGroups: groups of one partition share atomic

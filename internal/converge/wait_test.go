@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -97,7 +96,7 @@ func (e *env) peerFollows(bg *testpeer.Group, group []byte, from, n int, lost []
 func (e *env) statusChanges(clientID string, n int) []string {
 	e.t.Helper()
 	var ids []string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	eventually.NoError(e.t, func() error {
 		ids = ids[:0]
 		for _, d := range e.events(clientID) {
 			if sc := d.Event.MessageStatusChanged; sc != nil {
@@ -107,10 +106,11 @@ func (e *env) statusChanges(clientID string, n int) []string {
 				ids = append(ids, hex.EncodeToString(sc.MessageID))
 			}
 		}
-		if len(ids) >= n || time.Now().After(deadline) {
-			break
+		if len(ids) < n {
+			return fmt.Errorf("%d message.status_changed events, want %d", len(ids), n)
 		}
-	}
+		return nil
+	})
 	if len(ids) != n {
 		e.t.Fatalf("%d message.status_changed events, want %d", len(ids), n)
 	}
@@ -349,20 +349,18 @@ func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
 	for _, op := range sends {
 		want = append(want, hex.EncodeToString(e.operation(op, schema.OperationDone).MessageIDs[0]))
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	eventually.NoError(t, func() error {
 		var got []string
 		for _, d := range e.events(lo.rec.ClientID) {
 			if mr := d.Event.MessageReceived; mr != nil {
 				got = append(got, hex.EncodeToString(mr.MessageID))
 			}
 		}
-		if slices.Equal(got, want) {
-			break
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("the other admin received %v, want %v", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the other admin received %v, want %v", got, want)
-		}
-	}
+		return nil
+	})
 }
 
 // Issue 19, GMOD-031: a leave request behind the client's pending
@@ -379,18 +377,16 @@ func TestLeaveBehindAnOwnCommitWaitsForIt(t *testing.T) {
 	proposal := e.operation(leave, schema.OperationDone).MessageIDs[0]
 	eventually.True(t, "the leave request reached converge", func() bool { return e.outcome(proposal).Disposition != "" })
 	e.operation(e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: lo.rec.ClientID, GroupID: group}), schema.OperationDone)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	eventually.NoError(t, func() error {
 		var removed *schema.ConversationRemoved
 		for _, d := range e.events(hi.rec.ClientID) {
 			if d.Event.ConversationRemoved != nil {
 				removed = d.Event.ConversationRemoved
 			}
 		}
-		if removed != nil && removed.Cause == schema.RemovalLeft {
-			break
+		if removed == nil || removed.Cause != schema.RemovalLeft {
+			return fmt.Errorf("the leaver's removal %+v, want cause left", removed)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the leaver's removal %+v, want cause left", removed)
-		}
-	}
+		return nil
+	})
 }

@@ -40,14 +40,20 @@ func Within(t testing.TB, d time.Duration, what string, cond func() bool) {
 // error when Timeout passes first: the error says what the state was.
 func NoError(t testing.TB, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(Timeout)
+	NoErrorWithin(t, Timeout, check)
+}
+
+// NoErrorWithin is NoError with its own timeout.
+func NoErrorWithin(t testing.TB, d time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		err := check()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", Timeout, err)
+			t.Fatalf("not within %s: %v", d, err)
 		}
 		time.Sleep(every)
 	}

@@ -2,6 +2,8 @@ package eventually
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,11 +13,13 @@ import (
 type recorder struct {
 	testing.TB
 	failed atomic.Bool
+	msg    string
 }
 
 func (r *recorder) Helper() {}
 
-func (r *recorder) Fatalf(string, ...any) {
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
 	r.failed.Store(true)
 	// Fatalf must not return into the polling loop.
 	panic(r)
@@ -46,7 +50,7 @@ func TestWithinFailsWhenTheConditionNeverHolds(t *testing.T) {
 	}
 }
 
-func TestNoErrorReportsTheLastError(t *testing.T) {
+func TestNoErrorReturnsOnceTheCheckPasses(t *testing.T) {
 	var n atomic.Int32
 	NoError(t, func() error {
 		if n.Add(1) < 2 {
@@ -56,5 +60,19 @@ func TestNoErrorReportsTheLastError(t *testing.T) {
 	})
 	if n.Load() != 2 {
 		t.Fatalf("polled %d times, want 2", n.Load())
+	}
+}
+
+func TestNoErrorWithinFailsWithTheLastError(t *testing.T) {
+	r := &recorder{TB: t}
+	var n atomic.Int32
+	run(r, func() {
+		NoErrorWithin(r, 50*time.Millisecond, func() error { return fmt.Errorf("poll %d", n.Add(1)) })
+	})
+	if !r.failed.Load() {
+		t.Fatal("a check that never passes did not fail the test")
+	}
+	if want := fmt.Sprintf("poll %d", n.Load()); !strings.HasSuffix(r.msg, want) {
+		t.Fatalf("failed with %q, want the last error %q", r.msg, want)
 	}
 }

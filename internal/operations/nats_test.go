@@ -21,6 +21,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -94,14 +95,10 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	t.Cleanup(func() { cancel(); wg.Wait(); srv.Close() })
 	// The queue subscription is on the server once a request finds it.
 	e := &opsEnv{t: t, nc: n.Conn, srv: srv}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := n.Conn.Request(must(subject.OperateRequest(tenant, client, VerbOperation)), nil, time.Second); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no responder on the operation subjects")
-		}
-	}
+	eventually.NoError(t, func() error {
+		_, err := n.Conn.Request(must(subject.OperateRequest(tenant, client, VerbOperation)), nil, time.Second)
+		return err
+	})
 	return e
 }
 

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/hex"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/allinone"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/pkg/client"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -40,11 +40,7 @@ func copyBehind(t *testing.T, js jetstream.JetStream, stream, filter string) (aw
 	create()
 	return func() {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); create() == 0; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the copy of %s holds nothing", stream)
-			}
-		}
+		eventually.True(t, "the copy of "+stream+" holds something", func() bool { return create() > 0 })
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 )
 
@@ -360,17 +361,12 @@ func TestCheckpointOutlivesMaxAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := js.Stream(ctx, StreamEvents)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := st.GetLastMsgForSubject(ctx, ev)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+	eventually.NoError(t, func() error {
+		if _, err := st.GetLastMsgForSubject(ctx, ev); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("event did not expire: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event did not expire: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := st.GetLastMsgForSubject(ctx, ck); err != nil {
 		t.Fatalf("checkpoint expired with the events: %v", err)
 	}
