@@ -529,12 +529,13 @@ func (b *branchState) snapshotSplit() (head []byte, chunks [][]byte, err error) 
 }
 
 func (b *branchState) seal(prefix, raw []byte) ([]byte, error) {
-	sealed, err := b.vault.SealState(raw)
+	// The prefix is copied into the sealed bytes' one allocation.
+	sealed, err := b.vault.AppendSealState(prefix[:len(prefix):len(prefix)], raw)
 	clear(raw)
 	if err != nil {
 		return nil, fmt.Errorf("seal branch state: %w", err)
 	}
-	return append(slices.Clone(prefix), sealed...), nil
+	return sealed, nil
 }
 
 // restoreMember opens a member blob: a convergence state under branch

@@ -56,6 +56,13 @@ func adminGroup(b testing.TB) *testpeer.Group {
 // a remote admin, and the admin's group.
 func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
 	b.Helper()
+	st, ag, _ := benchGroupHosted(b, n)
+	return st, ag
+}
+
+// benchGroupHosted is benchGroup with the hosted member's installation.
+func benchGroupHosted(b testing.TB, n int) (*State, *testpeer.Group, *Installation) {
+	b.Helper()
 	ag := adminGroup(b)
 	hosted, err := CreateInstallation(newAccount(b), 0)
 	if err != nil {
@@ -84,12 +91,12 @@ func benchGroup(b testing.TB, n int) (*State, *testpeer.Group) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return st, ag
+	return st, ag, hosted
 }
 
 // chatMessages returns n distinct text messages from g: identical ones
 // would share a signature.
-func chatMessages(b *testing.B, g *testpeer.Group, n int) [][]byte {
+func chatMessages(b testing.TB, g *testpeer.Group, n int) [][]byte {
 	b.Helper()
 	msgs := make([][]byte, n)
 	for i := range msgs {

@@ -450,6 +450,13 @@ func TestVaultSealOpen(t *testing.T) {
 	if b, err := v.OpenState(st); err != nil || string(b) != "state" {
 		t.Fatalf("OpenState: %q %v", b, err)
 	}
+	app := must[[]byte](t)(v.AppendSealState([]byte("prefix:"), []byte("state")))
+	if string(app[:7]) != "prefix:" {
+		t.Fatalf("AppendSealState lost its prefix: %q", app[:7])
+	}
+	if b, err := v.OpenState(app[7:]); err != nil || string(b) != "state" {
+		t.Fatalf("OpenState of an appended seal: %q %v", b, err)
+	}
 	if _, err := NewVault(key[:16]); err == nil {
 		t.Fatal("short master key accepted")
 	}

@@ -551,6 +551,7 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 		return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "sender data", Err: err})
 	}
 	s.changes++ // the ratchet may advance even when decryption then fails
+	s.ratchets++
 	ac, err := framing.Decrypt(pm, framing.DecryptParams{
 		CipherSuite:      s.g.CipherSuite(),
 		SenderDataSecret: secrets.SenderDataSecret,

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -230,4 +231,69 @@ func TestSnapshotEnvelopeAsJSONEncodesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after a send and an own commit")
+}
+
+// TestSplicedStateIsMarshalState checks the state JSON a snapshot splices
+// after decryptions against mls-go's own encoding of the same state, and
+// that a send, which moves more than the secret tree, is encoded again.
+func TestSplicedStateIsMarshalState(t *testing.T) {
+	st, ag, hosted := benchGroupHosted(t, 40)
+	msgs := chatMessages(t, ag, 3)
+	check := func(what string, wantCut bool) {
+		t.Helper()
+		got, err := st.marshalState(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := st.g.MarshalState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: the state's JSON differs from MarshalState's", what)
+		}
+		if j := st.json.Load(); (j != nil) != wantCut {
+			t.Fatalf("%s: cut %v, want %v", what, j != nil, wantCut)
+		}
+	}
+	check("joined", true)
+	cut := st.json.Load()
+	for i, m := range msgs {
+		if _, err := st.Decrypt(m); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("after decryption %d", i), true)
+	}
+	if _, err := st.Decrypt(msgs[0]); err == nil {
+		t.Fatal("a message decrypted twice")
+	}
+	check("after a failed decryption", true)
+	if st.json.Load() != cut {
+		t.Fatal("a decryption cut the state again")
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	// Two states of the same epoch keep one copy of the public spans.
+	c, err := st.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.marshalState(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := st.json.Load(), c.json.Load(); a.tree != b.tree || a.members != b.members {
+		t.Fatal("the public spans are not shared")
+	}
+	if _, err := st.Encrypt(hosted, []byte("sent")); err != nil {
+		t.Fatal(err)
+	}
+	check("after a send", true)
+	if st.json.Load() == cut {
+		t.Fatal("a send did not cut the state again")
+	}
 }

@@ -28,8 +28,11 @@ const (
 // tree in place. A State is not safe for concurrent use.
 type State struct {
 	g *group.Group
-	// changes counts in-place mutations (see [State.Changes]).
-	changes uint64
+	// changes counts in-place mutations (see [State.Changes]), ratchets
+	// those of Decrypt, which move only the secret tree.
+	changes, ratchets uint64
+	// json is the state's MarshalState JSON as last cut ([stateJSON]).
+	json atomic.Pointer[stateJSON]
 	// sigs, when set, remembers verified signatures ([State.ShareSignatures]).
 	sigs *SignatureCache
 	// pending are the own commits made on this state, not yet come back
@@ -195,11 +198,7 @@ func (s *State) Snapshot() ([]byte, error) { return s.snapshot(true) }
 // snapshot is Snapshot; own is false for a copy without the own commits and
 // sent ids, which Clone then shares.
 func (s *State) snapshot(own bool) ([]byte, error) {
-	raw, err := s.g.MarshalState()
-	if err != nil {
-		return nil, fmt.Errorf("engine: snapshot: %w", err)
-	}
-	env := snapshotEnvelope{V: 1, State: raw}
+	env := snapshotEnvelope{V: 1}
 	psks := s.g.CachedPsks()
 	for _, k := range slices.Sorted(maps.Keys(psks)) {
 		env.PSKs = append(env.PSKs, [2][]byte{[]byte(k), psks[k]})
@@ -210,32 +209,34 @@ func (s *State) snapshot(own bool) ([]byte, error) {
 		}
 		env.Sent = s.sent
 	}
-	b, err := marshalEnvelope(env)
-	clear(raw)
+	head, tail, err := envelopeAround(env)
+	if err != nil {
+		return nil, fmt.Errorf("engine: snapshot: %w", err)
+	}
+	b, err := s.marshalState(head, tail)
 	if err != nil {
 		return nil, fmt.Errorf("engine: snapshot: %w", err)
 	}
 	return b, nil
 }
 
-// marshalEnvelope is json.Marshal(env) with env.State spliced in as it is:
-// encoding/json would scan and compact the state's JSON once more, a third
-// of a snapshot's CPU, and mls-go's MarshalState writes it with
-// encoding/json, valid and compact (TestSnapshotEnvelopeAsJSONEncodesIt).
-func marshalEnvelope(env snapshotEnvelope) ([]byte, error) {
-	state := env.State
+// envelopeAround returns what json.Marshal(env) writes before and after
+// env.State, so the state's JSON is written between them as it is:
+// encoding/json would scan and compact it once more, a third of a
+// snapshot's CPU, and mls-go's MarshalState writes it with encoding/json,
+// valid and compact (TestSnapshotEnvelopeAsJSONEncodesIt).
+func envelopeAround(env snapshotEnvelope) (head, tail []byte, err error) {
 	env.State = json.RawMessage("0")
 	rest, err := json.Marshal(env)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	head := fmt.Sprintf(`{"v":%d,"state":`, env.V)
-	tail, ok := bytes.CutPrefix(rest, []byte(head+"0"))
+	head = fmt.Appendf(nil, `{"v":%d,"state":`, env.V)
+	tail, ok := bytes.CutPrefix(rest, append(head, '0'))
 	if !ok {
-		return nil, errors.New("snapshot envelope: unexpected encoding")
+		return nil, nil, errors.New("snapshot envelope: unexpected encoding")
 	}
-	out := make([]byte, 0, len(head)+len(state)+len(tail))
-	return append(append(append(out, head...), state...), tail...), nil
+	return head, tail, nil
 }
 
 // Restore rebuilds a State from Snapshot bytes, checking its consistency

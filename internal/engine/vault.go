@@ -71,12 +71,21 @@ func (v *Vault) String() string { return "engine.Vault{}" }
 func (v *Vault) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(v.String())) }
 
 func (v *Vault) seal(label string, plaintext []byte) ([]byte, error) {
-	out := make([]byte, 1+v.aead.NonceSize(), 1+v.aead.NonceSize()+len(plaintext)+v.aead.Overhead())
-	out[0] = vaultVersion
-	if _, err := rand.Read(out[1:]); err != nil {
+	return v.appendSeal(nil, label, plaintext)
+}
+
+// appendSeal appends the sealed plaintext to dst, growing it once.
+func (v *Vault) appendSeal(dst []byte, label string, plaintext []byte) ([]byte, error) {
+	n := v.aead.NonceSize()
+	dst = slices.Grow(dst, 1+n+len(plaintext)+v.aead.Overhead())
+	at := len(dst)
+	dst = append(dst, vaultVersion)
+	dst = dst[:at+1+n]
+	nonce := dst[at+1:]
+	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("engine: seal nonce: %w", err)
 	}
-	return v.aead.Seal(out, out[1:], plaintext, []byte(label)), nil
+	return v.aead.Seal(dst, nonce, plaintext, []byte(label)), nil
 }
 
 func (v *Vault) open(label string, sealed []byte) ([]byte, error) {
@@ -160,6 +169,12 @@ func (v *Vault) Open(sealed []byte) (*Installation, error) {
 // SealState encrypts a group state snapshot (see [State.Snapshot]), which
 // holds epoch secrets and private path keys.
 func (v *Vault) SealState(snapshot []byte) ([]byte, error) { return v.seal(labelState, snapshot) }
+
+// AppendSealState is SealState appending the sealed bytes to dst, as a
+// prefix to them, without a copy of its own.
+func (v *Vault) AppendSealState(dst, snapshot []byte) ([]byte, error) {
+	return v.appendSeal(dst, labelState, snapshot)
+}
 
 // OpenState decrypts what SealState sealed.
 func (v *Vault) OpenState(sealed []byte) ([]byte, error) { return v.open(labelState, sealed) }
