@@ -226,8 +226,8 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		}
 	}
 	dmKey := dmConversationKey(t.g.components())
-	events := make([]bus.Event, 0, len(t.events))
-	for _, e := range t.events {
+	events := make([]bus.Event, 0, t.events.len())
+	for e := range t.events.all() {
 		ev := bus.Event{
 			Tenant:        g.tenant,
 			ClientID:      e.Client,

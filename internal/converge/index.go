@@ -409,7 +409,7 @@ func (t *txn) expire(read func(secs, from uint64) ([]expiryEntry, uint64, error)
 
 // size is how many messages the transaction's batch holds so far, its
 // checkpoint aside.
-func (t *txn) size() int { return len(t.events) + t.ix.size() + t.rd.size() }
+func (t *txn) size() int { return t.events.len() + t.ix.size() + t.rd.size() }
 
 // The index before version 3 was kept whole in the group state, its full
 // chunks of messageChunkLen entries in blobs of their own (checkpoint

@@ -113,7 +113,7 @@ func (t *txn) retire(s *storedMessage, state readmodel.MessageState, by string) 
 // readableMsgs are the batch messages of a transaction's readable
 // records.
 func (w *Worker) readableMsgs(ctx context.Context, g *loadedGroup, t *txn) ([]*nats.Msg, error) {
-	for _, e := range t.events {
+	for e := range t.events.all() {
 		if !messageKind(e.Event.ClientEvent.Kind) {
 			t.rd.members = true
 			break
