@@ -133,7 +133,7 @@ const maxMultiLast = 1000
 // result. A request that ends without its end-of-batch marker is an error,
 // never an empty answer: callers decide on what is not there.
 func LastMsgs(ctx context.Context, js jetstream.JetStream, stream string, subjects []string) (map[string]*StoredMsg, error) {
-	out := make(map[string]*StoredMsg, len(subjects))
+	out := map[string]*StoredMsg{} // sized by the answers: most subjects have none
 	for len(subjects) > 0 {
 		n := min(len(subjects), maxMultiLast)
 		body, err := json.Marshal(struct {

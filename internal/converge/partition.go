@@ -443,7 +443,9 @@ func parseInput(msg jetstream.Msg) (input, string, string, error) {
 	}
 	// The subject's message id is checked lowercase hex of a SHA-256.
 	id, _ := hex.DecodeString(subj.MessageIDHex)
-	if msg.Headers().Get(bus.HeaderMessageID) != subj.MessageIDHex {
+	// Ingest's inputs carry the id only in the subject; an input that also
+	// names it in a header (an operation) must name the same.
+	if h := msg.Headers().Get(bus.HeaderMessageID); h != "" && h != subj.MessageIDHex {
 		return input{}, "", "", errors.New("input message id header does not match its subject")
 	}
 	return input{

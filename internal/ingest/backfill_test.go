@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -40,7 +39,7 @@ func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
 	eventually.True(t, "backfill", func() bool { return len(e.inputs()) == 3 })
 	in := e.inputs()
 	for i, want := range []testpeer.Message{welcome, commit, app} {
-		if got := in[i].Header.Get(bus.HeaderMessageID); got != hex.EncodeToString(want.ID) {
+		if got := storedID(t, in[i]); got != hex.EncodeToString(want.ID) {
 			t.Fatalf("FABRIC_IN[%d] is not the expected input", i)
 		}
 	}
@@ -129,7 +128,7 @@ func TestDrainLosesNothingAcknowledged(t *testing.T) {
 	wg.Wait()
 	stored := map[string]bool{}
 	for _, m := range e.inputs() {
-		stored[m.Header.Get(bus.HeaderMessageID)] = true
+		stored[storedID(t, m)] = true
 	}
 	for _, id := range queued {
 		if !stored[id] {

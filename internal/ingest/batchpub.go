@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -96,7 +97,6 @@ func (p *batchPublisher) publish(ctx context.Context, js jetstream.JetStream, ms
 		p.next++
 		ids = append(ids, p.next)
 		p.waiting[p.next] = pubSlot{b: b, i: i}
-		m.Reply = p.prefix + strconv.FormatUint(p.next, 10)
 		b.left++
 	}
 	if b.left == 0 {
@@ -104,6 +104,7 @@ func (p *batchPublisher) publish(ctx context.Context, js jetstream.JetStream, ms
 	}
 	p.mu.Unlock()
 	defer p.forget(ids)
+	p.setReplies(msgs, ids)
 	for _, m := range msgs {
 		if m == nil {
 			continue
@@ -126,6 +127,34 @@ func (p *batchPublisher) publish(ctx context.Context, js jetstream.JetStream, ms
 		}
 	}
 	return b.res, nil
+}
+
+// setReplies gives the non-nil messages of msgs, in order, the reply
+// subjects of ids, all in one allocation: a request's inputs are
+// published together.
+func (p *batchPublisher) setReplies(msgs []*nats.Msg, ids []uint64) {
+	if len(ids) == 0 {
+		return
+	}
+	var digits [20]byte // a uint64 in decimal
+	var b strings.Builder
+	// ids grow, so the last is the longest.
+	b.Grow(len(ids) * (len(p.prefix) + len(strconv.AppendUint(digits[:0], ids[len(ids)-1], 10))))
+	for _, id := range ids {
+		b.WriteString(p.prefix)
+		b.Write(strconv.AppendUint(digits[:0], id, 10))
+	}
+	all := b.String()
+	k, start := 0, 0
+	for _, m := range msgs {
+		if m == nil {
+			continue
+		}
+		end := start + len(p.prefix) + len(strconv.AppendUint(digits[:0], ids[k], 10))
+		m.Reply = all[start:end]
+		start = end
+		k++
+	}
 }
 
 // forget drops the slots of publishes no longer waited for.

@@ -308,6 +308,16 @@ func (e *env) inputs() []*jetstream.RawStreamMsg {
 	}
 }
 
+// storedID is the message id of a stored input: its subject's last token.
+func storedID(t testing.TB, m *jetstream.RawStreamMsg) string {
+	t.Helper()
+	subj, err := subject.ParseStoredInput(m.Subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subj.MessageIDHex
+}
+
 func (e *env) retained() uint64 {
 	e.t.Helper()
 	st, err := e.js.Stream(context.Background(), streams.StreamRetained)

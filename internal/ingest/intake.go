@@ -129,7 +129,7 @@ func fieldOf(batch bool, i int) string {
 // payloadHeadroom is what the fabric adds to a transport payload on the
 // largest message it writes for it: the retained object (msgpack framing,
 // the group id, a Nats-Msg-Id naming tenant, reason and message id) or the
-// input (three headers). Both stay well under it.
+// input (two headers). Both stay well under it.
 const payloadHeadroom = 1024 + maxGroupBytes
 
 // limits are the configured limits with MaxMessageBytes lowered, when the

@@ -16,7 +16,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/auth"
-	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -347,7 +346,7 @@ func TestTwoWorkersExactlyOnce(t *testing.T) {
 	}
 	stored := map[string]bool{}
 	for _, m := range in {
-		stored[m.Header.Get(bus.HeaderMessageID)] = true
+		stored[storedID(t, m)] = true
 	}
 	for id := range want {
 		if !stored[id] {

@@ -71,7 +71,7 @@ func (in *input) settle(st step, status schema.OutcomeStatus, cat schema.Categor
 func (in *input) reject(cat schema.Category) { in.settle(stepReject, schema.StatusRejected, cat) }
 
 // hexID is the message id in hex, encoded once: the dedup read's outcome
-// subject, the input subject and its Fabric-Message-Id header all carry it.
+// subject and the input subject carry it.
 // It is only called once the id is settled (after prepare).
 func (in *input) hexID() string {
 	if in.idHex == "" {
@@ -415,7 +415,7 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 	}
 	batch := make([]entry, 0, len(ins))
 	msgs := make([]*nats.Msg, 0, len(ins))
-	writes := make([]inputWrite, len(ins))
+	writes := make([]nats.Msg, len(ins))
 	first := make(map[[sha256.Size]byte]bool, len(ins))
 	for _, in := range ins {
 		prev := prevs[in.id]
@@ -424,8 +424,8 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 			continue
 		}
 		first[in.id] = true
-		m, err := writes[len(msgs)].set(tenant, in)
-		if err != nil {
+		m := &writes[len(msgs)]
+		if err := setInputMsg(m, tenant, in); err != nil {
 			return err
 		}
 		batch = append(batch, entry{in: in, prev: prev})
@@ -479,30 +479,45 @@ func (s *Service) enter(ctx context.Context, tenant string, ins []*input) error 
 // inputMsg is the message that puts an input on its per-message input
 // subject, created only if absent.
 func inputMsg(tenant string, in *input) (*nats.Msg, error) {
-	return new(inputWrite).set(tenant, in)
+	m := new(nats.Msg)
+	return m, setInputMsg(m, tenant, in)
 }
 
-// inputWrite is an input's message with its header values, so that the
-// writes of a request are one allocation, not one each.
-type inputWrite struct {
-	msg  nats.Msg
-	vals [3]string
-}
-
-// set makes w the message of in. Its header is a literal of canonical keys.
-func (w *inputWrite) set(tenant string, in *input) (*nats.Msg, error) {
-	idHex := in.hexID()
-	subj, err := subject.Input(tenant, in.groupHex, idHex)
-	if err != nil {
-		return nil, fmt.Errorf("input subject: %w", err)
+// inputHeaders are the headers of an input of each class that enters:
+// created only if absent, and the class. They are shared by every write and
+// never written to (nothing sets a header on an input message after set,
+// and a publish without options adds none). The message id is not among
+// them: it is the subject's last token, which converge reads, so a header
+// repeating it would be stored and parsed with every input for nothing.
+var inputHeaders = func() map[schema.InputClass]nats.Header {
+	hs := map[schema.InputClass]nats.Header{}
+	for _, c := range []schema.InputClass{schema.ClassWelcome, schema.ClassCommit, schema.ClassProposal, schema.ClassApplication} {
+		hs[c] = inputHeader(c)
 	}
-	w.vals = [...]string{"0", string(in.class), idHex}
-	w.msg = nats.Msg{Subject: subj, Data: in.mls, Header: nats.Header{
-		jetstream.ExpectedLastSubjSeqHeader: w.vals[0:1:1],
-		bus.HeaderClass:                     w.vals[1:2:2],
-		bus.HeaderMessageID:                 w.vals[2:3:3],
-	}}
-	return &w.msg, nil
+	return hs
+}()
+
+func inputHeader(c schema.InputClass) nats.Header {
+	return nats.Header{
+		jetstream.ExpectedLastSubjSeqHeader: {"0"},
+		bus.HeaderClass:                     {string(c)},
+	}
+}
+
+// setInputMsg makes m the message of in. The messages of a request's
+// writes are one allocation, not one each.
+func setInputMsg(m *nats.Msg, tenant string, in *input) error {
+	subj, err := subject.Input(tenant, in.groupHex, in.hexID())
+	if err != nil {
+		return fmt.Errorf("input subject: %w", err)
+	}
+	h, ok := inputHeaders[in.class]
+	if !ok {
+		// Only the classes above enter; this is a guard.
+		h = inputHeader(in.class)
+	}
+	*m = nats.Msg{Subject: subj, Data: in.mls, Header: h}
+	return nil
 }
 
 // storedInput reads the stored input of a message id through the stream
