@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -295,5 +297,25 @@ func TestSplicedStateIsMarshalState(t *testing.T) {
 	check("after a send", true)
 	if st.json.Load() == cut {
 		t.Fatal("a send did not cut the state again")
+	}
+}
+
+// A restored state snapshots to the bytes it was restored from and holds
+// the PSKs of the state that took them, each once: mls-go's own JSON
+// mangles the ids that are not UTF-8 (a resumption PSK's group id), and
+// those must not come back beside the envelope's.
+func TestRestoredStateSnapshotsToSameBytes(t *testing.T) {
+	w := newWorld(t)
+	psks := w.state.g.CachedPsks()
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(psks)), func(k string) bool { return !utf8.ValidString(k) }) {
+		t.Fatal("no cached PSK whose id is not UTF-8")
+	}
+	snap := must[[]byte](t)(w.state.Snapshot())
+	restored := must[*State](t)(Restore(snap))
+	if !maps.EqualFunc(restored.g.CachedPsks(), psks, bytes.Equal) {
+		t.Fatal("the restored state holds other PSKs")
+	}
+	if again := must[[]byte](t)(restored.Snapshot()); !bytes.Equal(again, snap) {
+		t.Fatal("a restored state snapshots to other bytes")
 	}
 }
