@@ -127,6 +127,7 @@ type node struct {
 	witnesses map[string]bool
 	// snap is state's last snapshot, taken when state had snapAt changes
 	// (engine.State.Changes): Marshal reuses it while nothing decrypted here.
+	// Nil at the tip.
 	snap   []byte
 	snapAt uint64
 }

@@ -124,8 +124,8 @@ func (p Policy) marker() pPolicyMarker {
 // epoch secrets, private keys and decrypted payloads: the caller seals them
 // (engine.Vault.SealState) before they leave the process. The encoding is
 // deterministic for a given state. Marshal reuses what has not changed
-// since it last ran: the snapshot of each retained state nothing decrypted
-// at, and the encoding of each chunk of settled inputs nothing joined, so
+// since it last ran: the snapshot of each retained state but the tip that
+// nothing decrypted at, and the encoding of each chunk of settled inputs nothing joined, so
 // its work does not grow with the messages an epoch has seen beyond
 // copying their persisted form.
 func (g *Group) Marshal() ([]byte, error) {
@@ -161,14 +161,20 @@ func (g *Group) marshal(settled bool) ([]byte, error) {
 			pn.Parent = n.parent.id[:]
 		}
 		if n.state != nil {
-			if n.snap == nil || n.snapAt != n.state.Changes() {
-				b, err := n.state.Snapshot()
-				if err != nil {
+			b := n.snap
+			if b == nil || n.snapAt != n.state.Changes() {
+				var err error
+				if b, err = n.state.Snapshot(); err != nil {
 					return nil, fmt.Errorf("convergence: marshal: %w", err)
 				}
+			}
+			// The tip's is not kept: nearly every input changes the tip,
+			// and kept it would be a quarter of an idle member's heap.
+			n.snap, n.snapAt = nil, 0
+			if n != g.tip {
 				n.snap, n.snapAt = b, n.state.Changes()
 			}
-			pn.State = n.snap
+			pn.State = b
 		}
 		for _, c := range n.consumed {
 			pn.Consumed = append(pn.Consumed, c[:])
@@ -330,6 +336,11 @@ func restore(p Policy, in persisted) (g *Group, err error) {
 		return nil, fmt.Errorf("%w: lifecycle", ErrCorrupt)
 	}
 	g = &Group{policy: p, nodes: map[ID]*node{}, inputs: map[ID]*record{}, live: map[ID]*record{}, lifecycle: in.Lifecycle}
+	root, rok := toID(in.Root)
+	tip, tok := toID(in.Tip)
+	if !rok || !tok {
+		return nil, fmt.Errorf("%w: root or tip", ErrCorrupt)
+	}
 	var lost []*node
 	parents := map[ID]ID{}
 	for _, pn := range in.Nodes {
@@ -344,7 +355,7 @@ func restore(p Policy, in persisted) (g *Group, err error) {
 				lost = append(lost, n)
 			} else if st.Epoch() != pn.Epoch {
 				return nil, fmt.Errorf("%w: node epoch", ErrCorrupt)
-			} else {
+			} else if id != tip {
 				n.snap, n.snapAt = slices.Clone(pn.State), st.Changes()
 			}
 			n.state = st
@@ -386,9 +397,7 @@ func restore(p Policy, in persisted) (g *Group, err error) {
 	for _, n := range g.nodes {
 		slices.SortFunc(n.children, func(a, b *node) int { return bytes.Compare(a.id[:], b.id[:]) })
 	}
-	root, rok := toID(in.Root)
-	tip, tok := toID(in.Tip)
-	if !rok || !tok || g.nodes[root] == nil || g.nodes[tip] == nil || g.nodes[root].parent != nil {
+	if g.nodes[root] == nil || g.nodes[tip] == nil || g.nodes[root].parent != nil {
 		return nil, fmt.Errorf("%w: root or tip", ErrCorrupt)
 	}
 	g.root, g.tip = g.nodes[root], g.nodes[tip]
