@@ -16,8 +16,11 @@ const MaxTreeLeaves = 1 << 16
 // Bounds on the other counts of a snapshot (each far above what a live state
 // of MaxTreeLeaves leaves holds).
 const (
-	maxSnapshotPSKs    = 1 << 8
-	maxStoredProposals = MaxTreeLeaves
+	maxSnapshotPSKs = 1 << 8
+	// keptResumptionEpochs is how many of the group's latest epochs keep
+	// their resumption PSK in a snapshot (see State.snapshot).
+	keptResumptionEpochs = 16
+	maxStoredProposals   = MaxTreeLeaves
 )
 
 // ErrBadSnapshot: the bytes are not an intact state snapshot. Restore fails

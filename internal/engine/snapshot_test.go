@@ -236,7 +236,8 @@ func TestSnapshotEnvelopeAsJSONEncodesIt(t *testing.T) {
 }
 
 // TestSplicedStateIsMarshalState checks the state JSON a snapshot splices
-// after decryptions against mls-go's own encoding of the same state, and
+// after decryptions against mls-go's own encoding of the same state (its
+// cached PSKs left out, as the envelope holds them), and
 // that a send, which moves more than the secret tree, is encoded again.
 func TestSplicedStateIsMarshalState(t *testing.T) {
 	st, ag, hosted := benchGroupHosted(t, 40)
@@ -247,12 +248,16 @@ func TestSplicedStateIsMarshalState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := st.g.MarshalState()
+		full, err := st.g.MarshalState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := withoutCachedPSKs(full)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: the state's JSON differs from MarshalState's", what)
+			t.Fatalf("%s: the state's JSON differs from MarshalState's without its cached PSKs", what)
 		}
 		if j := st.json.Load(); (j != nil) != wantCut {
 			t.Fatalf("%s: cut %v, want %v", what, j != nil, wantCut)
@@ -317,5 +322,46 @@ func TestRestoredStateSnapshotsToSameBytes(t *testing.T) {
 	}
 	if again := must[[]byte](t)(restored.Snapshot()); !bytes.Equal(again, snap) {
 		t.Fatal("a restored state snapshots to other bytes")
+	}
+}
+
+// Every epoch adds its resumption PSK to mls-go's cache (RFC 9420 §8.6),
+// which mls-go never prunes. A member's snapshot keeps only the latest
+// keptResumptionEpochs of them, so a member of a group hundreds of commits
+// old still restores (Restore bounds a snapshot's PSKs at maxSnapshotPSKs)
+// and its snapshot does not grow with the group's age.
+func TestSnapshotOfAnOldGroupRestores(t *testing.T) {
+	st, ag, _ := benchGroupHosted(t, 2)
+	first := len(must[[]byte](t)(st.Snapshot()))
+	for range maxSnapshotPSKs + 44 {
+		commit := must[testpeer.Message](t)(ag.Commit())
+		next, _, err := st.ProcessHandshake(commit.MLS)
+		if err != nil {
+			t.Fatalf("epoch %d: %v", st.Epoch(), err)
+		}
+		st = next
+	}
+	snap := must[[]byte](t)(st.Snapshot())
+	restored, err := Restore(snap)
+	if err != nil {
+		t.Fatalf("restore a member at epoch %d: %v", st.Epoch(), err)
+	}
+	if restored.Epoch() != st.Epoch() {
+		t.Fatalf("restored epoch %d, want %d", restored.Epoch(), st.Epoch())
+	}
+	var env snapshotEnvelope
+	if err := json.Unmarshal(snap, &env); err != nil {
+		t.Fatal(err)
+	}
+	if len(env.PSKs) > keptResumptionEpochs {
+		t.Fatalf("the snapshot holds %d PSKs, want at most %d", len(env.PSKs), keptResumptionEpochs)
+	}
+	if n := len(snap); n > 2*first {
+		t.Fatalf("the snapshot grew from %d to %d bytes over %d epochs", first, n, maxSnapshotPSKs+44)
+	}
+	// The restored member follows the group on.
+	commit := must[testpeer.Message](t)(ag.Commit())
+	if _, _, err := restored.ProcessHandshake(commit.MLS); err != nil {
+		t.Fatalf("the restored member processes the next commit: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -201,6 +202,9 @@ func (s *State) snapshot(own bool) ([]byte, error) {
 	env := snapshotEnvelope{V: 1}
 	psks := s.g.CachedPsks()
 	for _, k := range slices.Sorted(maps.Keys(psks)) {
+		if s.staleResumption(k) {
+			continue
+		}
 		env.PSKs = append(env.PSKs, [2][]byte{[]byte(k), psks[k]})
 	}
 	if own {
@@ -218,6 +222,21 @@ func (s *State) snapshot(own bool) ([]byte, error) {
 		return nil, fmt.Errorf("engine: snapshot: %w", err)
 	}
 	return b, nil
+}
+
+// staleResumption reports whether the cached PSK of key is this group's
+// resumption PSK of an epoch older than the latest keptResumptionEpochs.
+// mls-go caches one each epoch and never drops any (RFC 9420 §8.6 leaves
+// how long to keep them to the application); the fabric uses none (no
+// reinit, no branch), and a snapshot that kept them all would grow with
+// the group's age and, past maxSnapshotPSKs epochs, no longer restore.
+func (s *State) staleResumption(key string) bool {
+	id := s.g.ID().AsSlice()
+	if len(key) != len(id)+8 || key[:len(id)] != string(id) {
+		return false
+	}
+	epoch := binary.BigEndian.Uint64([]byte(key[len(id):]))
+	return epoch+keptResumptionEpochs <= s.Epoch()
 }
 
 // envelopeAround returns what json.Marshal(env) writes before and after

@@ -9,7 +9,8 @@ import (
 	"github.com/thomas-vilte/mls-go/group"
 )
 
-// stateJSON is mls-go's MarshalState JSON of g cut around its secret tree,
+// stateJSON is mls-go's MarshalState JSON of g, its cached PSKs left out
+// (the snapshot envelope holds them), cut around its secret tree,
 // the one part of the state Decrypt moves in place (RFC 9420 §9: a
 // sender's ratchet advances as its keys are used). A later snapshot of the
 // same g with no other change since splices the secret tree's new JSON in
@@ -59,7 +60,14 @@ func (s *State) marshalState(head, tail []byte) ([]byte, error) {
 		defer clear(tree)
 		return j.splice(head, tree, tail), nil
 	}
-	raw, err := s.g.MarshalState()
+	full, err := s.g.MarshalState()
+	if err != nil {
+		return nil, err
+	}
+	defer clear(full)
+	// The envelope holds the cached PSKs (pruned, with their ids intact):
+	// mls-go's copy of them is left out of the state's JSON.
+	raw, err := withoutCachedPSKs(full)
 	if err != nil {
 		return nil, err
 	}
