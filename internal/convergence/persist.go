@@ -124,10 +124,10 @@ func (p Policy) marker() pPolicyMarker {
 // epoch secrets, private keys and decrypted payloads: the caller seals them
 // (engine.Vault.SealState) before they leave the process. The encoding is
 // deterministic for a given state. Marshal reuses what has not changed
-// since it last ran: the snapshot of each retained state but the tip that
-// nothing decrypted at, and the encoding of each chunk of settled inputs nothing joined, so
-// its work does not grow with the messages an epoch has seen beyond
-// copying their persisted form.
+// since it last ran: the snapshot of each retained state other than the
+// tip that nothing decrypted at, and the encoding of each chunk of settled
+// inputs nothing joined, so its work does not grow with the messages an
+// epoch has seen beyond copying their persisted form.
 func (g *Group) Marshal() ([]byte, error) {
 	return g.marshal(true)
 }
