@@ -36,8 +36,9 @@ type snapshotShape struct {
 	RatchetTree  []byte          `json:"ratchet_tree"`
 	EpochSecrets json.RawMessage `json:"epoch_secrets"`
 	SecretTree   *struct {
-		LeafCount  uint32                     `json:"leaf_count"`
-		LeafStates map[uint32]json.RawMessage `json:"leaf_states"`
+		EncryptionSecret []byte                     `json:"encryption_secret"`
+		LeafCount        uint32                     `json:"leaf_count"`
+		LeafStates       map[uint32]json.RawMessage `json:"leaf_states"`
 	} `json:"secret_tree"`
 	Members          map[uint32]json.RawMessage `json:"members"`
 	StoredProposals  []json.RawMessage          `json:"stored_proposals"`
@@ -83,7 +84,14 @@ func checkSnapshot(env *snapshotEnvelope) error {
 			return bad("member leaf %d of %d", i, leaves)
 		}
 	}
-	if st := sh.SecretTree; st != nil && (st.LeafCount == 0 || st.LeafCount > MaxTreeLeaves || len(st.LeafStates) > int(st.LeafCount)) {
+	// MarshalState always writes the secret tree with its secret. Without
+	// one mls-go would derive a tree from the epoch's encryption secret,
+	// even an empty one, and the state would snapshot to bytes it refuses.
+	st := sh.SecretTree
+	if st == nil || len(st.EncryptionSecret) == 0 {
+		return bad("no secret tree, or one without its secret")
+	}
+	if st.LeafCount == 0 || st.LeafCount > MaxTreeLeaves || len(st.LeafStates) > int(st.LeafCount) {
 		return bad("secret tree of %d leaves with %d leaf states", st.LeafCount, len(st.LeafStates))
 	}
 	for i := range sh.PathNodePrivKeys {

@@ -80,7 +80,13 @@ func damagedSnapshots(t testing.TB, snap []byte) map[string][]byte {
 		"truncated tree": func(s map[string]json.RawMessage) { setJSON(t, s, "ratchet_tree", []byte{0, 0, 0}) },
 		"cipher suite":   func(s map[string]json.RawMessage) { setJSON(t, s, "cipher_suite", 7) },
 		"no secrets":     func(s map[string]json.RawMessage) { delete(s, "epoch_secrets") },
-		"own leaf":       func(s map[string]json.RawMessage) { setJSON(t, s, "own_leaf_index", 1<<20) },
+		// FuzzRestore found a state without a secret tree and with an empty
+		// encryption secret restoring to one that did not restore again.
+		"no secret tree": func(s map[string]json.RawMessage) { delete(s, "secret_tree") },
+		"secret tree without its secret": func(s map[string]json.RawMessage) {
+			setJSON(t, s, "secret_tree", map[string]any{"encryption_secret": []byte{}, "leaf_count": 4})
+		},
+		"own leaf": func(s map[string]json.RawMessage) { setJSON(t, s, "own_leaf_index", 1<<20) },
 		"member leaf": func(s map[string]json.RawMessage) {
 			setJSON(t, s, "members", map[uint32]any{1 << 20: map[string]any{"active": true}})
 		},
