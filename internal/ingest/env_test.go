@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -249,11 +250,8 @@ func (w *worker) outcomeOf(t testing.TB, tenant string, id []byte) (schema.Outco
 func (w *worker) wantOutcome(t testing.TB, id []byte, status schema.OutcomeStatus, cat schema.Category, class schema.InputClass) schema.Outcome {
 	t.Helper()
 	o, ok := w.outcome(t, id)
-	if !ok {
-		t.Fatalf("no outcome record")
-	}
-	if o.Status != status || o.Category != cat || (class != "" && o.Class != class) {
-		t.Fatalf("outcome = %s/%s/%s, want %s/%s/%s", o.Status, o.Category, o.Class, status, cat, class)
+	if err := outcomeIs(o, ok, status, cat, class); err != nil {
+		t.Fatal(err)
 	}
 	return o
 }
@@ -264,11 +262,20 @@ func (w *worker) awaitOutcome(t testing.TB, id []byte, status schema.OutcomeStat
 	t.Helper()
 	eventually.NoError(t, func() error {
 		o, ok := w.outcome(t, id)
-		if !ok || o.Status != status || o.Category != cat || (class != "" && o.Class != class) {
-			return fmt.Errorf("outcome = %s/%s/%s (found %v), want %s/%s/%s", o.Status, o.Category, o.Class, ok, status, cat, class)
-		}
-		return nil
+		return outcomeIs(o, ok, status, cat, class)
 	})
+}
+
+// outcomeIs says how an outcome record (ok: found) differs from
+// status/cat/class; an empty class matches any.
+func outcomeIs(o schema.Outcome, ok bool, status schema.OutcomeStatus, cat schema.Category, class schema.InputClass) error {
+	if !ok {
+		return errors.New("no outcome record")
+	}
+	if o.Status != status || o.Category != cat || (class != "" && o.Class != class) {
+		return fmt.Errorf("outcome = %s/%s/%s, want %s/%s/%s", o.Status, o.Category, o.Class, status, cat, class)
+	}
+	return nil
 }
 
 // inputs returns every message on FABRIC_IN.
