@@ -1,0 +1,95 @@
+package converge
+
+import (
+	"bytes"
+	"encoding/hex"
+	"crypto/sha256"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
+)
+
+// Issue 26 item 1, the crash loop: hosted A adds hosted B, sends, removes
+// B; the group goes idle and leaves memory; A's next send, on the state
+// restored cold, is done. The state of A after the removal of the last
+// leaf did not restore, and converge panicked at every start.
+func TestSendAfterRemovedHostedMemberAndIdleIsDone(t *testing.T) {
+	e := newEnv(t)
+	clock := &testClock{}
+	w, _ := e.worker("w1", func(c *Config) { c.Metrics, c.Now, c.IdleAfter = NewMetrics(nil), clock.Now, time.Hour })
+	e.startIngest()
+	a := e.register(sha256.Sum256([]byte("a")), 1)
+	b := e.register(sha256.Sum256([]byte("b")), 1)
+
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: a.rec.ClientID, KeyPackages: b.kps})
+	group := bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+	e.waitEvents(b.rec.ClientID, 1)
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: a.rec.ClientID, GroupID: group, Payload: textOf(t, "before")})
+	e.operation(send, schema.OperationDone)
+	remove := e.operate(bus.OperationRequest{Kind: schema.OpRemoveMember, ClientID: a.rec.ClientID, GroupID: group, InboxID: b.rec.InboxID})
+	e.operation(remove, schema.OperationDone)
+
+	e.goIdle(w, clock, 1)
+	after := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: a.rec.ClientID, GroupID: group, Payload: textOf(t, "after")})
+	e.operation(after, schema.OperationDone)
+	if got := testutil.ToFloat64(w.metrics.FailedInputs.WithLabelValues(failPanic)); got != 0 {
+		t.Fatalf("%v inputs panicked", got)
+	}
+}
+
+// Issue 26 item 1: an input whose processing panics does not take the
+// worker down, nor stop its group. A send that panics fails terminally
+// (record failed / resource_refused, message.status_changed unpublished →
+// failed naming the operation), an MLS input that panics is rejected
+// resource_refused, each counted and logged, and the group's later input
+// is applied: the next send is done and the peer reads it.
+func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
+	e := newEnv(t)
+	w, _ := e.worker("w1", func(c *Config) { c.Metrics = NewMetrics(nil) })
+	e.startIngest()
+	h, group, bg := e.createdWithPeer()
+	evs := len(e.waitEvents(h.rec.ClientID, 2)) // joined, bob added
+
+	bad := bus.OperationID(tenant, h.rec.ClientID, "panics")
+	badText := must[testpeer.Message](t)(bg.SendText("panics too"))
+	inputHook = func(in input) {
+		if bytes.Equal(in.MessageID, bad) || bytes.Equal(in.MessageID, badText.ID) {
+			panic("injected by the test")
+		}
+	}
+	t.Cleanup(func() { inputHook = nil })
+
+	e.operate(bus.OperationRequest{ID: bad, Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, "never")})
+	rec := e.operation(bad, schema.OperationFailed)
+	if rec.Category != schema.CategoryResourceRefused || len(rec.MessageIDs) != 0 {
+		t.Fatalf("panicked send record %+v", rec)
+	}
+	ev := e.waitEvents(h.rec.ClientID, evs+1)
+	if sc := ev[evs].Event.MessageStatusChanged; sc == nil || !sc.MessageID.Equal(bad) || sc.Previous != schema.StatusUnpublished || sc.Current != schema.StatusFailed {
+		t.Fatalf("event %s, want message.status_changed unpublished → failed", describe(ev[evs].Event))
+	}
+	e.publish(badText)
+	if o := e.settledOutcome(badText.ID); o.Status != schema.StatusRejected || o.Category != schema.CategoryResourceRefused {
+		t.Fatalf("panicked input outcome %+v", o)
+	}
+
+	good := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, "after")})
+	rec = e.operation(good, schema.OperationDone)
+	out := e.outboundMsgs(group, 3)
+	if out[2].opID != hex.EncodeToString(good) {
+		t.Fatalf("outbound %+v, want the later send", out[2])
+	}
+	r, err := bg.Process(out[2].transport)
+	if txt, _ := r.Payload.Text(); err != nil || txt != "after" || len(rec.MessageIDs) != 1 {
+		t.Fatalf("bob reads %q, %v", txt, err)
+	}
+	if got := testutil.ToFloat64(w.metrics.FailedInputs.WithLabelValues(failPanic)); got < 2 {
+		t.Fatalf("%v panicked inputs counted, want 2", got)
+	}
+}
