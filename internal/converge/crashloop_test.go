@@ -2,8 +2,8 @@ package converge
 
 import (
 	"bytes"
-	"encoding/hex"
 	"crypto/sha256"
+	"encoding/hex"
 	"testing"
 	"time"
 
