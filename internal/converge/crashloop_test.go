@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +92,42 @@ func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(w.metrics.FailedInputs.WithLabelValues(failPanic)); got < 2 {
 		t.Fatalf("%v panicked inputs counted, want 2", got)
+	}
+}
+
+// Issue 26 item 3: a send whose message is larger than the server takes
+// (stored before the API bounded sends, or on a server whose max payload
+// is lower) fails terminally, transport_rejected, with
+// message.status_changed unpublished → failed, instead of being retried
+// without end in front of its group's later input: the next send is done
+// and the peer reads it.
+func TestUnpublishableSendFailsAndItsGroupGoesOn(t *testing.T) {
+	e := newEnv(t)
+	w, _ := e.worker("w1", func(c *Config) { c.Metrics = NewMetrics(nil) })
+	e.startIngest()
+	h, group, bg := e.createdWithPeer()
+	evs := len(e.waitEvents(h.rec.ClientID, 2)) // joined, bob added
+
+	// As stored on FABRIC_IN it fits the server's max payload; sealed
+	// and enveloped on the outbound subject it does not.
+	text := strings.Repeat("x", int(e.nc.MaxPayload())-600)
+	big := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, text)})
+	good := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, "after")})
+	rec := e.finalOperation(big)
+	if rec.Status != schema.OperationFailed || rec.Category != schema.CategoryTransportRejected || len(rec.MessageIDs) != 0 {
+		t.Fatalf("too large a send: record %+v, want failed / transport_rejected", rec)
+	}
+	ev := e.waitEvents(h.rec.ClientID, evs+2)
+	if sc := ev[evs].Event.MessageStatusChanged; sc == nil || !sc.MessageID.Equal(big) || sc.Current != schema.StatusFailed {
+		t.Fatalf("event %s, want message.status_changed unpublished → failed", describe(ev[evs].Event))
+	}
+	e.operation(good, schema.OperationDone)
+	out := e.outboundMsgs(group, 3)
+	r, err := bg.Process(out[2].transport)
+	if txt, _ := r.Payload.Text(); err != nil || txt != "after" {
+		t.Fatalf("bob reads %q, %v", txt, err)
+	}
+	if got := testutil.ToFloat64(w.metrics.FailedInputs.WithLabelValues(failUnpublishable)); got < 1 {
+		t.Fatalf("%v unpublishable inputs counted", got)
 	}
 }
