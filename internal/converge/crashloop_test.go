@@ -131,3 +131,31 @@ func TestUnpublishableSendFailsAndItsGroupGoesOn(t *testing.T) {
 		t.Fatalf("%v unpublishable inputs counted", got)
 	}
 }
+
+// Issue 26 item 2: an operation id stored on a second group (an
+// Idempotency-Key reused before the API scoped operation ids by route and
+// group) makes events whose ids are stored already. That is no fence: the
+// operation already happened, so the repeat is dropped (its id's record
+// stays the first group's), and the second group's later sends are done.
+func TestRepeatedOperationIDDoesNotWedgeItsGroup(t *testing.T) {
+	e := newEnv(t)
+	e.worker("w1", nil)
+	h := e.register(sha256.Sum256([]byte("host")), 1)
+	var groups [2][]byte
+	for i := range groups {
+		create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: h.rec.ClientID})
+		groups[i] = bus.OperationGroupID(create)
+		e.operation(create, schema.OperationDone)
+	}
+	id := bus.OperationID(tenant, h.rec.ClientID, "reused")
+	e.operate(bus.OperationRequest{ID: id, Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: groups[0], Payload: textOf(t, "first")})
+	e.operation(id, schema.OperationDone)
+	e.operate(bus.OperationRequest{ID: id, Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: groups[1], Payload: textOf(t, "second")})
+	later := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: groups[1], Payload: textOf(t, "later")})
+	if rec := e.finalOperation(later); rec.Status != schema.OperationDone {
+		t.Fatalf("the second group's later send: %+v", rec)
+	}
+	if rec := e.lastOperation(id); rec.Status != schema.OperationDone || !rec.GroupID.Equal(groups[0]) {
+		t.Fatalf("the repeated operation's record %+v, want the first group's, done", rec)
+	}
+}

@@ -31,6 +31,12 @@ const (
 	// server takes (its max payload or the stream's max message size):
 	// transport_rejected, a publication refused at the transport layer.
 	failUnpublishable = "unpublishable"
+	// failDuplicate: the events the input makes have ids already stored
+	// by another write: an operation id stored on a second group (an
+	// Idempotency-Key reused before operation ids were scoped by route
+	// and group). That operation already happened: the repeat is dropped,
+	// and an MLS input is rejected as a duplicate.
+	failDuplicate = "duplicate"
 )
 
 // inputFailure is why an input fails terminally.
@@ -142,6 +148,9 @@ func (p marmot) fail(t *txn, in input, why inputFailure) error {
 	if in.Class != bus.ClassOperation {
 		t.notes = append(t.notes, rejectedNote(in.MessageID, in.Class, why.cat, in.Time))
 		return nil
+	}
+	if why.reason == failDuplicate {
+		return nil // its record is the first execution's
 	}
 	req, err := bus.DecodeOperation(in.Data)
 	if err != nil || len(req.GroupID) == 0 {

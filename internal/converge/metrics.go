@@ -39,8 +39,9 @@ type Metrics struct {
 	// memory; one idle for Config.IdleAfter is dropped.
 	Resident prometheus.Gauge
 	// FailedInputs counts inputs failed terminally instead of being
-	// retried without end, by reason: panic (applying it panicked) or
-	// unpublishable (what it makes is larger than the server takes).
+	// retried without end, by reason: panic (applying it panicked),
+	// unpublishable (what it makes is larger than the server takes) or
+	// duplicate (its events were stored by another write).
 	FailedInputs *prometheus.CounterVec
 	// MemoryReleases counts the times the memory of dropped idle groups
 	// was returned to the system (at most once per Config.IdleAfter).
@@ -73,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		FailedInputs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fabric_converge_failed_inputs_total",
-			Help: "Inputs failed terminally (operation failed, outcome rejected) instead of retried without end, by reason (panic, unpublishable).",
+			Help: "Inputs failed terminally (operation failed, outcome rejected) instead of retried without end, by reason (panic, unpublishable, duplicate).",
 		}, []string{"reason"}),
 		Fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fabric_converge_fenced_commits_total",

@@ -468,7 +468,7 @@ func txnName(seq uint64) string { return "in:" + strconv.FormatUint(seq, 10) }
 func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHex string, ins []input) (int, error) {
 	done := 0
 	// solo: one input per transaction, to find the one whose batch the
-	// server refuses (unpublishable).
+	// server refuses (unpublishable, duplicate).
 	solo := false
 	// marks bounds the inputs marked to fail (each mark is followed by a
 	// transaction that fails it, so more means failing it fails).
@@ -495,14 +495,18 @@ func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHe
 		case errors.Is(err, errInputFailed):
 			marks++
 			continue // marked: the next transaction fails it
-		case unpublishable(err) && !solo:
+		case (unpublishable(err) || duplicate(err)) && !solo:
 			solo = true
 			continue
-		case unpublishable(err):
+		case unpublishable(err) || duplicate(err):
 			marks++
-			w.log.Error("converge: an input makes a message larger than the server takes; it fails terminally",
+			why := inputFailure{reason: failUnpublishable, cat: schema.CategoryTransportRejected, err: err}
+			if duplicate(err) {
+				why = inputFailure{reason: failDuplicate, cat: schema.CategoryDuplicate, err: err}
+			}
+			w.log.Error("converge: an input's batch can never be stored; it fails terminally", "reason", why.reason,
 				"tenant", tenant, "group", groupHex, "seq", ins[done].Seq, "class", ins[done].Class, "err", err)
-			w.markFailed(failedKey{tenant, groupHex, ins[done].Seq}, inputFailure{reason: failUnpublishable, cat: schema.CategoryTransportRejected, err: err})
+			w.markFailed(failedKey{tenant, groupHex, ins[done].Seq}, why)
 			continue
 		default:
 			return done, err
