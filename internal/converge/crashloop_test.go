@@ -159,3 +159,48 @@ func TestRepeatedOperationIDDoesNotWedgeItsGroup(t *testing.T) {
 		t.Fatalf("the repeated operation's record %+v, want the first group's, done", rec)
 	}
 }
+
+// Issue 26 item 3: a send whose app payload is as large as the API takes
+// (bus.MaxSendPayload of the server's max_payload) is sent and delivered:
+// the peer decrypts it from the outbound subject, and the group's other
+// hosted member receives it once the message came back through ingest.
+func TestSendAtTheBoundIsDelivered(t *testing.T) {
+	e := newEnv(t)
+	e.worker("w1", nil)
+	e.startIngest()
+	a := e.register(sha256.Sum256([]byte("a")), 1)
+	b := e.register(sha256.Sum256([]byte("b")), 1)
+	bob := peer(t, "bob")
+	create := e.operate(bus.OperationRequest{Kind: schema.OpCreateConversation, ClientID: a.rec.ClientID, KeyPackages: [][]byte{b.kps[0], must[[]byte](t)(bob.KeyPackage())}})
+	group := bus.OperationGroupID(create)
+	e.operation(create, schema.OperationDone)
+	out := e.outboundMsgs(group, 3)
+	bg := must[*testpeer.Group](t)(bob.Join(out[2].transport))
+	e.waitEvents(b.rec.ClientID, 1)
+
+	bound := bus.MaxSendPayload(e.nc.MaxPayload())
+	text := strings.Repeat("x", bound)
+	for n := len(textOf(t, text)); n > bound; n = len(textOf(t, text)) {
+		text = text[:len(text)-(n-bound)]
+	}
+	payload := textOf(t, text)
+	if len(payload) != bound {
+		t.Fatalf("payload of %d bytes, want %d", len(payload), bound)
+	}
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: a.rec.ClientID, GroupID: group, Payload: payload})
+	if rec := e.finalOperation(send); rec.Status != schema.OperationDone {
+		t.Fatalf("send at the bound: %+v", rec)
+	}
+	out = e.outboundMsgs(group, 4)
+	r, err := bg.Process(out[3].transport)
+	if txt, _ := r.Payload.Text(); err != nil || txt != text {
+		t.Fatalf("bob reads %d bytes, %v", len(txt), err)
+	}
+	evs := e.waitEventsWithin(b.rec.ClientID, 2, time.Minute)
+	mr := evs[1].Event.MessageReceived
+	if mr == nil || hex.EncodeToString(mr.MessageID) != out[3].id {
+		t.Fatalf("b's event %s, want the message at the bound", describe(evs[1].Event))
+	}
+	sealed := must[[]byte](t)(out[3].transport.MarshalMsgpack())
+	t.Logf("app payload %d bytes, outbound message %d bytes (%d more), max_payload %d", bound, len(sealed), len(sealed)-bound, e.nc.MaxPayload())
+}
