@@ -18,11 +18,12 @@ import (
 // Issue 26 item 1, the crash loop: hosted A adds hosted B, sends, removes
 // B; the group goes idle and leaves memory; A's next send, on the state
 // restored cold, is done. The state of A after the removal of the last
-// leaf did not restore, and converge panicked at every start.
+// leaf did not restore, and converge panicked at every start; a worker
+// started anew restores it too.
 func TestSendAfterRemovedHostedMemberAndIdleIsDone(t *testing.T) {
 	e := newEnv(t)
 	clock := &testClock{}
-	w, _ := e.worker("w1", func(c *Config) { c.Metrics, c.Now, c.IdleAfter = NewMetrics(nil), clock.Now, time.Hour })
+	w, stop := e.worker("w1", func(c *Config) { c.Metrics, c.Now, c.IdleAfter = NewMetrics(nil), clock.Now, time.Hour })
 	e.startIngest()
 	a := e.register(sha256.Sum256([]byte("a")), 1)
 	b := e.register(sha256.Sum256([]byte("b")), 1)
@@ -42,6 +43,11 @@ func TestSendAfterRemovedHostedMemberAndIdleIsDone(t *testing.T) {
 	if got := testutil.ToFloat64(w.metrics.FailedInputs.WithLabelValues(failPanic)); got != 0 {
 		t.Fatalf("%v inputs panicked", got)
 	}
+	// As after a restart of the process: another worker restores it.
+	stop()
+	e.worker("w2", nil)
+	restarted := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: a.rec.ClientID, GroupID: group, Payload: textOf(t, "after a restart")})
+	e.operation(restarted, schema.OperationDone)
 }
 
 // Issue 26 item 1: an input whose processing panics does not take the
