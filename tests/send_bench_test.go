@@ -67,7 +67,7 @@ func benchSendThroughAPI(b *testing.B, callers int, syncInterval time.Duration) 
 	send := func(i int) {
 		key := fmt.Sprintf("send-%d", i)
 		mu.Lock()
-		sent[hex.EncodeToString(bus.OperationID(allinone.DevTenant, hosted.ClientID, key))] = time.Now()
+		sent[hex.EncodeToString(bus.OperationID(allinone.DevTenant, hosted.ClientID, key, string(schema.OpSendMessage), hex.EncodeToString(created.GroupID)))] = time.Now()
 		mu.Unlock()
 		if _, err := ops.SendText(ctx, hosted.ClientID, created.GroupID, key, "hello, this is a chat message of a typical length"); err != nil {
 			b.Error(err)

@@ -69,16 +69,35 @@ var ErrMalformedOperation = errors.New("bus: malformed operation request")
 // idLabel separates operation ids from every other hash the fabric takes.
 const idLabel = "fabric/operation/v1"
 
-// OperationID is the operation id of an idempotency key: SHA-256 of a label, the
-// tenant, the client and the key, so the same key from the same client is
-// the same operation (and the same input subject: stored once).
-func OperationID(tenant, clientID, idempotencyKey string) []byte {
+// OperationID is the operation id of an idempotency key: SHA-256 of a
+// label, the tenant, the client, the key and the scope, each followed by a
+// NUL, so the same key from the same client in the same scope is the same
+// operation (and the same input subject: stored once). The API scopes a
+// key by the operation's kind and the route's group id, lowercase hex
+// (empty for a create): the same key on another route or group is another
+// operation (issue 26).
+func OperationID(tenant, clientID, idempotencyKey string, scope ...string) []byte {
 	h := sha256.New()
-	for _, s := range []string{idLabel, tenant, clientID, idempotencyKey} {
+	for _, s := range append([]string{idLabel, tenant, clientID, idempotencyKey}, scope...) {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
 	return h.Sum(nil)
+}
+
+// SendOverhead bounds what the fabric adds to a send's app payload on the
+// largest message it stores for it: the outbound message (MLS framing, the
+// signature and AEAD tag of the private message, sealing under the group
+// event key, the transport envelope and its headers), which ingest must
+// take back as a transport payload with its own headroom of 1 KiB and a
+// group id, and the events and records of the group's other hosted
+// members. docs/outbound.md has the measured sizes.
+const SendOverhead = 4096
+
+// MaxSendPayload is the largest app payload a send may carry on a server
+// whose max_payload is maxPayload (nats.Conn.MaxPayload).
+func MaxSendPayload(maxPayload int64) int {
+	return max(int(maxPayload)-SendOverhead, 0)
 }
 
 // OperationGroupID is the group id a create operation makes: derived from the

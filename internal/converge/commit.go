@@ -72,6 +72,14 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			err = batchAckHook(t.name, err)
 		}
 		delete(part.groups, key)
+		if duplicate(err) {
+			// A duplicate event id: the fence moved when an earlier
+			// attempt stored this batch; else another write stored
+			// those events, which no retry mends (handleRun).
+			if seq, _, cerr := bus.LastCheckpoint(ctx, w.js, tenant, groupHex); cerr == nil && seq != g.ckSeq {
+				err = fmt.Errorf("%w: %w", ErrFenced, err)
+			}
+		}
 		if err != nil && !errors.Is(err, ErrFenced) {
 			// The batch may have been stored even so (a lost ack): the
 			// blobs stay, for the checkpoint that may name them.

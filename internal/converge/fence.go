@@ -154,10 +154,19 @@ func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tena
 		return 0, err
 	}
 	seq, err := bus.PublishBatch(ctx, js, events, bus.Checkpoint{Tenant: tenant, GroupID: groupHex, Data: body, ExpectedSeq: expect}, bus.WithMaxBatch(maxBatch), bus.WithMessages(ix))
-	if errors.Is(err, bus.ErrFenced) || errors.Is(err, bus.ErrDuplicateEvent) || isConflict(err) {
+	if errors.Is(err, bus.ErrFenced) || isConflict(err) {
 		return 0, fmt.Errorf("%w: %w", ErrFenced, err)
 	}
 	return seq, err
+}
+
+// duplicate reports a batch refused for an event id already stored (checked
+// before the fence): an earlier attempt of the transaction stored it when
+// the group's checkpoint moved, else another write stored those events
+// (transact tells which).
+func duplicate(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, bus.ErrDuplicateEvent) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID)
 }
 
 // checkpointMsg builds a group's checkpoint message for a shared batch:
@@ -178,15 +187,15 @@ func checkpointMsg(tenant, groupHex string, expect uint64, ck checkpoint) (*nats
 	return m, nil
 }
 
-// fencedErr reports the server errors that mean "the fence moved, or this
-// batch may already be stored": wrong last sequence (10071), another write
-// in flight on the subject (10164, JSErrCodeStreamWrongLastSequenceConstant),
-// a duplicate message id (10201).
+// fencedErr reports the server errors that mean "the fence moved": wrong
+// last sequence (10071), another write in flight on the subject (10164,
+// JSErrCodeStreamWrongLastSequenceConstant). A duplicate message id
+// (10201) is no fence (duplicate).
 func fencedErr(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant, jetstreamext.JSErrCodeBatchPublishDuplicateMsgID:
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 			return true
 		}
 	}

@@ -157,6 +157,9 @@ type policy interface {
 	// selfUpdates runs the self-updates due at t.now (a member's leaf
 	// older than period) and reports whether it ran any.
 	selfUpdates(ctx context.Context, t *txn, period time.Duration) (bool, error)
+	// fail records an input's terminal failure instead of applying it
+	// (failinput.go).
+	fail(t *txn, in input, why inputFailure) error
 }
 
 // emit records the events one cause made for one client, in kind-table

@@ -38,6 +38,11 @@ type Metrics struct {
 	// Resident is the number of groups whose hosted members are in
 	// memory; one idle for Config.IdleAfter is dropped.
 	Resident prometheus.Gauge
+	// FailedInputs counts inputs failed terminally instead of being
+	// retried without end, by reason: panic (applying it panicked),
+	// unpublishable (what it makes is larger than the server takes) or
+	// duplicate (its events were stored by another write).
+	FailedInputs *prometheus.CounterVec
 	// MemoryReleases counts the times the memory of dropped idle groups
 	// was returned to the system (at most once per Config.IdleAfter).
 	MemoryReleases prometheus.Counter
@@ -67,6 +72,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fabric_converge_events_total",
 			Help: "Client events committed, by kind.",
 		}, []string{"kind"}),
+		FailedInputs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_converge_failed_inputs_total",
+			Help: "Inputs failed terminally (operation failed, outcome rejected) instead of retried without end, by reason (panic, unpublishable, duplicate).",
+		}, []string{"reason"}),
 		Fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fabric_converge_fenced_commits_total",
 			Help: "Commits refused by the checkpoint fence (another worker or an earlier attempt wrote first).",
@@ -101,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries, m.Resident, m.MemoryReleases)
+		reg.MustRegister(m.Inputs, m.Latency, m.Owned, m.Lag, m.Events, m.Fenced, m.FailedInputs, m.Expirations, m.Batches, m.Retries, m.Stalled, m.LostDeliveries, m.Resident, m.MemoryReleases)
 	}
 	// The label values known up front exist at zero from the start, so
 	// rates and alerts over them work on a fresh worker.

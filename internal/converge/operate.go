@@ -93,6 +93,9 @@ func refuse(cat schema.Category, err error) error { return &operationFailure{cat
 // errNotMember: the operation's client holds no active state of the group.
 var errNotMember = errors.New("client is not an active member of the group")
 
+// errNoState: the client's canonical state of the group is lost.
+var errNoState = errors.New("the client's state of the group did not restore")
+
 // errGroupExists: a create names a group the fabric already holds.
 var errGroupExists = errors.New("group exists")
 
@@ -308,6 +311,11 @@ func (p marmot) member(t *txn, clientID string) (*hostedMember, *convergence.Gro
 	cg, err := p.group(t, m)
 	if err != nil {
 		return nil, nil, key, err
+	}
+	if cg.Tip() == nil {
+		// Its canonical state did not restore (storage loss): the
+		// group is unrecoverable for it (issue 26: never a panic).
+		return nil, nil, key, refuse(schema.CategoryMissingHistory, errNoState)
 	}
 	key, err = cg.Tip().GroupEventKey()
 	return m, cg, key, err

@@ -467,16 +467,48 @@ func txnName(seq uint64) string { return "in:" + strconv.FormatUint(seq, 10) }
 // fit one atomic batch each. It returns how many inputs are done.
 func (w *Worker) handleRun(ctx context.Context, part *partition, tenant, groupHex string, ins []input) (int, error) {
 	done := 0
+	// solo: one input per transaction, to find the one whose batch the
+	// server refuses (unpublishable, duplicate).
+	solo := false
+	// marks bounds the inputs marked to fail (each mark is followed by a
+	// transaction that fails it, so more means failing it fails).
+	marks := 0
 	for done < len(ins) {
 		start := time.Now()
 		var used int
+		end := len(ins)
+		if solo {
+			end = done + 1
+		}
 		err := w.transact(ctx, part, tenant, groupHex, func(ctx context.Context, t *txn, g *loadedGroup) (bool, error) {
 			var applied bool
 			var err error
-			used, applied, err = w.applyRun(ctx, t, g, ins[done:])
+			used, applied, err = w.applyRun(ctx, t, g, ins[done:end])
 			return applied, err
 		})
-		if err != nil {
+		switch {
+		case err == nil && used > 0:
+			w.failed.forget(tenant, groupHex, ins[done+used-1].Seq)
+		case err == nil:
+		case marks > 2*len(ins):
+			return done, err
+		case errors.Is(err, errInputFailed):
+			marks++
+			continue // marked: the next transaction fails it
+		case (unpublishable(err) || duplicate(err)) && !solo:
+			solo = true
+			continue
+		case unpublishable(err) || duplicate(err):
+			marks++
+			why := inputFailure{reason: failUnpublishable, cat: schema.CategoryTransportRejected, err: err}
+			if duplicate(err) {
+				why = inputFailure{reason: failDuplicate, cat: schema.CategoryDuplicate, err: err}
+			}
+			w.log.Error("converge: an input's batch can never be stored; it fails terminally", "reason", why.reason,
+				"tenant", tenant, "group", groupHex, "seq", ins[done].Seq, "class", ins[done].Class, "err", err)
+			w.markFailed(failedKey{tenant, groupHex, ins[done].Seq}, why)
+			continue
+		default:
 			return done, err
 		}
 		for range used {
@@ -507,7 +539,7 @@ func (w *Worker) applyRun(ctx context.Context, t *txn, g *loadedGroup, ins []inp
 		if applied && (used >= maxTxnInputs || t.size()+eventBudget(t) > w.cfg.MaxBatch-1) {
 			break
 		}
-		if err := w.policy().run(ctx, t, in); err != nil {
+		if err := w.apply(ctx, t, g, in); err != nil {
 			return used, applied, err
 		}
 		if t.err != nil {

@@ -285,7 +285,9 @@ func (w *Worker) finish(ctx context.Context, part *partition, r *groupRun, fligh
 }
 
 // parallel runs fn(0) … fn(n-1) on up to GOMAXPROCS goroutines and returns
-// when all have returned. Each call must touch only its own index.
+// when all have returned. Each call must touch only its own index. A panic
+// of a call is raised again in the caller's goroutine once all have
+// returned, where the input's recovery finds it (failinput.go).
 func parallel(n int, fn func(i int)) {
 	workers := min(n, runtime.GOMAXPROCS(0))
 	if workers <= 1 {
@@ -296,12 +298,21 @@ func parallel(n int, fn func(i int)) {
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var panicked atomic.Pointer[any]
 	for range workers {
 		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					panicked.CompareAndSwap(nil, &v)
+				}
+			}()
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				fn(i)
 			}
 		})
 	}
 	wg.Wait()
+	if v := panicked.Load(); v != nil {
+		panic(*v)
+	}
 }

@@ -124,6 +124,8 @@ type Worker struct {
 	partBytes int
 	// release returns the memory of dropped idle groups to the system.
 	release *memoryRelease
+	// failed are the inputs that fail terminally when next applied.
+	failed failedInputs
 
 	mu      sync.Mutex
 	running map[int]*partitionRun

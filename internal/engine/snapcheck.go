@@ -40,7 +40,9 @@ type snapshotShape struct {
 		LeafCount        uint32                     `json:"leaf_count"`
 		LeafStates       map[uint32]json.RawMessage `json:"leaf_states"`
 	} `json:"secret_tree"`
-	Members          map[uint32]json.RawMessage `json:"members"`
+	Members map[uint32]struct {
+		Active bool `json:"active"`
+	} `json:"members"`
 	StoredProposals  []json.RawMessage          `json:"stored_proposals"`
 	CachedPsks       map[string]json.RawMessage `json:"cached_psks"`
 	PathNodePrivKeys map[uint32]json.RawMessage `json:"path_node_priv_keys"`
@@ -76,12 +78,15 @@ func checkSnapshot(env *snapshotEnvelope) error {
 	if sh.OwnLeafIndex >= leaves {
 		return bad("own leaf %d of %d", sh.OwnLeafIndex, leaves)
 	}
-	if len(sh.Members) > int(leaves) {
-		return bad("%d members for %d leaves", len(sh.Members), leaves)
+	// mls-go keeps a removed member, inactive, after a removal truncated
+	// the tree below its leaf (issue 26: the last leaf's removal), so only
+	// an active member must be a leaf of the tree.
+	if len(sh.Members) > MaxTreeLeaves {
+		return bad("%d members", len(sh.Members))
 	}
-	for i := range sh.Members {
-		if i >= leaves {
-			return bad("member leaf %d of %d", i, leaves)
+	for i, m := range sh.Members {
+		if i >= MaxTreeLeaves || (m.Active && i >= leaves) {
+			return bad("member leaf %d of %d (active %v)", i, leaves, m.Active)
 		}
 	}
 	// MarshalState always writes the secret tree with its secret. Without

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/fabric-mls/fabric/internal/apppayload"
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -369,5 +371,36 @@ func TestSnapshotOfAnOldGroupRestores(t *testing.T) {
 	commit := must[testpeer.Message](t)(ag.Commit())
 	if _, _, err := restored.ProcessHandshake(commit.MLS); err != nil {
 		t.Fatalf("the restored member processes the next commit: %v", err)
+	}
+}
+
+// Issue 26 item 1: removing the member of the last leaf truncates the tree,
+// and mls-go keeps the removed member, inactive, past it. The state's
+// snapshot restores (it was refused as "2 members for 1 leaves", so a
+// member restored cold had no state and converge panicked), and the
+// restored state sends on; an active member past the tree is still refused.
+func TestSnapshotAfterLastLeafRemovedRestores(t *testing.T) {
+	h := newHostedGroup(t, components.Set{}, "bob")
+	out, err := h.state.Commit(h.inst, CommitRequest{Remove: []string{h.peers[0].Peer().InboxID()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.accept(t, out.Commit)
+	snap := must[[]byte](t)(h.state.Snapshot())
+	restored, err := Restore(snap)
+	if err != nil {
+		t.Fatalf("restore after the last leaf's removal: %v", err)
+	}
+	if restored.Epoch() != h.state.Epoch() || len(restored.Members()) != 1 {
+		t.Fatalf("restored epoch %d members %d", restored.Epoch(), len(restored.Members()))
+	}
+	if _, err := restored.Encrypt(h.inst, encode(t, apppayload.NewText("alone"))); err != nil {
+		t.Fatalf("the restored state sends: %v", err)
+	}
+	active := editSnapshot(t, snap, func(s map[string]json.RawMessage) {
+		setJSON(t, s, "members", map[uint32]any{0: map[string]any{"active": true}, 1: map[string]any{"active": true}})
+	})
+	if _, err := Restore(active); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("an active member past the tree: %v", err)
 	}
 }

@@ -10,6 +10,7 @@
 package operations
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -63,7 +64,18 @@ var (
 	// ErrUnavailable: the operation could not be stored; nothing was
 	// accepted.
 	ErrUnavailable = refusal.New(refusal.Unavailable, "unavailable", "the operation could not be stored; nothing was accepted, retry the request")
+	// ErrIdempotencyKeyReused: the key names an operation stored with
+	// another request on the same route and group (issue 26).
+	ErrIdempotencyKeyReused = refusal.New(refusal.Conflict, "idempotency_key_reused", "this Idempotency-Key was used with another request on this route and conversation")
+	// ErrPayloadTooLarge: the message, or the operation, is larger than
+	// the fabric can store and send (issue 26).
+	ErrPayloadTooLarge = refusal.New(refusal.TooLarge, "payload_too_large", "the message is larger than the fabric can send")
 )
+
+// requestHeadroom is what an operation's input message adds to its
+// request on FABRIC_IN: its headers (class, message id, the expected
+// sequence) and a margin.
+const requestHeadroom = 1024
 
 // Clients finds hosted clients.
 type Clients interface {
@@ -159,8 +171,9 @@ func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, e
 	if key == "" || len(key) > maxIdempotencyKey {
 		return schema.OperationAccepted{}, refusal.BadRequest("an %s header of 1 to %d bytes is required", HeaderIdempotencyKey, maxIdempotencyKey)
 	}
-	req := bus.OperationRequest{ID: bus.OperationID(c.tenant, c.client, key), ClientID: c.client, Time: a.cfg.Now().UnixMilli()}
-	if g := r.PathValue("group_id"); g != "" {
+	req := bus.OperationRequest{ClientID: c.client, Time: a.cfg.Now().UnixMilli()}
+	g := r.PathValue("group_id")
+	if g != "" {
 		if err := subject.ValidGroup(g); err != nil {
 			return schema.OperationAccepted{}, refusal.BadRequest("%v", err)
 		}
@@ -169,6 +182,12 @@ func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, e
 	if err := build(r, c, &req); err != nil {
 		return schema.OperationAccepted{}, err
 	}
+	// The key is scoped by the route's kind and group: the same key on
+	// another route or conversation is another operation (issue 26).
+	req.ID = bus.OperationID(c.tenant, c.client, key, string(req.Kind), g)
+	if req.Kind == schema.OpCreateConversation {
+		req.GroupID = bus.OperationGroupID(req.ID)
+	}
 	if err := a.store(r.Context(), c.tenant, req); err != nil {
 		return schema.OperationAccepted{}, err
 	}
@@ -176,12 +195,18 @@ func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, e
 }
 
 // store puts the operation on its group's input subject, once: the subject
-// is the operation's dedup record, so a repeated Idempotency-Key stores
-// nothing new. Then its first record, queued, unless one is there.
+// is the operation's dedup record, so a repeated Idempotency-Key with the
+// same request stores nothing new, and one with another request is
+// refused (ErrIdempotencyKeyReused). Then its first record, queued,
+// unless one is there. An operation that does not fit the server's
+// max_payload is refused (ErrPayloadTooLarge), not answered 503 for ever.
 func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest) error {
 	data, err := bus.EncodeOperation(req)
 	if err != nil {
 		return err
+	}
+	if limit := int(a.cfg.JS.Conn().MaxPayload()) - requestHeadroom; len(data) > limit {
+		return ErrPayloadTooLarge.With("the operation is %d bytes encoded; at most %d fit the server's max_payload", len(data), limit)
 	}
 	idHex := hex.EncodeToString(req.ID)
 	subj, err := subject.Input(tenant, hex.EncodeToString(req.GroupID), idHex)
@@ -193,7 +218,11 @@ func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set(bus.HeaderClass, string(bus.ClassOperation))
 	msg.Header.Set(bus.HeaderMessageID, idHex)
-	if _, err := a.cfg.JS.PublishMsg(ctx, msg); err != nil && !wrongLast(err) {
+	if _, err := a.cfg.JS.PublishMsg(ctx, msg); wrongLast(err) {
+		if err := a.sameRequest(ctx, tenant, req); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return ErrUnavailable.Because(err)
 	}
 	rec, err := bus.OperationRecordMsg(tenant, req.Record(schema.OperationQueued, a.cfg.Now()))
@@ -204,6 +233,46 @@ func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest
 	// The operation is stored: a lost first record only delays what GET
 	// shows until converge writes the next.
 	_, _ = a.cfg.JS.PublishMsg(ctx, rec)
+	return nil
+}
+
+// sameRequest refuses a request whose operation is stored with another
+// request (Idempotency-Key reuse, as Stripe answers it: the same key and
+// request are the same answer, the same key and another request 409). The
+// requests are compared without the time they were accepted. A stored
+// input that is gone (past FABRIC_IN's MaxAge) refuses nothing.
+func (a *API) sameRequest(ctx context.Context, tenant string, req bus.OperationRequest) error {
+	subj, err := subject.StoredInput(tenant, hex.EncodeToString(req.GroupID), hex.EncodeToString(req.ID))
+	if err != nil {
+		return refusal.BadRequest("%v", err)
+	}
+	s, err := a.cfg.JS.Stream(ctx, streams.StreamInput)
+	if err != nil {
+		return ErrUnavailable.Because(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return ErrUnavailable.Because(err)
+	}
+	stored, err := bus.DecodeOperation(m.Data)
+	if err != nil {
+		return ErrIdempotencyKeyReused
+	}
+	stored.Time, req.Time = 0, 0
+	was, err := bus.EncodeOperation(stored)
+	if err != nil {
+		return err
+	}
+	now, err := bus.EncodeOperation(req)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(was, now) {
+		return ErrIdempotencyKeyReused
+	}
 	return nil
 }
 
@@ -258,7 +327,6 @@ func (a *API) create(r *http.Request, c call, req *bus.OperationRequest) error {
 		return err
 	}
 	req.Kind = schema.OpCreateConversation
-	req.GroupID = bus.OperationGroupID(req.ID)
 	set, err := patchedSet(components.Set{}, b.Changes())
 	if err != nil {
 		return err
@@ -373,6 +441,11 @@ func (a *API) send(r *http.Request, _ call, req *bus.OperationRequest) error {
 	req.Kind = schema.OpSendMessage
 	if req.Payload, err = apppayload.Encode(p); err != nil {
 		return refusal.BadRequest("%v", err)
+	}
+	// Sealed and enveloped, the message must fit the server's max_payload
+	// (issue 26): a larger one could never be sent.
+	if limit := bus.MaxSendPayload(a.cfg.JS.Conn().MaxPayload()); len(req.Payload) > limit {
+		return ErrPayloadTooLarge.With("the message's content is %d bytes encoded; at most %d can be sent", len(req.Payload), limit)
 	}
 	return nil
 }

@@ -16,8 +16,9 @@ import (
 // Operations makes a tenant's hosted clients speak over the fabric's HTTP
 // API (issue 19): create a conversation, send, add and remove members,
 // change components, leave, update the own leaf. Each call takes an
-// idempotency key: the same key from the same client is the same
-// operation, sent once however often it is called. A call returns as soon
+// idempotency key: the same key and request from the same client on the
+// same route and conversation is the same operation, sent once however
+// often it is called (the key with another request is refused 409). A call returns as soon
 // as the operation is stored, with its id; Operation reads how it went,
 // and the client's events report it (conversation.joined with origin
 // created, message.status_changed, conversation.membership_changed, …).

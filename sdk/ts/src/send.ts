@@ -1,8 +1,9 @@
 // The operations API (docs/outbound.md) as pkg/client's Operations: a
 // hosted client creates conversations, sends, adds and removes members,
 // changes components, leaves and updates its leaf. Each call takes an
-// idempotency key: the same key from the same client is the same
-// operation, sent once however often it is called. A call returns once
+// idempotency key: the same key and request from the same client on the
+// same route and conversation is the same operation, sent once however
+// often it is called (the key with another request is refused 409). A call returns once
 // the operation is stored; operation() reads how it went, and the
 // client's events report it (conversation.joined with origin created,
 // message.status_changed, …).
