@@ -258,7 +258,11 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 
 // deliver indexes an application message stored at (seq, at) and gives
 // every active member that opened it, but its sender installation, its
-// message.received and the deletion it applies, as events of cause.
+// message.received and the deletion it applies, as events of cause. The
+// sender installation, when hosted, gets the message.deleted of the
+// deletion it sent: it applies it too (the kind table's message.deleted,
+// PROC-037; issue 26), though it gets no message.received of its own
+// message and cannot open its own echo.
 func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, opened func(*hostedMember) bool) {
 	comps := t.components()
 	msg := storedMessage{ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey, Seq: seq}
@@ -289,7 +293,13 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 	// no entry.
 	ref := t.message(refID)
 	for _, m := range t.g.active() {
-		if bytes.Equal(m.Installation, app.Sender.InstallationKey) || !opened(m) {
+		if bytes.Equal(m.Installation, app.Sender.InstallationKey) {
+			if deleted != nil && m.holds(deleted) {
+				t.emit(m.ClientID, cause, project.Deleted(t.g.GroupID, deleted.ID))
+			}
+			continue
+		}
+		if !opened(m) {
 			continue
 		}
 		pm := project.Message{

@@ -506,12 +506,14 @@ func (p marmot) send(t *txn, in input, req bus.OperationRequest, m *hostedMember
 	// it (deliver: indexed, readable, a deletion applied). Another hosted
 	// member does when the message comes back as input; the sender gets
 	// own_echo then, so a sender alone in the group delivers it now.
+	// The status goes first: a deletion delivered now adds its
+	// message.deleted after it (EVENT-012, kind-table order).
+	t.emit(m.ClientID, req.ID, project.StatusChanged(t.g.GroupID, id, schema.StatusUnpublished, schema.StatusPublished))
 	alone := !slices.ContainsFunc(t.g.active(), func(o *hostedMember) bool { return o.ClientID != m.ClientID })
 	if alone {
 		own := AppMessage{Sender: Leaf{InboxID: m.InboxID, InstallationKey: m.Installation}, Plaintext: req.Payload}
 		t.deliver(id, req.ID, in.Seq, in.Time, own, func(*hostedMember) bool { return false })
 	}
-	t.emit(m.ClientID, req.ID, project.StatusChanged(t.g.GroupID, id, schema.StatusUnpublished, schema.StatusPublished))
 	return schema.OperationDone, [][]byte{id}, nil
 }
 

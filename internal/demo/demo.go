@@ -226,6 +226,11 @@ func (s *Script) Play(ctx context.Context, hosted Registered) error {
 	if err != nil {
 		return err
 	}
+	return s.PlayFlow(ctx, f)
+}
+
+// PlayFlow plays a conversation made by NewFlow, one step a request.
+func (s *Script) PlayFlow(ctx context.Context, f *Flow) error {
 	for _, part := range [][]Step{f.Join, f.Talk, f.Settle} {
 		for _, st := range part {
 			if err := s.post(ctx, st.Name, st.Msg); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +139,82 @@ func TestDrainLosesNothingAcknowledged(t *testing.T) {
 	if answers == 0 || len(queued) == 0 {
 		t.Fatal("no request was answered")
 	}
+}
+
+// Issue 26 item 6: input that arrives while its group is unknown (its
+// Welcome not yet processed) is retained; once the group is known, input
+// that arrives before the retry has backfilled the retained input must not
+// overtake it. The retrier is held (its lock taken, so the watch's
+// schedule waits) to make the race deterministic: the group is known to
+// every worker and nothing has backfilled the hello when the reply
+// arrives. FABRIC_IN, whose order converge delivers and numbers in, must
+// hold the inputs in the order they were sent. With two workers, the hello
+// is retained by one and the reply and reaction arrive at the other.
+func TestRetainedInputIsBackfilledBeforeLaterInputOfItsGroup(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+			e := newEnv(t, envOpts{workers: workers})
+			first, last := e.workers[0], e.workers[len(e.workers)-1]
+			g := newGroup(t)
+			welcome := invite(t, g)
+			hello := text(t, g, "hello")
+			reply := text(t, g, "reply")
+			react := text(t, g, "reaction")
+
+			res := first.submit(t, welcome.Transport, hello.Transport)
+			wantResult(t, res[0], welcome.ID, schema.StatusQueued, "")
+			wantResult(t, res[1], hello.ID, schema.StatusRejected, schema.CategoryUnknownGroup)
+
+			// The Welcome is processed: converge writes the group record.
+			// No worker's retrier may run until the later input is in.
+			for _, w := range e.workers {
+				w.svc.retry.mu.Lock()
+			}
+			held := true
+			release := func() {
+				if held {
+					held = false
+					for _, w := range e.workers {
+						w.svc.retry.mu.Unlock()
+					}
+				}
+			}
+			defer release()
+			e.hostGroup(g.ID())
+			wantResult(t, last.submitOne(t, reply.Transport), reply.ID, schema.StatusQueued, "")
+			wantResult(t, first.submitOne(t, react.Transport), react.ID, schema.StatusQueued, "")
+			release()
+
+			want := []testpeer.Message{welcome, hello, reply, react}
+			eventually.True(t, "every input on FABRIC_IN", func() bool { return len(e.inputs()) == len(want) })
+			var got []string
+			for _, m := range e.inputs() {
+				got = append(got, storedID(t, m))
+			}
+			for i, m := range want {
+				if got[i] != hex.EncodeToString(m.ID) {
+					t.Fatalf("FABRIC_IN holds %v, want welcome, hello, reply, reaction %v", short(got), short(ids(want)))
+				}
+			}
+			first.awaitOutcome(t, hello.ID, schema.StatusQueued, "", schema.ClassApplication)
+			eventually.True(t, "retained objects released", func() bool { return e.retained() == 0 })
+		})
+	}
+}
+
+func ids(ms []testpeer.Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = hex.EncodeToString(m.ID)
+	}
+	return out
+}
+
+// short is the first 8 digits of each id, to name inputs in a failure.
+func short(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id[:8]
+	}
+	return out
 }

@@ -19,9 +19,17 @@ type directory struct {
 // (stream sequence) that said so. The watch and the direct reads of a
 // directory miss both write it; the newer revision wins, so a read that
 // raced a later delete cannot bring the group back.
+//
+// backfill is set when the group became known while input retained as
+// unknown_group may wait for it: later input of the group enters only
+// after that input (Service.backfill), so the group's input keeps its
+// arrival order (issue 26). gen counts the times it was set, so a backfill
+// clears only the flag it ran for.
 type groupState struct {
-	known bool
-	rev   uint64
+	known    bool
+	backfill bool
+	rev      uint64
+	gen      uint64
 }
 
 // keySet is a group's candidate keys with a generation that grows on every
@@ -70,12 +78,55 @@ func (d *directory) known(key string) bool {
 }
 
 // setKnown records whether a group is hosted as of fabric-groups revision
-// rev, unless the directory already holds a newer revision.
-func (d *directory) setKnown(key string, known bool, rev uint64) {
+// rev, unless the directory already holds a newer revision. With backfill,
+// a group that becomes known is marked for a backfill in the same step, so
+// no input of the group sees it known before it is marked.
+func (d *directory) setKnown(key string, known bool, rev uint64, backfill bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if cur, ok := d.groups[key]; ok && cur.rev > rev {
+	cur, ok := d.groups[key]
+	if ok && cur.rev > rev {
 		return
 	}
-	d.groups[key] = groupState{known: known, rev: rev}
+	next := groupState{known: known, rev: rev, gen: cur.gen}
+	if known {
+		next.backfill = cur.backfill
+		if backfill && !cur.known {
+			next.backfill = true
+			next.gen++
+		}
+	}
+	d.groups[key] = next
+}
+
+// markBackfill marks a known group for a backfill: input of it may be
+// retained as unknown_group (found at start).
+func (d *directory) markBackfill(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g, ok := d.groups[key]; ok && g.known {
+		g.backfill = true
+		g.gen++
+		d.groups[key] = g
+	}
+}
+
+// backfillDue reports whether the group is known and marked for a
+// backfill, and the mark's generation.
+func (d *directory) backfillDue(key string) (uint64, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	g := d.groups[key]
+	return g.gen, g.known && g.backfill
+}
+
+// backfilled clears the group's mark if it is still the one of generation
+// gen: a mark set while the backfill ran asks for another.
+func (d *directory) backfilled(key string, gen uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g, ok := d.groups[key]; ok && g.gen == gen {
+		g.backfill = false
+		d.groups[key] = g
+	}
 }

@@ -65,7 +65,7 @@ func FuzzPeelAndClassify(f *testing.F) {
 	g := newGroup(f)
 	s := &Service{dir: newDirectory(), log: slog.New(slog.DiscardHandler)}
 	key := testTenant + "." + hex.EncodeToString(g.ID())
-	s.dir.setKnown(key, true, 1)
+	s.dir.setKnown(key, true, 1, false)
 	s.dir.setKeys(key, g.EventKeys())
 	m := text(f, g, "seed")
 	f.Add(m.MLS, false)
@@ -113,7 +113,7 @@ func FuzzIntakeQueuesOnlyWholeMessages(f *testing.F) {
 	groupID := samples[0].Transport.Group
 	s := &Service{dir: newDirectory(), log: slog.New(slog.DiscardHandler)}
 	key := testTenant + "." + hex.EncodeToString(groupID)
-	s.dir.setKnown(key, true, 1)
+	s.dir.setKnown(key, true, 1, false)
 	var eventKey [binding.KeySize]byte
 	s.dir.setKeys(key, [][binding.KeySize]byte{eventKey})
 	for _, smp := range samples {

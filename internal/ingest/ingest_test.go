@@ -390,12 +390,12 @@ func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
 func TestDirectoryKeepsNewestGroupRevision(t *testing.T) {
 	d := newDirectory()
 	const key = "t.aa"
-	d.setKnown(key, false, 5) // the watch saw the delete at revision 5
-	d.setKnown(key, true, 3)  // a read that found revision 3 lands late
+	d.setKnown(key, false, 5, true) // the watch saw the delete at revision 5
+	d.setKnown(key, true, 3, true)  // a read that found revision 3 lands late
 	if d.known(key) {
 		t.Fatal("an older revision brought the group back")
 	}
-	d.setKnown(key, true, 6)
+	d.setKnown(key, true, 6, true)
 	if !d.known(key) {
 		t.Fatal("a newer revision was ignored")
 	}

@@ -261,6 +261,9 @@ func (s *Service) run(ctx context.Context, tenant string, ins []*input) error {
 	if err := s.retain(ctx, tenant, retain); err != nil {
 		return err
 	}
+	if err := s.backfillBefore(ctx, tenant, enter); err != nil {
+		return err
+	}
 	if err := s.enter(ctx, tenant, enter); err != nil {
 		return err
 	}
@@ -341,7 +344,7 @@ func (s *Service) confirmHosted(ctx context.Context, key string) (bool, error) {
 	}
 	// A delete or purge marker has no value.
 	known := len(m.Data) > 0 && s.hasMembers(m.Data)
-	s.dir.setKnown(key, known, m.Sequence)
+	s.dir.setKnown(key, known, m.Sequence, true)
 	return known, nil
 }
 

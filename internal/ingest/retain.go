@@ -77,17 +77,32 @@ func (s *Service) retain(ctx context.Context, tenant string, ins []*input) error
 		return err
 	}
 	// The watch may have moved while this ran; if it did, the retry it
-	// scheduled may have found nothing yet, so schedule one more.
+	// scheduled may have found nothing yet. A group that became known
+	// meanwhile is backfilled before the request is answered: input sent
+	// after this answer must find this input entered or still retained
+	// ahead of it (issue 26). The group record is read from the leader, as
+	// another worker's watch may have seen it first and backfilled already.
+	checked := map[string]bool{}
 	for i, in := range ins {
 		if msgs[i] == nil || in.res.Category == schema.CategoryResourceRefused {
 			continue
 		}
-		k := retryKey{tenant: tenant, group: in.groupHex, reason: in.reason}
 		switch {
-		case in.reason == reasonUnknown && s.dir.known(in.groupKey):
-			s.retry.schedule(k)
+		case in.reason == reasonUnknown && !checked[in.groupKey]:
+			checked[in.groupKey] = true
+			known := s.dir.known(in.groupKey)
+			if !known {
+				if known, err = s.confirmHosted(ctx, in.groupKey); err != nil {
+					return err
+				}
+			}
+			if known {
+				if err := s.backfill(ctx, tenant, in.groupHex, true); err != nil {
+					return err
+				}
+			}
 		case in.reason == reasonDeferred && s.dir.keyGen(in.groupKey) != in.keyGen:
-			s.retry.schedule(k)
+			s.retry.schedule(retryKey{tenant: tenant, group: in.groupHex, reason: in.reason})
 		}
 	}
 	return nil

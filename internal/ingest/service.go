@@ -19,16 +19,18 @@ import (
 // Service is one ingest worker. Any number of them may run against one NATS
 // deployment: they keep no state that another worker needs.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	m       *metrics
-	js      jetstream.JetStream
-	pub     *batchPublisher // the inputs' writes
-	dir     *directory
-	retry   *retrier
-	limiter *tenantLimiter
-	bytes   *tenantLimiter // payload bytes per tenant
-	reading *bytesInFlight
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	js    jetstream.JetStream
+	pub   *batchPublisher // the inputs' writes
+	dir   *directory
+	retry *retrier
+	// backfillLocks serialize each group's backfill of retained input.
+	backfillLocks *backfillLocks
+	limiter       *tenantLimiter
+	bytes         *tenantLimiter // payload bytes per tenant
+	reading       *bytesInFlight
 
 	// Set by Start.
 	retainedStream jetstream.Stream
@@ -70,19 +72,20 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("ingest: register metrics: %w", err)
 	}
 	s := &Service{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		m:        m,
-		js:       js,
-		pub:      newBatchPublisher(cfg.Conn),
-		dir:      newDirectory(),
-		retry:    newRetrier(),
-		limiter:  newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
-		bytes:    newTenantLimiter(cfg.Limits.ByteRatePerTenant, int(max(cfg.Limits.MaxBodyBytes, int64(cfg.Limits.ByteRatePerTenant)))),
-		reading:  &bytesInFlight{max: cfg.Limits.MaxBytesInFlight},
-		slots:    make(chan struct{}, cfg.NATSWorkers),
-		inflight: newTracker(),
-		ready:    make(chan struct{}),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		m:             m,
+		js:            js,
+		pub:           newBatchPublisher(cfg.Conn),
+		dir:           newDirectory(),
+		retry:         newRetrier(),
+		backfillLocks: newBackfillLocks(),
+		limiter:       newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
+		bytes:         newTenantLimiter(cfg.Limits.ByteRatePerTenant, int(max(cfg.Limits.MaxBodyBytes, int64(cfg.Limits.ByteRatePerTenant)))),
+		reading:       &bytesInFlight{max: cfg.Limits.MaxBytesInFlight},
+		slots:         make(chan struct{}, cfg.NATSWorkers),
+		inflight:      newTracker(),
+		ready:         make(chan struct{}),
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(retainedCollector{s}); err != nil {

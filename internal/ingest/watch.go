@@ -76,7 +76,7 @@ func (s *Service) runRetries(ctx context.Context) {
 			continue
 		}
 		for _, k := range s.retry.take() {
-			if err := s.retryRetained(ctx, k); err != nil && ctx.Err() == nil {
+			if err := s.retryKey(ctx, k); err != nil && ctx.Err() == nil {
 				s.log.Warn("retrying retained objects", "reason", k.reason, "err", err)
 				if len(failed) == 0 {
 					backoff.Reset(retryBackoff)
@@ -141,10 +141,11 @@ func (s *Service) applyGroupKeys(tenant, group string, e jetstream.KeyValueEntry
 
 // applyGroup records whether a hosted client holds a group; when one does,
 // the group's unknown-group objects are offered to convergence (late
-// welcome backfill).
+// welcome backfill). A group that becomes known is marked for the
+// backfill until it ran, so its later input waits for it.
 func (s *Service) applyGroup(tenant, group string, e jetstream.KeyValueEntry, initial bool) {
 	known := e.Operation() == jetstream.KeyValuePut && s.hasMembers(e.Value())
-	s.dir.setKnown(e.Key(), known, e.Revision())
+	s.dir.setKnown(e.Key(), known, e.Revision(), !initial)
 	if known && !initial {
 		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reasonUnknown})
 		// A sealed object that opened while the group was unknown is
@@ -154,7 +155,9 @@ func (s *Service) applyGroup(tenant, group string, e jetstream.KeyValueEntry, in
 }
 
 // sweepRetained schedules a retry of every retained group whose state
-// could have changed while no worker watched: run once at start.
+// could have changed while no worker watched: run once at start. A known
+// group with unknown-group objects is marked for a backfill, so its input
+// waits for them.
 func (s *Service) sweepRetained(ctx context.Context) error {
 	info, err := s.retainedStream.Info(ctx, jetstream.WithSubjectFilter(subject.RetainedPattern))
 	if err != nil {
@@ -164,6 +167,9 @@ func (s *Service) sweepRetained(ctx context.Context) error {
 		tenant, group, reason, err := subject.ParseRetained(subj)
 		if err != nil {
 			continue
+		}
+		if key, err := subject.GroupKey(tenant, group); err == nil && reason == reasonUnknown {
+			s.dir.markBackfill(key)
 		}
 		s.retry.schedule(retryKey{tenant: tenant, group: group, reason: reason})
 	}

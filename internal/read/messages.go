@@ -1,6 +1,7 @@
 package read
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/refusal"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -74,6 +76,32 @@ func messageOf(rec *readmodel.Message, s *readmodel.Sealer) schema.Message {
 		m.Content = contentOf(p)
 	} else {
 		m.Content = &schema.MessageContent{Raw: plain}
+	}
+	return m
+}
+
+// localRecord lays the client's local deletion over a message record it
+// holds (issue 26): a message it deleted locally reads as deleted_locally,
+// without content, while the group still delivers it (the group's own
+// deletion, expiry or rollback stands over it).
+func localRecord(rec *readmodel.Message, local clientstore.LocalMessages) *readmodel.Message {
+	if local[string(rec.ID)].DeletedLocally && rec.State == readmodel.StateDelivered {
+		r := *rec
+		r.State, r.ContentType, r.Content = readmodel.StateDeletedLocally, nil, nil
+		return &r
+	}
+	return rec
+}
+
+// localMessage is the answer for a record localRecord made: an own
+// message carries its status, published unless a signal changed it.
+func localMessage(rec *readmodel.Message, conv *readmodel.Conversation, local clientstore.LocalMessages, s *readmodel.Sealer) schema.Message {
+	m := messageOf(rec, s)
+	if bytes.Equal(rec.SenderInstallation, conv.Installation) {
+		m.Status = schema.StatusPublished
+		if st := local[string(rec.ID)].Status; st != "" {
+			m.Status = st
+		}
 	}
 	return m
 }
@@ -189,6 +217,10 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	local, err := a.cfg.Stores.LocalMessages(r.Context(), c.tenant, c.client, conv.GroupID)
+	if err != nil {
+		return nil, err
+	}
 	out := schema.MessagePage{Messages: []schema.Message{}}
 	scanned := 0
 	for len(out.Messages) < p.limit && next >= first && next <= last && scanned < scanFactor*p.limit {
@@ -224,8 +256,11 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 			if err := schema.UnmarshalMsgpack(st.Data, &rec); err != nil {
 				return nil, fmt.Errorf("read: decode message: %w", err)
 			}
-			if conv.Holds(&rec) && f.match(&rec) {
-				out.Messages = append(out.Messages, messageOf(&rec, sealer))
+			if !conv.Holds(&rec) {
+				continue
+			}
+			if lr := localRecord(&rec, local); f.match(lr) {
+				out.Messages = append(out.Messages, localMessage(lr, conv, local, sealer))
 			}
 		}
 	}
@@ -241,50 +276,19 @@ func (a *API) getMessage(r *http.Request, c call) (any, error) {
 		return nil, refusal.BadRequest("message_id: want %d lowercase hex digits", subject.MessageIDHexLen)
 	}
 	id, _ := hex.DecodeString(idHex)
-	ps, err := readmodel.PointerSubject(c.tenant, id)
-	if err != nil {
-		return nil, refusal.BadRequest("message_id: %v", err)
-	}
-	st, err := readmodel.Last(r.Context(), a.cfg.JS, ps)
-	if err != nil {
-		return nil, err
-	}
-	missing := ErrMessageNotFound
-	if st.Seq == 0 || len(st.Data) == 0 {
-		return nil, missing
-	}
-	var ptr readmodel.Pointer
-	if err := schema.UnmarshalMsgpack(st.Data, &ptr); err != nil {
-		return nil, fmt.Errorf("read: decode pointer: %w", err)
-	}
-	g := hex.EncodeToString(ptr.GroupID)
-	conv, err := a.conversation(r.Context(), c, g)
-	if err != nil || conv == nil {
-		return nil, errOr(err, missing)
-	}
-	ms, err := readmodel.MessageSubject(c.tenant, g, ptr.N)
-	if err != nil {
-		return nil, err
-	}
-	st, err = readmodel.Last(r.Context(), a.cfg.JS, ms)
-	if err != nil {
-		return nil, err
-	}
-	if st.Seq == 0 || len(st.Data) == 0 {
-		return nil, missing
-	}
-	var rec readmodel.Message
-	if err := schema.UnmarshalMsgpack(st.Data, &rec); err != nil {
-		return nil, fmt.Errorf("read: decode message: %w", err)
-	}
-	if !conv.Holds(&rec) || (conv.FirstN != 0 && rec.N < conv.FirstN) {
-		return nil, missing
+	rec, conv, err := readmodel.HeldMessage(r.Context(), a.cfg.JS, c.tenant, c.client, id)
+	if err != nil || rec == nil {
+		return nil, errOr(err, ErrMessageNotFound)
 	}
 	sealer, err := a.sealer(r.Context(), c.tenant)
 	if err != nil {
 		return nil, err
 	}
-	return messageOf(&rec, sealer), nil
+	local, err := a.cfg.Stores.LocalMessages(r.Context(), c.tenant, c.client, rec.GroupID)
+	if err != nil {
+		return nil, err
+	}
+	return localMessage(localRecord(rec, local), conv, local, sealer), nil
 }
 
 func errOr(err, def error) error {

@@ -71,6 +71,7 @@ type Config struct {
 
 // Service serves POST /v1/tenants/{tenant}/clients/{client_id}/signals.
 type Service struct {
+	js      jetstream.JetStream // the read model's records (state.go)
 	verify  *auth.Verifier
 	log     *slog.Logger
 	clients jetstream.KeyValue
@@ -84,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.JS == nil || cfg.Verifier == nil {
 		return nil, errors.New("signals: JS and Verifier are required")
 	}
-	s := &Service{verify: cfg.Verifier, log: cfg.Logger, metrics: newMetrics(cfg.Registerer)}
+	s := &Service{js: cfg.JS, verify: cfg.Verifier, log: cfg.Logger, metrics: newMetrics(cfg.Registerer)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -364,6 +365,13 @@ type orderState struct {
 	Streams    map[string]schema.ConnectionState `msgpack:"streams,omitempty"`
 	Connection schema.ConnectionState            `msgpack:"connection,omitempty"`
 	Lockout    schema.LockoutChange              `msgpack:"lockout,omitempty"`
+	// Messages, in a group's record, are the client's local changes of
+	// the group's messages, which the read API lays over their records.
+	Messages clientstore.LocalMessages `msgpack:"messages,omitempty"`
+	// Upload and Downloading, in an attachment key's record, are its
+	// upload status and whether a download of it runs.
+	Upload      string `msgpack:"upload,omitempty"`
+	Downloading bool   `msgpack:"downloading,omitempty"`
 }
 
 type recent struct {
@@ -387,6 +395,10 @@ func (s *Service) apply(ctx context.Context, client clientstore.Record, keyDiges
 			targets = append(targets, client.ClientID)
 		}
 		slices.Sort(targets)
+	}
+	facts, err := s.factsOf(ctx, client, ev)
+	if err != nil {
+		return Answer{}, false, err
 	}
 	var ans Answer
 	var replayed bool
@@ -413,8 +425,24 @@ func (s *Service) apply(ctx context.Context, client clientstore.Record, keyDiges
 					events = append(events, outbox.Event{Tenant: client.Tenant, ClientID: t, ID: id(t), Event: ev})
 				}
 			}
-		default:
+		case schema.KindMessageStatusChanged, schema.KindMessageDeleted:
+			msgs, err := checkMessage(ev, facts, cur.Messages)
+			if err != nil {
+				return outbox.Change[orderState]{}, err
+			}
+			next.Messages = msgs
 			events = append(events, outbox.Event{Tenant: client.Tenant, ClientID: client.ClientID, ID: id(client.ClientID), Event: ev})
+		default:
+			emit := true
+			if signalKinds[ev.Kind] == routeAttachment {
+				var err error
+				if emit, err = checkAttachment(ev, &next); err != nil {
+					return outbox.Change[orderState]{}, err
+				}
+			}
+			if emit {
+				events = append(events, outbox.Event{Tenant: client.Tenant, ClientID: client.ClientID, ID: id(client.ClientID), Event: ev})
+			}
 		}
 		ans = Answer{Emitted: len(events)}
 		next.remember(keyDigest, ans)
@@ -434,7 +462,7 @@ func orderKey(client clientstore.Record, ev schema.ClientEvent) (string, error) 
 	switch signalKinds[ev.Kind] {
 	case routeGroup:
 		g, _ := ev.GroupID()
-		k, err = subject.Key(client.Tenant, client.ClientID, "signals", "group", digestHex(string(g)))
+		k, err = clientstore.GroupSignalsKey(client.Tenant, client.ClientID, g)
 	case routeAttachment:
 		k, err = subject.Key(client.Tenant, client.ClientID, "signals", "attachment", digestHex(attachmentKey(ev)))
 	case routeLockout:

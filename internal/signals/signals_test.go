@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientstore"
 	"github.com/fabric-mls/fabric/internal/clientstore/outbox"
@@ -46,6 +47,9 @@ type env struct {
 	sig    *Service
 	srv    *httptest.Server
 	reg    *prometheus.Registry
+	// delivered is the newest delivery number hold gave per client and
+	// group.
+	delivered map[string]uint64
 }
 
 func newEnv(t testing.TB) *env {
@@ -215,6 +219,13 @@ func (e *env) signals(tenant, clientID string) []received {
 	return evs[1:]
 }
 
+// holdSample puts the message the samples' message signals name in the
+// read model: the client's own message msgID of group.
+func (e *env) holdSample(c clientstore.ClientInfo) {
+	e.t.Helper()
+	e.hold(c, group, msgID, true, readmodel.StateDelivered)
+}
+
 func wantID(tenant, clientID, key, target string) string {
 	return outbox.ID(tenant, clientID, "signal", digestHex(key), target)
 }
@@ -228,11 +239,14 @@ var (
 	attF  = schema.AttachmentFailed{AttachmentKey: "att-1", URL: "https://files.example/1", ContentDigest: "00ff", Cause: "network"}
 )
 
-// signalSamples is one event of every signal kind, each payload member set.
+// signalSamples is one event of every signal kind, each payload member set,
+// in an order each applies to the state the ones before it left: the
+// message ones to the client's own message msgID of group (holdSample),
+// a download's end after its start.
 func signalSamples() []schema.ClientEvent {
 	a := att
 	return []schema.ClientEvent{
-		{Kind: schema.KindMessageStatusChanged, MessageStatusChanged: &schema.MessageStatusChanged{GroupID: group, MessageID: msgID, Previous: schema.StatusUnpublished, Current: schema.StatusPublished}},
+		{Kind: schema.KindMessageStatusChanged, MessageStatusChanged: &schema.MessageStatusChanged{GroupID: group, MessageID: msgID, Previous: schema.StatusPublished, Current: schema.StatusFailed}},
 		{Kind: schema.KindMessageDeleted, MessageDeleted: &schema.MessageDeleted{GroupID: group, MessageID: msgID, Cause: schema.DeletionDeletedLocally}},
 		{Kind: schema.KindRejectedByServer, RejectedByServer: &schema.ClientRejectedByServer{Cause: schema.RejectionVersionTooOld, MinLibxmtpVersion: str("1.4.0")}},
 		{Kind: schema.KindRejectedByServer, RejectedByServer: &schema.ClientRejectedByServer{Cause: schema.RejectionBackendMismatch}},
@@ -244,6 +258,7 @@ func signalSamples() []schema.ClientEvent {
 		{Kind: schema.KindAttachmentUploadFailed, AttachmentUploadFailed: &attF},
 		{Kind: schema.KindAttachmentDownloadStarted, AttachmentDownloadStarted: &a},
 		{Kind: schema.KindAttachmentDownloadCompleted, AttachmentDownloadCompleted: &a},
+		{Kind: schema.KindAttachmentDownloadStarted, AttachmentDownloadStarted: &a},
 		{Kind: schema.KindAttachmentDownloadFailed, AttachmentDownloadFailed: &attF},
 		{Kind: schema.KindAttachmentDeleted, AttachmentDeleted: &a},
 	}
@@ -255,6 +270,7 @@ func signalSamples() []schema.ClientEvent {
 func TestGroupSignalCarriesConversationKey_EVENT020(t *testing.T) {
 	e := newEnv(t)
 	ci := e.register("acme", 1, "")
+	e.holdSample(ci)
 	groups, err := e.js.KeyValue(context.Background(), streams.BucketGroups)
 	if err != nil {
 		t.Fatal(err)
@@ -268,9 +284,9 @@ func TestGroupSignalCarriesConversationKey_EVENT020(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := schema.Bytes{0x0e}
-	for i, g := range []schema.Bytes{group, other} {
-		ev := schema.ClientEvent{Kind: schema.KindMessageStatusChanged, MessageStatusChanged: &schema.MessageStatusChanged{
-			GroupID: g, MessageID: msgID, Previous: schema.StatusUnpublished, Current: schema.StatusPublished}}
+	otherMsg := e.hold(ci, other, msgIDOf(0x45), true, readmodel.StateDelivered)
+	for i, m := range []held{{group, msgID}, otherMsg} {
+		ev := statusSignal(m.group, m.id, schema.StatusPublished, schema.StatusFailed)
 		if r := e.postEvent("acme", ci.ClientID, fmt.Sprint("k", i), ev); r.status != http.StatusOK {
 			t.Fatalf("signal: %+v", r)
 		}
@@ -292,6 +308,7 @@ func TestGroupSignalCarriesConversationKey_EVENT020(t *testing.T) {
 func TestEverySignalKindIsRouted(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 1, "")
+	e.holdSample(c)
 	samples := signalSamples()
 	for i, ev := range samples {
 		key := "k-" + string(rune('a'+i))
@@ -325,6 +342,7 @@ func TestEverySignalKindIsRouted(t *testing.T) {
 func TestRepeatedIdempotencyKeyEmitsNothing(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 2, "")
+	e.holdSample(c)
 	ev := signalSamples()[0]
 	first := e.postEvent(tenant, c.ClientID, "same", ev)
 	again := e.postEvent(tenant, c.ClientID, "same", ev)
@@ -533,7 +551,14 @@ func TestLockoutReachesEveryClientSharingTheCredential_EVENT055(t *testing.T) {
 func TestAttachmentOrderPerKey_EVENT057(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 9, "")
-	kinds := []schema.ClientEvent{signalSamples()[8], signalSamples()[9], signalSamples()[11], signalSamples()[12]}
+	// Deletions of the key, each with another url: each applies whatever
+	// came before it, so every one of them is emitted.
+	var kinds []schema.ClientEvent
+	for i := range 4 {
+		a := att
+		a.URL = fmt.Sprint(a.URL, "/", i)
+		kinds = append(kinds, schema.ClientEvent{Kind: schema.KindAttachmentDeleted, AttachmentDeleted: &a})
+	}
 	var wg sync.WaitGroup
 	const n = 12
 	for i := range n {
@@ -656,6 +681,7 @@ var errFailed = io.ErrClosedPipe
 func TestMsgpackBody(t *testing.T) {
 	e := newEnv(t)
 	c := e.register(tenant, 14, "")
+	e.holdSample(c)
 	ev := signalSamples()[0]
 	body, err := ev.MarshalMsgpack()
 	if err != nil {

@@ -112,6 +112,11 @@ const (
 	MessageStateDeleted     = "deleted"
 	MessageStateExpired     = "expired"
 	MessageStateInvalidated = "invalidated"
+	// MessageStateDeletedLocally: the client deleted the message locally
+	// at an app's request (a message.deleted signal with cause
+	// deleted_locally); the group still holds it, this client does not
+	// show it.
+	MessageStateDeletedLocally = "deleted_locally"
 )
 
 // Message is one message as the read API answers it.
@@ -131,6 +136,10 @@ type Message struct {
 	Content   *MessageContent `json:"content,omitempty" msgpack:"content,omitempty"`
 	State     string          `json:"state" msgpack:"state"`
 	DeletedBy string          `json:"deleted_by,omitempty" msgpack:"deleted_by,omitempty"`
+	// Status is the current status of a message this installation sent
+	// (SEND: published, or what a message.status_changed signal made it);
+	// absent on the messages of other installations.
+	Status MessageStatus `json:"status,omitempty" msgpack:"status,omitempty"`
 }
 
 // MessageContent is a message's decoded content: text, a reply, a

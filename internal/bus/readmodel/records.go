@@ -11,6 +11,9 @@ const (
 	StateDeleted     MessageState = "deleted"
 	StateExpired     MessageState = "expired"
 	StateInvalidated MessageState = "invalidated"
+	// StateDeletedLocally is how the read API shows a message one client
+	// deleted locally (a signal); the group's record never holds it.
+	StateDeletedLocally MessageState = "deleted_locally"
 )
 
 // Message is one message a group delivered, at its delivery number N
