@@ -494,14 +494,9 @@ func (p marmot) send(t *txn, in input, req bus.OperationRequest, m *hostedMember
 	if err != nil {
 		return "", nil, err
 	}
-	// The group holds its members' messages once one of them delivers
-	// it (deliver: indexed, readable, a deletion applied). Another hosted
-	// member does when the message comes back as input; the sender gets
-	// own_echo then, so a sender alone in the group delivers it now.
-	alone := !slices.ContainsFunc(t.g.active(), func(o *hostedMember) bool { return o.ClientID != m.ClientID })
-	if alone {
-		own := AppMessage{Sender: Leaf{InboxID: m.InboxID, InstallationKey: m.Installation}, Plaintext: req.Payload}
-		t.deliver(id, req.ID, in.Seq, in.Time, own, func(*hostedMember) bool { return false })
+	// The group's other hosted members get it now (deliverOwn).
+	if err := p.deliverOwn(t, in, m, id, msg, req.Payload, req.ID); err != nil {
+		return "", nil, err
 	}
 	t.emit(m.ClientID, req.ID, project.StatusChanged(t.g.GroupID, id, schema.StatusUnpublished, schema.StatusPublished))
 	return schema.OperationDone, [][]byte{id}, nil
