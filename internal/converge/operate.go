@@ -555,10 +555,14 @@ func (t *txn) opRecord(rec schema.Operation) error {
 // operation is done. The sends and leave requests that waited for a
 // settled commit are then executed (sendWaiting).
 func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
-	if len(t.g.OwnCommits) == 0 {
+	lost, err := p.supersededOwnCommits(t)
+	if err != nil {
+		return err
+	}
+	if len(t.g.OwnCommits) == 0 && len(lost) == 0 {
 		return p.sendWaiting(ctx, t)
 	}
-	var keep, lost []ownCommit
+	var keep []ownCommit
 	for _, oc := range t.g.OwnCommits {
 		var note *outcomeNote
 		for i := range t.notes {
@@ -588,6 +592,7 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 			if m := t.g.Members[oc.ClientID]; m != nil {
 				m.LeafAt = t.now // the commit carried the committer's new path
 			}
+			t.g.watchAccepted(oc)
 		case !oc.Lost && (stale || !holds || epoch > oc.Epoch):
 			lost = append(lost, oc)
 			continue
