@@ -68,6 +68,10 @@ type step struct {
 	// took them back.
 	rolled []engine.MessageID
 	isLead bool // the member being taken is the first active one
+	// seq and at are the stream position and time the step's deliveries
+	// are indexed with: the newest input's.
+	seq uint64
+	at  int64
 }
 
 // change is one applied commit or delivery of a step.
@@ -89,6 +93,7 @@ func (p marmot) newStep(t *txn) *step {
 		t: t, index: map[string]int{}, seen: map[change]bool{},
 		commits: map[engine.MessageID][]memberCommit{}, lead: map[engine.MessageID]convergence.AppliedCommit{},
 		deliveries: map[engine.MessageID]convergence.Delivery{}, to: map[engine.MessageID]map[string]bool{},
+		seq: t.g.LastSeq, at: t.g.LastTime,
 	}
 }
 
@@ -106,14 +111,40 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		return p.settle(t)
 	}
 	t.g.LastSeq, t.g.LastTime = in.Seq, in.Time
-	now := time.UnixMilli(in.Time)
 	s := p.newStep(t)
 	p.settleRemovals(t, in.Data)
-	following := t.g.following()
-	if len(following) == 0 {
+	if len(t.g.following()) == 0 {
 		t.notes = append(t.notes, rejectedNote(in.MessageID, in.Class, schema.CategoryUnknownGroup, in.Time))
 		return nil
 	}
+	// A pass due before this input closes first: stream order decides its
+	// batch.
+	lead, err := p.admit(s, in, time.UnixMilli(in.Time), true)
+	if err != nil {
+		return err
+	}
+	if lead != nil && in.Class == schema.ClassProposal {
+		p.leaveRequest(ctx, t, lead, in.Data)
+	}
+	s.finish()
+	if err := p.settle(t); err != nil {
+		return err
+	}
+	return p.ownCommitOutcomes(ctx, t)
+}
+
+// admit admits one commit, proposal or application message to every
+// following member's view at now, closing first the passes due at now
+// when closePasses is set, and records what each view did in s. It
+// returns the lead member's view when it admitted the input.
+//
+// An input a view admitted before is a duplicate there: an own message
+// that every member present when it was sent admitted then (deliverOwn),
+// whose copy comes back through ingest. It is delivered nothing again; its
+// outcome is the one the view holds, so an own message another member
+// delivered stays accepted.
+func (p marmot) admit(s *step, in input, now time.Time, closePasses bool) (*convergence.Group, error) {
+	t := s.t
 	id := engine.MessageID(in.MessageID)
 	// Each member's view admits the input on its own (decryption and
 	// replay, the costly part, in parallel: every view is its own state);
@@ -127,16 +158,16 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		err    error
 	}
 	var ads []*admission
-	for i, m := range following {
+	for i, m := range t.g.following() {
 		s.isLead = i == 0
 		cg, err := p.group(t, m)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		// A pass due before this input closes first: stream order decides
-		// its batch.
-		if _, err := p.pass(s, m, cg, now); err != nil {
-			return err
+		if closePasses {
+			if _, err := p.pass(s, m, cg, now); err != nil {
+				return nil, err
+			}
 		}
 		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: cg.Tip()})
 	}
@@ -144,6 +175,7 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		a := ads[i]
 		a.res, a.err = a.cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
 	})
+	var lead *convergence.Group
 	for _, a := range ads {
 		s.isLead = a.lead
 		if errors.Is(a.err, convergence.ErrID) || errors.Is(a.err, convergence.ErrClass) {
@@ -151,21 +183,22 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 			continue
 		}
 		if a.err != nil {
-			return fmt.Errorf("admit: %w", a.err)
+			return nil, fmt.Errorf("admit: %w", a.err)
+		}
+		if a.lead {
+			lead = a.cg
 		}
 		s.effects(a.m, a.before, a.res)
-		if s.isLead && in.Class == schema.ClassProposal {
-			p.leaveRequest(ctx, t, a.cg, in.Data)
+		if a.res.Duplicate {
+			if o, ok := a.cg.Outcome(id); ok {
+				s.note(noteOf(o, t.g.LastTime))
+			}
 		}
 		if err := p.save(t, a.m, a.cg); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	s.finish()
-	if err := p.settle(t); err != nil {
-		return err
-	}
-	return p.ownCommitOutcomes(ctx, t)
+	return lead, nil
 }
 
 // tick cuts off every pass that is due at t.now and applies every frozen
@@ -404,7 +437,7 @@ func (s *step) finish() {
 		}
 		d, to := s.deliveries[c.id], s.to[c.id]
 		app := AppMessage{Sender: Leaf{InboxID: d.Sender.InboxID, InstallationKey: d.Sender.InstallationKey}, Plaintext: d.Payload}
-		t.deliver(slices.Clone(d.ID[:]), s.cause("", d.ID), t.g.LastSeq, t.g.LastTime, app, func(m *hostedMember) bool { return to[m.ClientID] })
+		t.deliver(slices.Clone(d.ID[:]), s.cause("", d.ID), s.seq, s.at, app, func(m *hostedMember) bool { return to[m.ClientID] })
 	}
 	for _, id := range s.rolled {
 		t.g.rollBack(id[:])

@@ -502,17 +502,12 @@ func (p marmot) send(t *txn, in input, req bus.OperationRequest, m *hostedMember
 	if err != nil {
 		return "", nil, err
 	}
-	// The group holds its members' messages once one of them delivers
-	// it (deliver: indexed, readable, a deletion applied). Another hosted
-	// member does when the message comes back as input; the sender gets
-	// own_echo then, so a sender alone in the group delivers it now.
-	// The status goes first: a deletion delivered now adds its
-	// message.deleted after it (EVENT-012, kind-table order).
+	// The status goes first: a deletion delivered now adds the
+	// sender's message.deleted after it (EVENT-012, kind-table order).
 	t.emit(m.ClientID, req.ID, project.StatusChanged(t.g.GroupID, id, schema.StatusUnpublished, schema.StatusPublished))
-	alone := !slices.ContainsFunc(t.g.active(), func(o *hostedMember) bool { return o.ClientID != m.ClientID })
-	if alone {
-		own := AppMessage{Sender: Leaf{InboxID: m.InboxID, InstallationKey: m.Installation}, Plaintext: req.Payload}
-		t.deliver(id, req.ID, in.Seq, in.Time, own, func(*hostedMember) bool { return false })
+	// The group's other hosted members get it now (deliverOwn).
+	if err := p.deliverOwn(t, in, m, id, msg, req.Payload, req.ID); err != nil {
+		return "", nil, err
 	}
 	return schema.OperationDone, [][]byte{id}, nil
 }
@@ -570,10 +565,14 @@ func (t *txn) opRecord(rec schema.Operation) error {
 // operation is done. The sends and leave requests that waited for a
 // settled commit are then executed (sendWaiting).
 func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
-	if len(t.g.OwnCommits) == 0 {
+	lost, err := p.supersededOwnCommits(t)
+	if err != nil {
+		return err
+	}
+	if len(t.g.OwnCommits) == 0 && len(lost) == 0 {
 		return p.sendWaiting(ctx, t)
 	}
-	var keep, lost []ownCommit
+	var keep []ownCommit
 	for _, oc := range t.g.OwnCommits {
 		var note *outcomeNote
 		for i := range t.notes {
@@ -603,6 +602,7 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 			if m := t.g.Members[oc.ClientID]; m != nil {
 				m.LeafAt = t.now // the commit carried the committer's new path
 			}
+			t.g.watchAccepted(oc)
 		case !oc.Lost && (stale || !holds || epoch > oc.Epoch):
 			lost = append(lost, oc)
 			continue

@@ -78,6 +78,9 @@ type groupState struct {
 	// OwnCommits are the hosted members' own commits on the outbound
 	// stream whose operations wait for their outcome (operate.go).
 	OwnCommits []ownCommit `msgpack:"own_commits,omitempty"`
+	// AcceptedCommits are own commits accepted while a winning branch
+	// may still supersede them (superseded.go).
+	AcceptedCommits []ownCommit `msgpack:"accepted_commits,omitempty"`
 	// Waiting are the sends and leave requests of clients whose own
 	// commit is pending, in input order (operate.go).
 	Waiting []waitingOp `msgpack:"waiting,omitempty"`
