@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bridge"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientapi"
 	"github.com/fabric-mls/fabric/internal/console"
@@ -262,7 +263,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() {
-		f.err = ops.Run(runCtx, ing, api, conv, gw, srv.Serving(drainTimeout), ops.RunFunc(f.watchStore), ops.RunFunc(f.watchTenantUsers))
+		f.err = ops.Run(runCtx, ing, api, conv, gw, bridge.NewProvisioner(jss[UserIngest], o.Logger), srv.Serving(drainTimeout), ops.RunFunc(f.watchStore), ops.RunFunc(f.watchTenantUsers))
 		close(f.stopped)
 	}()
 	// The fabric serves once ingest takes input.

@@ -185,12 +185,14 @@ func rolePermissions() map[string]*server.Permissions {
 	all := streamInfo()
 	// ingest takes the outbound subjects through its one durable consumer
 	// on FABRIC_EVENTS (issue 19), never the events: its filter is in the
-	// create subject.
-	ingestPerms := perms(append(in(UserIngest), subject.IntakePattern), all,
+	// create subject. It makes bridges' consumers, each of one tenant's
+	// outbound subjects, when they ask (bridge.Provisioner).
+	ingestPerms := perms(append(in(UserIngest), subject.IntakePattern, subject.BridgeRequestPattern), all,
 		[]string{subject.InputPattern, subject.OutcomePattern, subject.RetainedPattern,
 			bus.PermMsgGet + streams.StreamInput, bus.PermMsgGet + streams.StreamOutcomes, bus.PermMsgGet + streams.StreamRetained,
 			bus.PermMsgDelete + streams.StreamRetained},
 		durable(streams.StreamEvents, streams.ConsumerOutbound, subject.OutboundAll),
+		[]string{bus.PermConsumerCreate + streams.StreamEvents + ".*." + subject.OutboundPattern, bus.PermConsumerInfo + streams.StreamEvents + ".*"},
 		direct(streams.StreamOutcomes), direct(streams.StreamRetained),
 		kvRead(streams.BucketGroupKeys), kvRead(streams.BucketGroups))
 	// Intake requests are answered on the requester's reply subject.
@@ -233,15 +235,16 @@ func rolePermissions() map[string]*server.Permissions {
 	}
 }
 
-// bridgePermissions let fabric bridge (internal/bridge) create its durable
-// consumers on FABRIC_EVENTS, of any name but filtered to outbound subjects
-// only (the filter is part of the create subject), and read and
-// acknowledge them; never ingest's consumer, never the events.
+// bridgePermissions let fabric bridge (internal/bridge) ask ingest for its
+// durable consumers on FABRIC_EVENTS, each of one tenant's outbound
+// subjects (bridge.Provisioner makes them), and read and acknowledge them;
+// never make a consumer (a push consumer would deliver anywhere), never
+// ingest's consumer, never the events.
 func bridgePermissions(inbox []string, ingestOutbound string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: append([]string{bus.PermConsumerCreate + streams.StreamEvents + ".*." + subject.OutboundPattern}, pull(streams.StreamEvents, "*")...),
-			Deny:  durable(streams.StreamEvents, ingestOutbound, ">"),
+			Allow: append([]string{subject.BridgeRequestPattern}, pull(streams.StreamEvents, "*")...),
+			Deny:  append([]string{"fabric.bridge.*." + ingestOutbound}, pull(streams.StreamEvents, ingestOutbound)...),
 		},
 		Subscribe: &server.SubjectPermission{Allow: inbox},
 	}
