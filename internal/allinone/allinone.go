@@ -121,10 +121,10 @@ type Fabric struct {
 	// only watchTenantUsers changes them after Start.
 	tenantPasswords map[string]string
 	roleConns       []*nats.Conn
-	lock          *os.File // the data directory's lock, held while running
-	cancel        context.CancelFunc
-	stopped       chan struct{} // closed when every component has returned
-	err           error         // why, set before stopped closes
+	lock            *os.File // the data directory's lock, held while running
+	cancel          context.CancelFunc
+	stopped         chan struct{} // closed when every component has returned
+	err             error         // why, set before stopped closes
 }
 
 // Start starts every part and returns when the fabric serves.
