@@ -2,12 +2,17 @@ package tests
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -99,4 +104,53 @@ func TestTailFromStartPrintsStoredEvents(t *testing.T) {
 	p.waitMatch(t, string(schema.KindConversationJoined), 30*time.Second, func(l string) (string, bool) {
 		return l, strings.Contains(l, string(schema.KindConversationJoined))
 	})
+}
+
+// Issue 27, item 5: `fabric provision -tenant dev -from-data` makes the
+// tenant's NATS user on a running all-in-one: it asks dev's intake with
+// dev's ingest token and gets the answer on its own inbox, and may not ask
+// another tenant's. Without -from-data it prints the user for a
+// deployment's accounts.conf, the password only as a bcrypt hash.
+func TestProvisionTenantMakesItsNATSUser(t *testing.T) {
+	f := startAllInOne(t)
+	bin := filepath.Join(binaries(t), "fabric")
+	out, code := runToExit(t, bin, nil, "provision", "-tenant", "dev", "-from-data", f.data)
+	if code != 0 || !strings.Contains(out, "tenant-dev") {
+		t.Fatalf("provision -tenant dev -from-data: exit %d:\n%s", code, out)
+	}
+	pw, err := os.ReadFile(filepath.Join(f.data, "nats-tenant-dev-password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	var nc *nats.Conn
+	eventually.NoErrorWithin(t, time.Minute, func() error {
+		nc, err = nats.Connect(f.natsURL, nats.UserInfo("tenant-dev", strings.TrimSpace(string(pw))), nats.CustomInboxPrefix("_INBOX_tenant-dev"),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+		return err
+	})
+	defer nc.Close()
+	req := nats.NewMsg("fabric.intake.dev")
+	req.Header.Set("Authorization", "Bearer "+f.ingest)
+	req.Data = []byte(`{"messages":[]}`)
+	if reply, err := nc.RequestMsg(req, 10*time.Second); err != nil || reply.Header.Get("Fabric-Status") == "" {
+		t.Fatalf("tenant-dev asks dev's intake: %v", err)
+	}
+	if err := nc.Publish("fabric.intake.other", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("tenant-dev publishing another tenant's intake: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("tenant-dev may publish another tenant's intake")
+	}
+
+	out, code = runToExit(t, bin, nil, "provision", "-tenant", "acme")
+	if code != 0 || !strings.Contains(out, `user: tenant-acme, password: "$2a$`) || !strings.Contains(out, `"fabric.intake.acme"`) {
+		t.Fatalf("provision -tenant acme: exit %d:\n%s", code, out)
+	}
 }

@@ -218,13 +218,17 @@ func (d *deployment) checkRefusals(t *testing.T) {
 			attempt{"pub", "$KV.fabric-clients.dev.c1"}, attempt{"pub", "$KV.fabric-converge.k"},
 			attempt{"pub", api + "DIRECT.GET.FABRIC_EVENTS"}, attempt{"pub", api + "DIRECT.GET.KV_fabric-clients.$KV.fabric-clients.dev.c1"},
 			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.x.fabric.ev.>"}, attempt{"pub", api + "CONSUMER.CREATE.KV_fabric-clients"},
+			// issue 27: its own consumer made again on the events
+			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.ingest-outbound.fabric.ev.*.*"},
+			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.ingest-outbound"},
 			attempt{"sub", "fabric.live.>"}, attempt{"sub", "fabric.ev.>"}, attempt{"sub", "_INBOX_api.>"}, attempt{"sub", "_INBOX.>"},
 			attempt{"sub", "fabric.in.>"}),
-		"converge": append(deleteAndPurge("FABRIC_IN", "FABRIC_OUTCOMES", "FABRIC_RETAINED", "KV_fabric-clients", "KV_fabric-converge"),
-			attempt{"pub", api + "STREAM.DELETE.FABRIC_EVENTS"},
+		// issue 27: converge purges nothing, FABRIC_EVENTS included
+		"converge": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.in.dev.g1.m1"}, attempt{"pub", "fabric.retained.dev.g1.m1"},
 			attempt{"pub", "$KV.fabric-stores.k"},
 			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.x.fabric.ev.>"},
+			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_IN.converge-p0.fabric.in.1.>"}, attempt{"pub", api + "CONSUMER.CREATE.FABRIC_IN.spy.fabric.in.>"},
 			attempt{"sub", "fabric.live.>"}, attempt{"sub", "fabric.intake.>"}, attempt{"sub", "_INBOX_api.>"}),
 		"fanout": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.ev.dev.c1"}, attempt{"pub", "fabric.outcome.dev.m1"}, attempt{"pub", "fabric.in.dev.g1.m1"},
@@ -239,10 +243,14 @@ func (d *deployment) checkRefusals(t *testing.T) {
 		"api": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.ck.dev.g1"}, attempt{"pub", "$KV.fabric-converge.k"}, attempt{"pub", "$KV.fabric-groups.dev.g1"},
 			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_IN.x.fabric.in.>"}, attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.x.fabric.ev.>"},
+			attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.ingest-outbound.fabric.ev.*.*"},
 			attempt{"sub", "fabric.live.>"}, attempt{"sub", "fabric.intake.>"}, attempt{"sub", "_INBOX_ingest.>"}),
 		"admin": append(deleteAndPurge(all...),
 			attempt{"pub", "fabric.ev.dev.c1"}, attempt{"pub", "fabric.in.dev.g1.m1"},
 			attempt{"pub", api + "DIRECT.GET.FABRIC_EVENTS"}, attempt{"pub", api + "STREAM.UPDATE.FABRIC_EVENTS"},
+			// issue 27: a mirror republishing onto its inbox; only the
+			// fabric's own stream names may be made
+			attempt{"pub", api + "STREAM.CREATE.SPY"}, attempt{"pub", api + "CONSUMER.CREATE.FABRIC_EVENTS.x.fabric.out.>"},
 			attempt{"sub", "fabric.>"}),
 	}
 	for _, user := range slices.Sorted(maps.Keys(refused)) {

@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bridge"
 	"github.com/fabric-mls/fabric/internal/clientapi"
 	"github.com/fabric-mls/fabric/internal/config"
 	"github.com/fabric-mls/fabric/internal/engine"
@@ -203,6 +204,10 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 	parts := []ops.Component{svc}
+	if o.natsIntake {
+		// Bridges ask the NATS-facing workers for their consumers (issue 27).
+		parts = append(parts, bridge.NewProvisioner(js, log))
+	}
 	var api *clientapi.API
 	if o.clientAPI {
 		if api, err = clientapi.New(ctx, clientapi.Config{JS: js, Vault: vault, Verifier: verifier, OriginPatterns: o.origins, Logger: log, Registerer: reg}); err != nil {

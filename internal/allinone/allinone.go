@@ -17,10 +17,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/bridge"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/clientapi"
 	"github.com/fabric-mls/fabric/internal/console"
@@ -114,11 +116,15 @@ type Fabric struct {
 	ns            *natsserver.Server
 	nc            *nats.Conn // admin: provisions the streams
 	natsPasswords map[string]string
-	roleConns     []*nats.Conn
-	lock          *os.File // the data directory's lock, held while running
-	cancel        context.CancelFunc
-	stopped       chan struct{} // closed when every component has returned
-	err           error         // why, set before stopped closes
+	roleUsers     []*server.User // the roles' NATS users
+	// tenantPasswords are the tenant users loaded, by user (tenantuser.go);
+	// only watchTenantUsers changes them after Start.
+	tenantPasswords map[string]string
+	roleConns       []*nats.Conn
+	lock            *os.File // the data directory's lock, held while running
+	cancel          context.CancelFunc
+	stopped         chan struct{} // closed when every component has returned
+	err             error         // why, set before stopped closes
 }
 
 // Start starts every part and returns when the fabric serves.
@@ -171,7 +177,13 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
-	f.natsPasswords = passwords
+	f.natsPasswords, f.roleUsers = passwords, users
+	if f.tenantPasswords, err = tenantPasswords(o.DataDir); err != nil {
+		return nil, err
+	}
+	if users, err = f.withTenantUsers(f.tenantPasswords); err != nil {
+		return nil, err
+	}
 	f.ns, err = natsserver.Start(ctx, natsserver.Options{Users: users,
 		StoreDir: filepath.Join(o.DataDir, "jetstream"), Host: host, Port: port, ServerName: "fabric",
 		SyncAlways: o.SyncInterval <= 0, SyncInterval: o.SyncInterval, Logger: natsserver.SlogLogger(o.Logger),
@@ -251,7 +263,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() {
-		f.err = ops.Run(runCtx, ing, api, conv, gw, srv.Serving(drainTimeout), ops.RunFunc(f.watchStore))
+		f.err = ops.Run(runCtx, ing, api, conv, gw, bridge.NewProvisioner(jss[UserIngest], o.Logger), srv.Serving(drainTimeout), ops.RunFunc(f.watchStore), ops.RunFunc(f.watchTenantUsers))
 		close(f.stopped)
 	}()
 	// The fabric serves once ingest takes input.

@@ -11,9 +11,10 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 )
 
-// The all-in-one's NATS user bridge (fabric bridge, docs/outbound.md) may
-// make consumers on FABRIC_EVENTS filtered to outbound subjects and read
-// them; it may not make one on the events, nor create, read or change
+// The all-in-one's NATS user bridge (fabric bridge, docs/outbound.md) gets
+// a consumer of a tenant's outbound subjects by asking ingest for it
+// (bridge.Provisioner) and reads it; it may make no consumer itself (issue
+// 27: a push consumer would deliver anywhere), nor ask for, read or change
 // ingest's consumer ingest-outbound.
 func TestBridgeUserReadsOnlyOutboundThroughItsOwnConsumers(t *testing.T) {
 	f := startFabric(t, Options{})
@@ -22,13 +23,27 @@ func TestBridgeUserReadsOnlyOutboundThroughItsOwnConsumers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{Durable: "to-b", FilterSubject: "fabric.out.dev.*", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-		t.Fatalf("the bridge user makes no consumer on dev's outbound subjects: %v", err)
+	reply, err := nc.RequestWithContext(ctx, "fabric.bridge.dev.to-b", []byte(`{}`))
+	if err != nil || reply.Header.Get(bus.HeaderReplyStatus) != "200" {
+		t.Fatalf("the bridge user asks for a consumer of dev's outbound subjects: %v %s", err, reply.Data)
 	}
+	c, err := js.Consumer(ctx, streams.StreamEvents, "to-b")
+	if err != nil {
+		t.Fatalf("the bridge user binds its consumer: %v", err)
+	}
+	if cfg := c.CachedInfo().Config; cfg.FilterSubject != "fabric.out.dev.*" || cfg.DeliverSubject != "" {
+		t.Fatalf("its consumer: %+v", cfg)
+	}
+	if _, err := c.Fetch(1, jetstream.FetchMaxWait(100*time.Millisecond)); err != nil {
+		t.Fatalf("the bridge user fetches from its consumer: %v", err)
+	}
+	drain(t, nc, errs)
 	for _, cfg := range []jetstream.ConsumerConfig{
 		{Durable: "spy", FilterSubject: "fabric.ev.>"},
+		{Durable: "to-c", FilterSubject: "fabric.out.dev.*"},
+		{Durable: "to-live", FilterSubject: "fabric.out.dev.*", DeliverSubject: "fabric.live.dev.c0ffee"},
 		{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.out.*.*"},
 	} {
 		if !refused(t, nc, errs, func() error {
@@ -40,9 +55,9 @@ func TestBridgeUserReadsOnlyOutboundThroughItsOwnConsumers(t *testing.T) {
 			t.Errorf("the bridge user may make consumer %s on %s", cfg.Durable, cfg.FilterSubject)
 		}
 	}
-	if !refused(t, nc, errs, func() error {
-		return nc.Publish(bus.PermConsumerNext+streams.StreamEvents+"."+streams.ConsumerOutbound, []byte(`{"batch":1}`))
-	}) {
-		t.Error("the bridge user may pull from ingest's consumer")
+	for _, subj := range []string{"fabric.bridge.dev." + streams.ConsumerOutbound, bus.PermConsumerNext + streams.StreamEvents + "." + streams.ConsumerOutbound} {
+		if !refused(t, nc, errs, func() error { return nc.Publish(subj, []byte(`{"batch":1}`)) }) {
+			t.Errorf("the bridge user may publish %s", subj)
+		}
 	}
 }

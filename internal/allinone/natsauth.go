@@ -12,6 +12,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/converge"
 )
 
 // The NATS users of the all-in-one, one per role. Each connects with its
@@ -89,13 +90,41 @@ func streamInfo() []string {
 	return s
 }
 
-// kvRead reads a bucket's keys, lists and watches them (an ordered push
-// consumer with flow control).
-func kvRead(bucket string) []string {
-	s := streams.KVStream(bucket)
-	return []string{bus.PermDirectGet + s + ".>", bus.PermMsgGet + s, bus.PermConsumerCreate + s, bus.PermConsumerCreate + s + ".>", bus.PermConsumerDelete + s + ".*",
-		bus.PermFlowControl + s + ".>"}
+// streamCreate lets admin make each of the fabric's streams and buckets by
+// its name, and no other stream: a stream that exists is not made again
+// (JetStream refuses a create whose configuration differs), so once
+// provisioned, admin cannot make a mirror, a source or a republish of
+// anything onto a subject it reads (issue 27).
+func streamCreate() []string {
+	var s []string
+	for _, c := range streams.StreamConfigs(streams.Config{}) {
+		s = append(s, bus.PermStreamCreate+c.Name)
+	}
+	for _, c := range streams.BucketConfigs(streams.Config{}) {
+		s = append(s, bus.PermStreamCreate+streams.KVStream(c.Bucket))
+	}
+	return s
 }
+
+// kvGet reads a bucket's keys: by a direct get (any replica) or from the
+// stream leader.
+func kvGet(bucket string) []string {
+	s := streams.KVStream(bucket)
+	return []string{bus.PermDirectGet + s + ".>", bus.PermMsgGet + s}
+}
+
+// kvWatch lists and watches a bucket's keys: an ordered push consumer of a
+// generated name, its filter the bucket's keys pinned in the create
+// subject, made again (the old one deleted) when it falls behind, with
+// flow control.
+func kvWatch(bucket string) []string {
+	s := streams.KVStream(bucket)
+	return []string{bus.PermConsumerCreate + s + ".*." + streams.KVSubject(bucket, ">"), bus.PermConsumerDelete + s + ".*",
+		bus.PermFlowControl + s + ".*.*"}
+}
+
+// kvRead reads, lists and watches a bucket's keys.
+func kvRead(bucket string) []string { return append(kvGet(bucket), kvWatch(bucket)...) }
 
 // kvWrite puts, creates, updates and deletes a bucket's keys.
 func kvWrite(bucket string) []string { return []string{streams.KVSubject(bucket, ">")} }
@@ -105,9 +134,42 @@ func direct(stream string) []string {
 	return []string{bus.PermDirectGet + stream, bus.PermDirectGet + stream + ".>"}
 }
 
+// pull lets a role read and acknowledge durable pull consumer name of
+// stream: look it up, fetch, acknowledge (the v1 acknowledgement subject,
+// $JS.ACK.<stream>.<consumer> and five tokens).
+func pull(stream, name string) []string {
+	c := stream + "." + name
+	return []string{bus.PermConsumerInfo + c, bus.PermConsumerNext + c, bus.PermAck + c + ".*.*.*.*.*"}
+}
+
+// durable lets a role make durable consumer name of stream with filter,
+// pinned in the create subject (the server refuses a create whose
+// configuration names another filter), and read it.
+func durable(stream, name, filter string) []string {
+	return append([]string{bus.PermConsumerCreate + stream + "." + name + "." + filter}, pull(stream, name)...)
+}
+
+// partitionConsumers are converge's partition consumers on FABRIC_IN, each
+// by its name and filter: made, deleted and made again from a sequence
+// when a partition moves (converge.Worker), read and acknowledged.
+func partitionConsumers() []string {
+	var s []string
+	for p := range subject.Partitions {
+		filter, err := subject.InputPartition(p)
+		if err != nil {
+			panic(err) // p is in range
+		}
+		name := converge.ConsumerName(p)
+		s = append(s, durable(streams.StreamInput, name, filter)...)
+		s = append(s, bus.PermConsumerDelete+streams.StreamInput+"."+name)
+	}
+	return s
+}
+
 // rolePermissions are each user's permissions: what its role's code
-// publishes, requests and subscribes to, nothing else. No role may delete
-// or change a stream; only admin may create them.
+// publishes, requests and subscribes to, nothing else, every JetStream API
+// subject naming its stream and consumer (issue 27). No role may delete,
+// purge or change a stream; only admin may create them, by their names.
 func rolePermissions() map[string]*server.Permissions {
 	perms := func(sub []string, pub ...[]string) *server.Permissions {
 		var p []string
@@ -122,13 +184,15 @@ func rolePermissions() map[string]*server.Permissions {
 	in := func(user string) []string { return []string{InboxPrefix(user) + ".>"} }
 	all := streamInfo()
 	// ingest takes the outbound subjects through its one durable consumer
-	// on FABRIC_EVENTS (issue 19), never the events.
-	outbound := streams.StreamEvents + "." + streams.ConsumerOutbound
-	ingestPerms := perms(append(in(UserIngest), subject.IntakePattern), all,
+	// on FABRIC_EVENTS (issue 19), never the events: its filter is in the
+	// create subject. It makes bridges' consumers, each of one tenant's
+	// outbound subjects, when they ask (bridge.Provisioner).
+	ingestPerms := perms(append(in(UserIngest), subject.IntakePattern, subject.BridgeRequestPattern), all,
 		[]string{subject.InputPattern, subject.OutcomePattern, subject.RetainedPattern,
 			bus.PermMsgGet + streams.StreamInput, bus.PermMsgGet + streams.StreamOutcomes, bus.PermMsgGet + streams.StreamRetained,
-			bus.PermMsgDelete + streams.StreamRetained,
-			bus.PermConsumerCreate + outbound + ".>", bus.PermConsumerInfo + outbound, bus.PermConsumerNext + outbound, bus.PermAck + outbound + ".>"},
+			bus.PermMsgDelete + streams.StreamRetained},
+		durable(streams.StreamEvents, streams.ConsumerOutbound, subject.OutboundAll),
+		[]string{bus.PermConsumerCreate + streams.StreamEvents + ".*." + subject.OutboundPattern, bus.PermConsumerInfo + streams.StreamEvents + ".*"},
 		direct(streams.StreamOutcomes), direct(streams.StreamRetained),
 		kvRead(streams.BucketGroupKeys), kvRead(streams.BucketGroups))
 	// Intake requests are answered on the requester's reply subject.
@@ -143,46 +207,44 @@ func rolePermissions() map[string]*server.Permissions {
 		// the read API pages consent and identity records, and the
 		// client list the tenant's clients, by sequence
 		[]string{bus.PermDirectGet + streams.KVStream(streams.BucketStores), bus.PermDirectGet + streams.KVStream(streams.BucketClients)},
-		kvRead(streams.BucketGroups)) // conversation keys of store and signal events (EVENT-020)
+		kvGet(streams.BucketGroups)) // conversation keys of store and signal events (EVENT-020)
 	apiPerms.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	return map[string]*server.Permissions{
-		UserAdmin:  perms(in(UserAdmin), all, []string{bus.PermAPIInfo, bus.PermStreamCreate + "*"}),
+		UserAdmin:  perms(in(UserAdmin), all, []string{bus.PermAPIInfo}, streamCreate()),
 		UserIngest: ingestPerms,
 		UserAPI:    apiPerms,
+		// converge keeps checkpoints bounded by rolling up their subject
+		// as it writes them: it purges nothing.
 		UserConverge: perms(in(UserConverge), all,
 			[]string{subject.EventsPattern, subject.CheckpointPattern, subject.OutcomePattern, subject.OutboundPattern, subject.OperationPattern,
-				bus.PermConsumerCreate + streams.StreamInput + ".>", bus.PermConsumerInfo + streams.StreamInput + ".*",
-				bus.PermConsumerDelete + streams.StreamInput + ".*", bus.PermConsumerNext + streams.StreamInput + ".*",
-				bus.PermAck + streams.StreamInput + ".>",
-				bus.PermMsgGet + streams.StreamEvents, bus.PermStreamPurge + streams.StreamEvents},
+				bus.PermMsgGet + streams.StreamEvents},
+			partitionConsumers(),
 			direct(streams.StreamEvents), direct(streams.StreamOutcomes),
 			kvRead(streams.BucketConverge), kvWrite(streams.BucketConverge),
-			kvRead(streams.BucketGroups), kvWrite(streams.BucketGroups),
-			kvRead(streams.BucketGroupKeys), kvWrite(streams.BucketGroupKeys),
-			kvRead(streams.BucketClients), kvWrite(streams.BucketClients)),
+			kvGet(streams.BucketGroups), kvWrite(streams.BucketGroups),
+			kvGet(streams.BucketGroupKeys), kvWrite(streams.BucketGroupKeys),
+			kvGet(streams.BucketClients), kvWrite(streams.BucketClients)),
 		UserFanout: perms(append(in(UserFanout), subject.LivePattern), all,
-			direct(streams.StreamEvents), kvRead(streams.BucketGroups),
+			direct(streams.StreamEvents), kvGet(streams.BucketGroups),
 			// whether a client exists: its record only (<tenant>.<client>),
 			// whose private parts the gateway cannot unseal; a record a
 			// replica does not hold yet is asked of the leader (R3)
 			[]string{bus.PermDirectGet + streams.KVStream(streams.BucketClients) + "." + streams.KVSubject(streams.BucketClients, "*.*"),
 				bus.PermMsgGet + streams.KVStream(streams.BucketClients)}),
-		UserBridge: bridgePermissions(in(UserBridge), outbound),
+		UserBridge: bridgePermissions(in(UserBridge), streams.ConsumerOutbound),
 	}
 }
 
-// bridgePermissions let fabric bridge (internal/bridge) create its durable
-// consumers on FABRIC_EVENTS, of any name but filtered to outbound subjects
-// only (the filter is part of the create subject), and read and
-// acknowledge them; never ingest's consumer, never the events.
+// bridgePermissions let fabric bridge (internal/bridge) ask ingest for its
+// durable consumers on FABRIC_EVENTS, each of one tenant's outbound
+// subjects (bridge.Provisioner makes them), and read and acknowledge them;
+// never make a consumer (a push consumer would deliver anywhere), never
+// ingest's consumer, never the events.
 func bridgePermissions(inbox []string, ingestOutbound string) *server.Permissions {
-	consumers := streams.StreamEvents + ".*"
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{
-			Allow: []string{bus.PermConsumerCreate + consumers + "." + subject.OutboundPattern, bus.PermConsumerInfo + consumers,
-				bus.PermConsumerNext + consumers, bus.PermAck + consumers + ".>"},
-			Deny: []string{bus.PermConsumerCreate + ingestOutbound + ".>", bus.PermConsumerInfo + ingestOutbound,
-				bus.PermConsumerNext + ingestOutbound, bus.PermAck + ingestOutbound + ".>"},
+			Allow: append([]string{subject.BridgeRequestPattern}, pull(streams.StreamEvents, "*")...),
+			Deny:  append([]string{"fabric.bridge.*." + ingestOutbound}, pull(streams.StreamEvents, ingestOutbound)...),
 		},
 		Subscribe: &server.SubjectPermission{Allow: inbox},
 	}

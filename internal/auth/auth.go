@@ -55,6 +55,9 @@ type Claims struct {
 	Scopes    []Scope  `json:"scopes"`
 	Clients   []string `json:"clients"`
 	ExpiresAt time.Time
+	// Minted says the fabric minted the token for a page (a connection
+	// token, the claim "minted": true): it mints no other (issue 27).
+	Minted bool
 	// Issuer, Audience and NotBefore are minted into a token (iss, aud,
 	// nbf); Verify checks them and does not return them.
 	Issuer    string
@@ -95,10 +98,15 @@ func (c Claims) Require(scope Scope, tenant, clientID string) error {
 
 // Delegate checks that c may hand a narrower token for tenant, limited to
 // clients and scopes, to someone else (a backend minting a connection token
-// for its page): c must grant each scope, or admin, on each client, and no
-// delegated token carries admin. It returns ErrForbidden saying what is
-// missing otherwise.
+// for its page): c must grant each scope, or admin, on each client, no
+// delegated token carries admin, and a minted token delegates nothing. It
+// returns ErrForbidden saying what is missing otherwise.
 func (c Claims) Delegate(tenant string, clients []string, scopes []Scope) error {
+	if c.Minted {
+		// Or a 5 s token would mint an hour's, which mints another
+		// (issue 27): what the fabric minted delegates nothing.
+		return forbidden("a minted token cannot mint tokens")
+	}
 	for _, s := range scopes {
 		if s == ScopeAdmin {
 			return forbidden("a delegated token cannot carry scope %q", ScopeAdmin)
@@ -121,6 +129,7 @@ type tokenClaims struct {
 	Tenant  string   `json:"tenant"`
 	Scopes  []Scope  `json:"scopes,omitempty"`
 	Clients []string `json:"clients,omitempty"`
+	Minted  bool     `json:"minted,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -286,7 +295,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if scope, limit := v.lifetimes.limit(tc.Scopes); tc.ExpiresAt.Sub(v.now()) > limit {
 		return Claims{}, unauthenticated("token expires in more than %s, the longest allowed for scope %q", limit, scope)
 	}
-	return Claims{Tenant: tc.Tenant, Scopes: tc.Scopes, Clients: tc.Clients, ExpiresAt: tc.ExpiresAt.Time}, nil
+	return Claims{Tenant: tc.Tenant, Scopes: tc.Scopes, Clients: tc.Clients, ExpiresAt: tc.ExpiresAt.Time, Minted: tc.Minted}, nil
 }
 
 // tenantKeys returns the tenant's keys for alg and, when the token names
@@ -388,6 +397,7 @@ func (c Claims) token() (tokenClaims, error) {
 		Tenant:  c.Tenant,
 		Scopes:  c.Scopes,
 		Clients: c.Clients,
+		Minted:  c.Minted,
 		RegisteredClaims: jwt.RegisteredClaims{
 			ExpiresAt: jwt.NewNumericDate(c.ExpiresAt),
 			Issuer:    c.Issuer,

@@ -153,6 +153,8 @@ func TestVerifyRefusesLenientClaims(t *testing.T) {
 		"array":              `[{"tenant":"acme","exp":` + exp + `}]`,
 		"trailing":           `{"tenant":"acme","scopes":["events"],"exp":` + exp + `} {}`,
 		"case-folded tenant": `{"Tenant":"acme","scopes":["events"],"exp":` + exp + `}`,
+		"string minted":      `{"tenant":"acme","scopes":["events"],"exp":` + exp + `,"minted":"true"}`,
+		"number minted":      `{"tenant":"acme","scopes":["events"],"exp":` + exp + `,"minted":1}`,
 	} {
 		_, err := v.Verify(t.Context(), signRaw(t, payload))
 		var ae *refusal.Error

@@ -168,6 +168,8 @@ func (c *tokenClaims) claim(name string, raw json.RawMessage) error {
 		}
 	case "clients":
 		c.Clients, err = claimStrings(raw)
+	case "minted":
+		c.Minted, err = claimBool(raw)
 	case "exp":
 		c.ExpiresAt, err = claimTime(raw)
 	case "nbf":
@@ -199,6 +201,7 @@ var (
 	errWantString  = errors.New("want a string")
 	errWantStrings = errors.New("want an array of strings")
 	errWantTime    = errors.New("want a number of seconds since 1970")
+	errWantBool    = errors.New("want true or false")
 )
 
 func claimString(raw json.RawMessage) (string, error) {
@@ -223,6 +226,16 @@ func claimStrings(raw json.RawMessage) ([]string, error) {
 		out[i] = s
 	}
 	return out, nil
+}
+
+func claimBool(raw json.RawMessage) (bool, error) {
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, errWantBool
 }
 
 // claimTime reads a NumericDate (RFC 7519 §2): a JSON number, never a

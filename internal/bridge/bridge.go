@@ -3,7 +3,8 @@
 // conversation (issue 19, docs/outbound.md "Bridge").
 //
 // It reads one tenant's outbound subjects (fabric.out.<tenant>.*) through a
-// durable consumer on FABRIC_EVENTS and posts them, in order, in batches,
+// durable pull consumer on FABRIC_EVENTS, which the source's ingest makes
+// when the bridge asks (provision.go), and posts them, in order, in batches,
 // to POST /v1/tenants/{tenant}/transport of the destination. A message is
 // acknowledged only after the destination answered it: at least once here,
 // and the destination's dedup (an input's message id is SHA-256 of its MLS
@@ -81,6 +82,7 @@ type Config struct {
 type Bridge struct {
 	cfg     Config
 	filter  string
+	request string // subject.BridgeRequest of the tenant and durable
 	url     string
 	log     *slog.Logger
 	metrics *metrics
@@ -108,8 +110,9 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Durable == "" {
 		cfg.Durable = DefaultDurable
 	}
-	if strings.ContainsAny(cfg.Durable, ".*> \t") {
-		return nil, fmt.Errorf("bridge: durable name %q is not a single subject token", cfg.Durable)
+	request, err := subject.BridgeRequest(cfg.Tenant, cfg.Durable)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: durable name: %w", err)
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: DefaultRequestTimeout}
@@ -139,6 +142,7 @@ func New(cfg Config) (*Bridge, error) {
 	return &Bridge{
 		cfg:     cfg,
 		filter:  filter,
+		request: request,
 		url:     strings.TrimSuffix(cfg.Destination, "/") + "/v1/tenants/" + cfg.DestinationTenant + "/transport",
 		log:     cfg.Logger.With("tenant", cfg.Tenant, "durable", cfg.Durable),
 		metrics: m,
@@ -190,21 +194,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return nil
 }
 
-// consumer creates or binds the bridge's durable consumer, retrying with
-// backoff until ctx ends: a source that answers late (a loaded meta
-// leader) or not yet is waited for, not fatal. A permission the bridge's
-// NATS user lacks is retried too, and logged at each attempt.
+// consumer asks the source for the bridge's durable consumer and binds it
+// (provision.go), retrying with backoff until ctx ends: a source that
+// answers late (a loaded meta leader), not yet (no provisioner, no stream)
+// or refuses (a name another tenant's bridge holds, a request the user may
+// not send) is waited for, not fatal, and logged at each attempt.
 func (b *Bridge) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	backoff := b.cfg.MinBackoff
 	for {
-		c, err := b.cfg.JS.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{
-			Durable:       b.cfg.Durable,
-			FilterSubject: b.filter,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       b.cfg.AckWait,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxAckPending: 4 * b.cfg.MaxBatch,
-		})
+		c, err := b.askConsumer(ctx)
 		if err == nil {
 			return c, nil
 		}

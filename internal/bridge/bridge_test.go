@@ -135,8 +135,30 @@ type running struct {
 	done   chan error
 }
 
+// provisioner answers bridges' requests for consumers through js, as
+// ingest does, until the test ends.
+func provisioner(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	p := NewProvisioner(js, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-p.Started():
+	case err := <-done:
+		t.Fatalf("the provisioner stopped: %v", err)
+	}
+}
+
 func startBridge(t *testing.T, env *natstest.Env, url string) *running {
 	t.Helper()
+	provisioner(t, env.JS)
 	reg := prometheus.NewRegistry()
 	b, err := New(Config{JS: env.JS, Tenant: "dev", Destination: url, Token: func(context.Context) (string, error) { return "tok", nil },
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, AckWait: 2 * time.Second, Registerer: reg,
@@ -213,6 +235,7 @@ func TestBridgeRetriesUntilTheDestinationAccepts(t *testing.T) {
 // and forwards once it can make it.
 func TestBridgeWaitsForTheSourceStream(t *testing.T) {
 	env := natstest.Start(t, natstest.WithoutStreams())
+	provisioner(t, env.JS)
 	dst := newDestination(t, func(int, []string) (int, string) { return http.StatusOK, "" })
 	b, err := New(Config{JS: env.JS, Tenant: "dev", Destination: dst.URL, Token: func(context.Context) (string, error) { return "tok", nil },
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -339,6 +362,7 @@ func TestBridgeRunsUnderItsTenantUserOfTheDocs(t *testing.T) {
 	if err := streams.Ensure(ctx, ajs, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	provisioner(t, ajs)
 	publishTenant(t, ajs, "other", "not acme's")
 	publishTenant(t, ajs, "acme", "a1", "a2")
 	nc, err := s.Connect(nats.UserInfo("acme-bridge", "bridge-pw"), nats.CustomInboxPrefix("_INBOX_acme-bridge"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
@@ -370,12 +394,22 @@ func TestBridgeRunsUnderItsTenantUserOfTheDocs(t *testing.T) {
 		{Durable: "bridge-acme", FilterSubject: "fabric.out.other.*"},
 		{Durable: "bridge-acme", FilterSubject: "fabric.ev.>"},
 		{Durable: "spy", FilterSubject: "fabric.out.acme.*"},
+		{Durable: "bridge-acme", FilterSubject: "fabric.out.acme.*"},
+		{Durable: "to-live", FilterSubject: "fabric.out.acme.*", DeliverSubject: "fabric.live.acme.c0ffee"},
 	} {
 		cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		_, err := js.CreateOrUpdateConsumer(cctx, streams.StreamEvents, cfg)
 		ccancel()
 		if err == nil {
 			t.Errorf("acme-bridge made consumer %s on %s", cfg.Durable, cfg.FilterSubject)
+		}
+	}
+	for _, subj := range []string{"fabric.bridge.other.bridge-acme", "fabric.bridge.acme.spy"} {
+		rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := nc.RequestWithContext(rctx, subj, []byte(`{}`))
+		rcancel()
+		if err == nil {
+			t.Errorf("acme-bridge asked for a consumer on %s", subj)
 		}
 	}
 	if _, err := ajs.CreateOrUpdateConsumer(ctx, streams.StreamEvents, jetstream.ConsumerConfig{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.out.>", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {

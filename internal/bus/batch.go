@@ -133,6 +133,9 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	// Checkpoints must outlive the events' MaxAge (see package streams).
 	c.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
 	c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(ck.ExpectedSeq, 10))
+	// It replaces the group's earlier checkpoints, so they stay bounded
+	// without a purge (issue 27).
+	c.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	msgs = append(msgs, c)
 
 	ack, err := jetstreamext.PublishMsgBatch(ctx, js, msgs)

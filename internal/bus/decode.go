@@ -46,8 +46,9 @@ type Delivered struct {
 
 // Decode reads an event from a republished message or a direct-get
 // response. A status message (such as the 204 ending a batched direct
-// get), a message of another stream subject, missing stream headers or a
-// body that is not a valid ClientEvent give an *InvalidEventError.
+// get), a message of another stream subject, missing stream headers, a
+// message on a live subject with a reply (a consumer's delivery) or a body
+// that is not a valid ClientEvent give an *InvalidEventError.
 func Decode(msg *nats.Msg) (Delivered, error) {
 	if msg == nil || msg.Header == nil {
 		return Delivered{}, invalidEvent("subject", errors.New("message has no headers"))
@@ -68,6 +69,11 @@ func Decode(msg *nats.Msg) (Delivered, error) {
 		}
 		if tenant != d.Tenant || client != d.ClientID {
 			return Delivered{}, invalidEvent("subject", errors.New("live subject and stored subject name different clients"))
+		}
+		// A republished copy has no reply; a consumer's delivery has its
+		// acknowledgement subject (a push consumer pointed here, issue 27).
+		if msg.Reply != "" {
+			return Delivered{}, invalidEvent("subject", errors.New("a consumer's delivery, not a republished copy"))
 		}
 		d.Live = true
 	}

@@ -299,6 +299,23 @@ func TestInvalidEventsAreRefused(t *testing.T) {
 	}
 }
 
+// Issue 27: a message on a live subject that a consumer delivered (a push
+// consumer some role made, pointed at fabric.live.*) carries its
+// acknowledgement subject as its reply; a republished copy never has a
+// reply. The gateway takes only republished copies, however well their
+// headers look.
+func TestConsumerDeliveryOnALiveSubjectIsRefused(t *testing.T) {
+	m := liveMsg(t, event(1, received(1)), 5, 4)
+	if _, err := Decode(m); err != nil {
+		t.Fatalf("a republished copy: %v", err)
+	}
+	m.Reply = "$JS.ACK.FABRIC_EVENTS.to-live.1.5.1.1700000000000000000.0"
+	var ie *InvalidEventError
+	if _, err := Decode(m); !errors.As(err, &ie) {
+		t.Fatalf("a consumer's delivery on %s decoded: %v", m.Subject, err)
+	}
+}
+
 // TestBatchFence: a group's events and checkpoint commit atomically; a
 // stale checkpoint expectation, a retry of a committed batch and an
 // oversized batch are refused with errors the caller can branch on.

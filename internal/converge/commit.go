@@ -127,7 +127,6 @@ func (w *Worker) newTxn(ctx context.Context, tenant string, g *loadedGroup) *txn
 		read: func(id []byte) (*storedMessage, error) {
 			return w.readEntry(ctx, tenant, g.groupHex, id)
 		},
-		expiry: slices.Clone(g.state.Expiry),
 	}
 }
 
@@ -415,7 +414,6 @@ func (w *Worker) consumeKeyPackages(ctx context.Context, tenant string, kps []co
 func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGroup, t *txn, next checkpoint, ckSeq uint64, events []bus.Event) {
 	key := g.tenant + "." + g.groupHex
 	t.g.unstored = slices.DeleteFunc(t.g.unstored, func(x *indexWrites) bool { return x == &t.ix })
-	w.purgePages(ctx, g.tenant, g.groupHex, t.expiry, t.g.Expiry)
 	part.remember(key, &loadedGroup{tenant: g.tenant, groupHex: g.groupHex, ck: next, ckSeq: ckSeq, state: t.g, members: t.members, chunks: t.chunks, used: w.cfg.Now()})
 	part.setExpiry(key, next.NextExpiry)
 	for _, e := range events {
@@ -438,11 +436,6 @@ func (w *Worker) afterCommit(ctx context.Context, part *partition, g *loadedGrou
 		}
 	}
 	w.purge(ctx, stale)
-	if ckSeq%pruneEvery == 0 {
-		if err := streams.PruneCheckpoint(ctx, w.js, g.tenant, g.groupHex); err != nil {
-			w.log.Debug("converge: prune checkpoints", "err", err)
-		}
-	}
 }
 
 // publishOutcomes publishes outcome records and waits for them.

@@ -184,6 +184,9 @@ func checkpointMsg(tenant, groupHex string, expect uint64, ck checkpoint) (*nats
 	m.Data = body
 	m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	// The new checkpoint replaces the group's earlier ones (issue 27: no
+	// purge), as bus.PublishBatch's does.
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	return m, nil
 }
 

@@ -120,9 +120,6 @@ type txn struct {
 	read    func(id []byte) (*storedMessage, error)
 	fetched map[string]*storedMessage // stored entries prefetched
 	err     error
-	// expiry are the group's expiry queues as the transaction found them:
-	// the pages consumed since are purged once it is stored.
-	expiry []expiryQueue
 	// rd are the transaction's readable records (readable.go).
 	rd readWrites
 

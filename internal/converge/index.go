@@ -39,7 +39,9 @@ import (
 // one page per disappearing-messages duration, its entries sorted by
 // expiry, on <checkpoint subject>.x.<seconds>. Within one duration, pages
 // follow stream time, so each is a queue read from its head
-// (groupState.Expiry); consumed pages are purged.
+// (groupState.Expiry). The first page written after a queue consumed every
+// stored page rolls up its subject, removing the consumed ones: converge
+// purges nothing (issue 27, its user may not).
 const (
 	entryToken = "m"
 	pageToken  = "x"
@@ -73,11 +75,13 @@ const legacySecs = 0
 
 // indexWrites are the index changes of one transaction, by message id: an
 // entry to store, or nil to remove it; and the expiry entries to append,
-// by duration.
+// by duration, with the durations whose queue holds no page before them
+// (drained: their page rolls up the subject).
 type indexWrites struct {
 	entries map[string]*storedMessage
 	order   []string
 	pages   map[uint64][]expiryEntry
+	drained map[uint64]bool
 }
 
 func (x *indexWrites) set(id []byte, s *storedMessage) {
@@ -186,13 +190,28 @@ func (t *txn) index(s storedMessage, secs uint64) {
 		return
 	}
 	if t.ix.pages == nil {
-		t.ix.pages = map[uint64][]expiryEntry{}
+		t.ix.pages, t.ix.drained = map[uint64][]expiryEntry{}, map[uint64]bool{}
+	}
+	q := t.g.queue(secs)
+	if _, ok := t.ix.pages[secs]; !ok && q.Head == 0 && !t.unstoredPage(secs) {
+		t.ix.drained[secs] = true
 	}
 	t.ix.pages[secs] = append(t.ix.pages[secs], expiryEntry{ID: s.ID, ExpiresAt: s.ExpiresAt})
-	q := t.g.queue(secs)
 	if q.Head == 0 || s.ExpiresAt < q.Head {
 		q.Head = s.ExpiresAt
 	}
+}
+
+// unstoredPage reports whether a transaction whose batch is not known
+// stored yet appends a page of duration secs: its queue holds that page,
+// whatever its head says.
+func (t *txn) unstoredPage(secs uint64) bool {
+	for _, x := range t.g.unstored {
+		if _, ok := x.pages[secs]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // unindex removes a message from the index: deleted, expired or withdrawn.
@@ -246,6 +265,9 @@ func indexMsgs(tenant, groupHex string, x *indexWrites) ([]*nats.Msg, error) {
 			return nil, fmt.Errorf("encode expiry page: %w", err)
 		}
 		m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+		if x.drained[secs] {
+			m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		}
 		out = append(out, m)
 	}
 	return out, nil
@@ -308,28 +330,6 @@ func (w *Worker) readPage(ctx context.Context, tenant, groupHex string, secs, fr
 		return nil, 0, err
 	}
 	return page, seq, nil
-}
-
-// purgePages removes the consumed expiry pages of a group, those before
-// each queue's Seq. It does not wait: a page that stays is only space, the
-// queue never reads it again.
-func (w *Worker) purgePages(ctx context.Context, tenant, groupHex string, before, after []expiryQueue) {
-	ck, err := subject.Checkpoint(tenant, groupHex)
-	if err != nil {
-		return
-	}
-	s, err := w.js.Stream(ctx, streams.StreamEvents)
-	if err != nil {
-		return
-	}
-	for _, q := range after {
-		if i := slices.IndexFunc(before, func(b expiryQueue) bool { return b.Secs == q.Secs }); i >= 0 && before[i].Seq == q.Seq {
-			continue
-		}
-		if err := s.Purge(ctx, jetstream.WithPurgeSubject(pageSubject(ck, q.Secs)), jetstream.WithPurgeSequence(q.Seq)); err != nil {
-			w.log.Debug("converge: purge expiry pages", "err", err)
-		}
-	}
 }
 
 // expire is the cleanup pass under disappearing messages (META-063): every

@@ -181,7 +181,7 @@ func rewind(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	for p := range subject.Partitions {
-		_ = s.DeleteConsumer(e.ctx, consumerName(p))
+		_ = s.DeleteConsumer(e.ctx, ConsumerName(p))
 	}
 }
 

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/eventually"
@@ -442,5 +444,43 @@ func TestSharedBatchFencedAsAWhole(t *testing.T) {
 	}
 	if _, seq, _ := readCheckpoint(e.ctx, e.js, tenant, "ab"); seq != 0 {
 		t.Fatal("the fresh group's checkpoint was stored")
+	}
+}
+
+// Issue 27: converge's user may purge nothing, so a group's superseded
+// checkpoints and consumed expiry pages go by rollups of their subjects:
+// after several commits and an expiry the group's checkpoint subject holds
+// one checkpoint, and its expiry pages only the page not yet consumed.
+func TestCheckpointsAndConsumedPagesGoWithoutPurge(t *testing.T) {
+	const disappearing = 1
+	e := newEnv(t)
+	clock := &testClock{}
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	e.worker("w1", func(c *Config) { c.Now = clock.Now })
+	_, g := groupWithHosted(t, e, components.Set{Retention: &components.RetentionState{DisappearingSecs: disappearing}}, h)
+	e.waitEvents(h.rec.ClientID, 1)
+	clock.hold()
+	e.publish(must[testpeer.Message](t)(g.SendText("first")))
+	e.waitEvents(h.rec.ClientID, 2)
+	clock.run(2 * (disappearing*time.Second + time.Second))
+	e.waitEvents(h.rec.ClientID, 3) // first expired: its page consumed
+	clock.hold()
+	e.publish(must[testpeer.Message](t)(g.SendText("second")))
+	e.waitEvents(h.rec.ClientID, 4)
+
+	ck := must[string](t)(subject.Checkpoint(tenant, hex.EncodeToString(g.ID())))
+	s := must[jetstream.Stream](t)(e.js.Stream(e.ctx, streams.StreamEvents))
+	count := func(subj string) uint64 {
+		info, err := s.Info(e.ctx, jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[subj]
+	}
+	if n := count(ck); n != 1 {
+		t.Errorf("the group's checkpoint subject holds %d messages, want its one checkpoint", n)
+	}
+	if n := count(pageSubject(ck, disappearing)); n != 1 {
+		t.Errorf("the group's expiry pages: %d, want the one of the second message", n)
 	}
 }

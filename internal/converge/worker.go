@@ -34,9 +34,6 @@ const (
 	// commitAttempts bounds the retries of one transaction that lost the
 	// fence to an earlier attempt or another worker.
 	commitAttempts = 5
-	// pruneEvery is how many checkpoints a group gets between prunes of
-	// its superseded ones.
-	pruneEvery = 32
 )
 
 // Config configures a Worker.
@@ -464,7 +461,7 @@ func (w *Worker) stop(ps ...int) {
 func (w *Worker) updateLag(ctx context.Context) {
 	var pending uint64
 	for _, p := range w.Owned() {
-		c, err := w.inStream.Consumer(ctx, consumerName(p))
+		c, err := w.inStream.Consumer(ctx, ConsumerName(p))
 		if err != nil {
 			continue
 		}
@@ -475,8 +472,8 @@ func (w *Worker) updateLag(ctx context.Context) {
 	w.metrics.Lag.Set(float64(pending))
 }
 
-// consumerName is the durable pull consumer of partition p.
-func consumerName(p int) string { return "converge-p" + strconv.Itoa(p) }
+// ConsumerName is the durable pull consumer of partition p.
+func ConsumerName(p int) string { return "converge-p" + strconv.Itoa(p) }
 
 // resetConsumer recreates partition p's consumer so that it delivers from
 // start (or, when start is 0, from just after its ack floor). Ownership
@@ -486,7 +483,7 @@ func consumerName(p int) string { return "converge-p" + strconv.Itoa(p) }
 // returns the consumer and the stream sequence it delivers from; a
 // delivery that never arrives is caught at the next (deliveries).
 func (w *Worker) resetConsumer(ctx context.Context, p int, start uint64) (jetstream.Consumer, uint64, error) {
-	name := consumerName(p)
+	name := ConsumerName(p)
 	if start == 0 {
 		start = 1
 		if c, err := w.inStream.Consumer(ctx, name); err == nil {

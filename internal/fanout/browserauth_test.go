@@ -290,3 +290,51 @@ func TestBrowserOriginAllowedByPattern(t *testing.T) {
 		t.Errorf("other origin: %d, want 403", got)
 	}
 }
+
+// Issue 27, item 3: a connection token says it was minted (auth.Claims
+// Minted) and mints no connection token: a 5 s token asking for an hour
+// is refused, so no chain of tokens outlives the backend's.
+func TestMintedConnectionTokenCannotMint(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.TokenSecret = secret; c.MaxConnectionTokenTTL = time.Hour })
+	admin := mintToken(t, tenantA, []auth.Scope{auth.ScopeAdmin}, auth.AllClients)
+	status, first, code := postConnectionToken(t, e, tenantA, admin, `{"clients":["`+client1+`"],"ttl_seconds":5}`)
+	if status != http.StatusCreated {
+		t.Fatalf("mint: %d %s", status, code)
+	}
+	claims, err := e.g.cfg.Verifier.Verify(e.ctx, first.Token)
+	if err != nil || !claims.Minted {
+		t.Fatalf("the connection token's claims %+v, %v: want minted", claims, err)
+	}
+	if claims, err := e.g.cfg.Verifier.Verify(e.ctx, admin); err != nil || claims.Minted {
+		t.Fatalf("the backend's token reads as minted: %+v, %v", claims, err)
+	}
+	for _, body := range []string{`{"clients":["` + client1 + `"],"ttl_seconds":3600}`, `{"clients":["` + client1 + `"],"ttl_seconds":1}`} {
+		if status, _, code := postConnectionToken(t, e, tenantA, first.Token, body); status != http.StatusForbidden || code != "forbidden" {
+			t.Errorf("a connection token minting %s: %d %s, want 403 forbidden", body, status, code)
+		}
+	}
+}
+
+// Issue 27, item 3: a token expiring in 30 s that asks for an hour gets a
+// token that expires with it, never later.
+func TestMintedTokenNeverOutlivesItsMinter(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.TokenSecret = secret; c.MaxConnectionTokenTTL = time.Hour })
+	exp := time.Now().Add(30 * time.Second).Truncate(time.Second)
+	backend, err := auth.Mint(secret, auth.Claims{Tenant: tenantA, Scopes: []auth.Scope{auth.ScopeEvents}, Clients: []string{client1}, ExpiresAt: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{"clients":["` + client1 + `"],"ttl_seconds":3600}`, `{"clients":["` + client1 + `"]}`} {
+		status, got, code := postConnectionToken(t, e, tenantA, backend, body)
+		if status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", body, status, code)
+		}
+		if got.ExpiresUnixMS > exp.UnixMilli() {
+			t.Errorf("%s: the minted token expires %v, after its minter (%v)", body, time.UnixMilli(got.ExpiresUnixMS), exp)
+		}
+		claims, err := e.g.cfg.Verifier.Verify(e.ctx, got.Token)
+		if err != nil || claims.ExpiresAt.After(exp) {
+			t.Errorf("%s: minted claims %+v, %v: expire after %v", body, claims, err, exp)
+		}
+	}
+}

@@ -38,7 +38,9 @@ type ConnectionTokenResponse struct {
 // a backend holding a token of the tenant mints a short-lived one limited
 // to some of its clients and scopes, for a browser page to connect with
 // (the page never holds the backend's token). A connection lives no longer
-// than its token, so the page asks for a new one to reconnect.
+// than its token, so the page asks for a new one to reconnect. The token
+// says it was minted (auth.Claims.Minted), mints none itself, and expires
+// no later than the caller's (issue 27).
 func (g *Gateway) serveConnectionToken(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("tenant")
 	claims, err := g.cfg.Verifier.FromRequest(r)
@@ -68,8 +70,12 @@ func (g *Gateway) serveConnectionToken(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, err)
 		return
 	}
+	// Never beyond the caller's own token (issue 27).
 	exp := time.Now().Add(ttl).Truncate(time.Second)
-	tok, err := auth.Mint(g.cfg.TokenSecret, auth.Claims{Tenant: tenant, Scopes: req.Scopes, Clients: req.Clients, ExpiresAt: exp})
+	if claims.ExpiresAt.Before(exp) {
+		exp = claims.ExpiresAt
+	}
+	tok, err := auth.Mint(g.cfg.TokenSecret, auth.Claims{Tenant: tenant, Scopes: req.Scopes, Clients: req.Clients, ExpiresAt: exp, Minted: true})
 	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return

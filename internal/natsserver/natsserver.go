@@ -274,6 +274,22 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect(s.ClientURL(), opts...)
 }
 
+// SetUsers replaces the server's users, keeping every other option: the
+// connections of users it keeps stay, a user it drops is disconnected (a
+// configuration reload).
+func (s *Server) SetUsers(users []*server.User) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns == nil {
+		return errors.New("natsserver: reload users: the server is shut down")
+	}
+	s.opts.Users = users
+	if err := s.ns.ReloadOptions(s.serverOptions()); err != nil {
+		return fmt.Errorf("natsserver: reload users: %w", err)
+	}
+	return nil
+}
+
 // NATS returns the underlying nats-server, nil after Shutdown.
 func (s *Server) NATS() *server.Server {
 	s.mu.Lock()

@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/fabric-mls/fabric/internal/bus/subject"
 )
 
 // Drift is one field of an existing stream or bucket that differs from the
@@ -215,22 +213,4 @@ func republishString(r *jetstream.RePublish) string {
 		return "none"
 	}
 	return fmt.Sprintf("%s -> %s headers-only=%t", r.Source, r.Destination, r.HeadersOnly)
-}
-
-// PruneCheckpoint purges every checkpoint of a group but the newest.
-// Checkpoints never expire (see the package doc), so converge calls this
-// after a committed batch to keep FABRIC_EVENTS bounded.
-func PruneCheckpoint(ctx context.Context, js jetstream.JetStream, tenant, groupHex string) error {
-	subj, err := subject.Checkpoint(tenant, groupHex)
-	if err != nil {
-		return err
-	}
-	s, err := js.Stream(ctx, StreamEvents)
-	if err != nil {
-		return fmt.Errorf("streams: prune checkpoint: %w", err)
-	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeKeep(1)); err != nil {
-		return fmt.Errorf("streams: prune checkpoint: %w", err)
-	}
-	return nil
 }

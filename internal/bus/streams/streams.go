@@ -11,8 +11,9 @@
 // atomic batches are per stream, so checkpoints cannot live elsewhere. The
 // stream therefore allows per-message TTLs and every checkpoint is published
 // with the header Nats-TTL: never (CheckpointTTL), which exempts that message
-// from MaxAge. Superseded checkpoints do not expire either; converge keeps
-// them bounded with PruneCheckpoint, which purges all but the newest. The
+// from MaxAge. Superseded checkpoints do not expire either; each checkpoint
+// rolls up its subject (Nats-Rollup: sub), so a group keeps only its newest
+// and converge needs no purge (issue 27). The
 // message index of each group lives beside its checkpoint, on
 // fabric.ck.<tenant>.<group>.m.<message id> and .x.<seconds>, written in
 // the same batches and never expiring either (docs/converge.md).

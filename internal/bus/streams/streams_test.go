@@ -372,37 +372,6 @@ func TestCheckpointOutlivesMaxAge(t *testing.T) {
 	}
 }
 
-func TestPruneCheckpoint(t *testing.T) {
-	ctx, _, js := ensured(t, Config{})
-	ck, _ := subject.Checkpoint("t", "00ff")
-	other, _ := subject.Checkpoint("t", "00fe")
-	for i := range 3 {
-		for _, s := range []string{ck, other} {
-			if _, err := js.Publish(ctx, s, []byte{byte(i)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := PruneCheckpoint(ctx, js, "t", "00ff"); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := js.Stream(ctx, StreamEvents)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter("fabric.ck.>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Subjects[ck] != 1 || info.State.Subjects[other] != 3 {
-		t.Fatalf("after prune: %v", info.State.Subjects)
-	}
-	m, _ := st.GetLastMsgForSubject(ctx, ck)
-	if len(m.Data) != 1 || m.Data[0] != 2 {
-		t.Fatal("prune removed the newest checkpoint")
-	}
-	if err := PruneCheckpoint(ctx, js, "t", "X"); err == nil {
-		t.Fatal("PruneCheckpoint accepted an invalid group")
-	}
-}
-
 // TestEnsureAndFenceOnR3 provisions everything with three replicas on a
 // three-node cluster and checks that the fence behaves as on R1.
 func TestEnsureAndFenceOnR3(t *testing.T) {

@@ -142,6 +142,22 @@ func ParseOperateRequest(s string) (tenant, clientHex, verb string, err error) {
 	return toks[0], toks[1], toks[2], nil
 }
 
+// ParseBridgeRequest reads tenant and consumer from
+// fabric.bridge.<tenant>.<consumer>.
+func ParseBridgeRequest(s string) (tenant, consumer string, err error) {
+	toks, err := split(s, prefixBridge, 2)
+	if err != nil {
+		return "", "", err
+	}
+	if err := ValidTenant(toks[0]); err != nil {
+		return "", "", err
+	}
+	if err := ValidConsumer(toks[1]); err != nil {
+		return "", "", err
+	}
+	return toks[0], toks[1], nil
+}
+
 // ParseRetained reads tenant, group and reason from
 // fabric.retained.<tenant>.<group>.<reason>.
 func ParseRetained(s string) (tenant, groupHex, reason string, err error) {

@@ -67,6 +67,10 @@ const (
 	// which the client API's instances answer in one queue group (issue
 	// 19). No stream stores it.
 	OperateRequestPattern = "fabric.operate.*.*.*"
+	// BridgeRequestPattern matches every request for a bridge's consumer,
+	// which ingest's workers answer in one queue group (issue 27). No
+	// stream stores it.
+	BridgeRequestPattern = "fabric.bridge.*.*"
 )
 
 const (
@@ -80,6 +84,7 @@ const (
 	prefixOut      = "fabric.out."
 	prefixOp       = "fabric.op."
 	prefixOperate  = "fabric.operate."
+	prefixBridge   = "fabric.bridge."
 )
 
 // Token roles named in InvalidTokenError.
@@ -91,6 +96,7 @@ const (
 	RoleReason    = "reason"
 	RolePartition = "partition"
 	RoleKeyPart   = "key part"
+	RoleConsumer  = "consumer name"
 	RoleSubject   = "subject"
 )
 
@@ -367,6 +373,27 @@ func OperateRequest(tenant, clientHex, verb string) (string, error) {
 		return "", err
 	}
 	return join(prefixOperate, tenant, clientHex, verb), nil
+}
+
+// MaxConsumerLen bounds a consumer name a bridge asks for:
+// [a-z0-9_-]{1,64}.
+const MaxConsumerLen = 64
+
+// ValidConsumer checks a consumer name a bridge asks for against
+// [a-z0-9_-]{1,64}.
+func ValidConsumer(name string) error { return checkWord(RoleConsumer, name, MaxConsumerLen) }
+
+// BridgeRequest is the subject a bridge asks for its consumer on:
+// fabric.bridge.<tenant>.<consumer>, the consumer of tenant's outbound
+// subjects named consumer.
+func BridgeRequest(tenant, consumer string) (string, error) {
+	if err := ValidTenant(tenant); err != nil {
+		return "", err
+	}
+	if err := ValidConsumer(consumer); err != nil {
+		return "", err
+	}
+	return join(prefixBridge, tenant, consumer), nil
 }
 
 // Retained is the subject of an object retained for a group for a reason:

@@ -33,6 +33,7 @@ func TestBuilders(t *testing.T) {
 		{"RetainedReason", func() (string, error) { return RetainedReason("deferred") }, "fabric.retained.*.*.deferred"},
 		{"Intake", func() (string, error) { return Intake(tenant) }, "fabric.intake.acme_1-x"},
 		{"OperateRequest", func() (string, error) { return OperateRequest(tenant, client, "send_message") }, "fabric.operate.acme_1-x.c0ffee.send_message"},
+		{"BridgeRequest", func() (string, error) { return BridgeRequest(tenant, "bridge-acme_2") }, "fabric.bridge.acme_1-x.bridge-acme_2"},
 		{"InputPartition", func() (string, error) { return InputPartition(63) }, "fabric.in.63.>"},
 		{"ClientKey", func() (string, error) { return ClientKey(tenant, client) }, "acme_1-x.c0ffee"},
 		{"GroupKey", func() (string, error) { return GroupKey(tenant, group) }, "acme_1-x.00ff10ab"},
@@ -59,6 +60,7 @@ func TestRejectsBadTokens_EVENT056(t *testing.T) {
 			"LiveTenant":     func() (string, error) { return LiveTenant(bad) },
 			"Intake":         func() (string, error) { return Intake(bad) },
 			"OperateRequest": func() (string, error) { return OperateRequest(bad, client, "leave") },
+			"BridgeRequest":  func() (string, error) { return BridgeRequest(bad, "b") },
 			"RetainedTenant": func() (string, error) { return RetainedTenant(bad) },
 			"Outcome":        func() (string, error) { return Outcome(bad, msgID) },
 			"Key":            func() (string, error) { return Key(bad, "x") },
@@ -84,6 +86,10 @@ func TestRejectsBadTokens_EVENT056(t *testing.T) {
 	checkInvalid(t, "Retained", "a.b", s, err, RoleReason)
 	s, err = Key(tenant)
 	checkInvalid(t, "Key", "", s, err, RoleKeyPart)
+	for _, bad := range badTenants {
+		s, err = BridgeRequest(tenant, bad)
+		checkInvalid(t, "BridgeRequest", bad, s, err, RoleConsumer)
+	}
 	for _, p := range []int{-1, Partitions} {
 		s, err = InputPartition(p)
 		checkInvalid(t, "InputPartition", "", s, err, RolePartition)
@@ -133,6 +139,13 @@ func TestParseRoundTrip(t *testing.T) {
 	oc, _ := Outcome(tenant, msgID)
 	if tn, m, err := ParseOutcome(oc); err != nil || tn != tenant || m != msgID {
 		t.Errorf("ParseOutcome = %q %q %v", tn, m, err)
+	}
+	br, _ := BridgeRequest(tenant, "b1")
+	if tn, c, err := ParseBridgeRequest(br); err != nil || tn != tenant || c != "b1" {
+		t.Errorf("ParseBridgeRequest = %q %q %v", tn, c, err)
+	}
+	if _, _, err := ParseBridgeRequest("fabric.bridge.acme.b1.x"); err == nil {
+		t.Error("ParseBridgeRequest read a subject of more tokens")
 	}
 	rt, _ := Retained(tenant, group, "deferred")
 	if tn, g, r, err := ParseRetained(rt); err != nil || tn != tenant || g != group || r != "deferred" {
