@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -78,11 +79,16 @@ type Config struct {
 	Verifier *auth.Verifier
 	Clients  Clients
 	Now      func() time.Time
+	// Quotas bound each tenant's requests; zero fields take defaults.
+	Quotas Quotas
+	// Registerer receives the quota refusals metric; none when nil.
+	Registerer prometheus.Registerer
 }
 
 // API serves the operations routes.
 type API struct {
-	cfg Config
+	cfg    Config
+	limits *limits
 }
 
 // New returns the API.
@@ -90,7 +96,7 @@ func New(cfg Config) *API {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &API{cfg: cfg}
+	return &API{cfg: cfg, limits: newLimits(cfg.Quotas, cfg.Registerer)}
 }
 
 // Mount registers every route on mux.
@@ -155,6 +161,9 @@ func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, e
 	if err != nil {
 		return schema.OperationAccepted{}, err
 	}
+	if err := a.limits.admit(c.tenant, time.Now()); err != nil {
+		return schema.OperationAccepted{}, err
+	}
 	key := r.Header.Get(HeaderIdempotencyKey)
 	if key == "" || len(key) > maxIdempotencyKey {
 		return schema.OperationAccepted{}, refusal.BadRequest("an %s header of 1 to %d bytes is required", HeaderIdempotencyKey, maxIdempotencyKey)
@@ -177,9 +186,14 @@ func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, e
 
 // store puts the operation on its group's input subject, once: the subject
 // is the operation's dedup record, so a repeated Idempotency-Key stores
-// nothing new. Then its first record, queued, unless one is there.
+// nothing new. Then its first record, queued, unless one is there. Its
+// bytes are charged to the tenant's quotas first.
 func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest) error {
 	data, err := bus.EncodeOperation(req)
+	if err != nil {
+		return err
+	}
+	release, err := a.limits.charge(tenant, len(data), time.Now())
 	if err != nil {
 		return err
 	}
@@ -193,8 +207,11 @@ func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set(bus.HeaderClass, string(bus.ClassOperation))
 	msg.Header.Set(bus.HeaderMessageID, idHex)
-	if _, err := a.cfg.JS.PublishMsg(ctx, msg); err != nil && !wrongLast(err) {
-		return ErrUnavailable.Because(err)
+	if _, err := a.cfg.JS.PublishMsg(ctx, msg); err != nil {
+		release() // nothing new stored
+		if !wrongLast(err) {
+			return ErrUnavailable.Because(err)
+		}
 	}
 	rec, err := bus.OperationRecordMsg(tenant, req.Record(schema.OperationQueued, a.cfg.Now()))
 	if err != nil {
@@ -228,6 +245,9 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
 func (a *API) operation(r *http.Request) (schema.Operation, error) {
 	c, err := a.authorize(r)
 	if err != nil {
+		return schema.Operation{}, err
+	}
+	if err := a.limits.admit(c.tenant, time.Now()); err != nil {
 		return schema.Operation{}, err
 	}
 	subj, err := subject.Operation(c.tenant, r.PathValue("operation_id"))
