@@ -24,8 +24,8 @@
 //	-max-bytes-in-flight request bodies read at once, bytes
 //	-byte-rate           payload bytes per second per tenant (-1: off)
 //	-tenant-input-bytes  bytes a tenant may store on FABRIC_IN through this process within its MaxAge (1 GiB; -1: off)
-//	-op-rate, -op-burst, -op-byte-rate       operation requests and stored bytes per second per tenant (100/s, burst 200; 2 MiB/s)
-//	-read-rate, -read-burst, -read-byte-rate read API requests and answer bytes per second per tenant (200/s, burst 400; 16 MiB/s)
+//	-op-rate, -op-burst, -op-byte-rate       operation requests and stored bytes per second per tenant (50/s, burst 100; 1 MiB/s)
+//	-read-rate, -read-burst, -read-byte-rate read API requests and answer bytes per second per tenant (100/s, burst 200; 4 MiB/s)
 //	-read-page-bytes     bytes of one page of messages (4 MiB)
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too

@@ -14,11 +14,11 @@ import (
 const (
 	// DefaultRate is the operation requests per second one tenant may
 	// make, records read included, with a burst of DefaultBurst.
-	DefaultRate  = 100
-	DefaultBurst = 200
+	DefaultRate  = 50
+	DefaultBurst = 100
 	// DefaultByteRate is the stored operation bytes per second one tenant
 	// may make, with a burst of the larger of it and the largest body.
-	DefaultByteRate = 2 << 20
+	DefaultByteRate = 1 << 20
 )
 
 // Quotas bound what one tenant may make one API instance do (issue 27),

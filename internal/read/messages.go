@@ -256,7 +256,7 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 
 // firstRead is how many records a page reads before it knows how large
 // they are: as many as readmodel.LastMany reads at once.
-const firstRead = 16
+const firstRead = 1
 
 // jsonSize is the length of m as JSON, what the page bound counts (its
 // msgpack is no longer).

@@ -12,11 +12,11 @@ import (
 const (
 	// DefaultRate is the read requests per second one tenant may make,
 	// with a burst of DefaultBurst.
-	DefaultRate  = 200
-	DefaultBurst = 400
+	DefaultRate  = 100
+	DefaultBurst = 200
 	// DefaultByteRate is the answer bytes per second one tenant may read,
 	// with a burst of the larger of it and a page's bound.
-	DefaultByteRate = 16 << 20
+	DefaultByteRate = 4 << 20
 	// DefaultPageBytes bounds the messages of one page.
 	DefaultPageBytes = 4 << 20
 )
