@@ -144,7 +144,7 @@ func BenchmarkTenantIsolation(b *testing.B) {
 	// The flood: sends at the asked rate, each in its own goroutine (at
 	// most 512 in flight), and readers back to back.
 	var opsOK, opsRefused, readsOK, readsRefused, readBytes, other atomic.Int64 // other: neither accepted nor 429
-	var lastAccepted atomic.Pointer[schema.Bytes] // the flood's operation answered 202 last
+	var lastAccepted atomic.Pointer[schema.Bytes]                               // the flood's operation answered 202 last
 	text := strings.Repeat("f", *isolationOpBytes)
 	runFlood := func(fctx context.Context) {
 		var wg sync.WaitGroup
@@ -212,9 +212,9 @@ func BenchmarkTenantIsolation(b *testing.B) {
 	}
 
 	type phase struct {
-		flood      bool
-		send, read []time.Duration
-		elapsed    time.Duration
+		flood                                            bool
+		send, read                                       []time.Duration
+		elapsed                                          time.Duration
 		opsOK, opsRefused, readsOK, readsRefused, readMB float64
 	}
 	var phases []phase
