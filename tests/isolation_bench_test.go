@@ -72,7 +72,7 @@ func BenchmarkTenantIsolation(b *testing.B) {
 		o.JWTSecret, o.MasterKey = secret, master
 		if *isolationNoQuotas {
 			o.Quotas.Operations = operations.Quotas{Rate: -1, ByteRate: -1}
-			o.Quotas.Read = read.Quotas{Rate: -1, ByteRate: -1, PageBytes: 1 << 40}
+			o.Quotas.Read = read.Quotas{Rate: -1, ByteRate: -1, PageBytes: 1 << 40, InFlightBytes: -1}
 			o.TenantInputBytes = -1
 		}
 	})

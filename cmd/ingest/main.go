@@ -27,6 +27,7 @@
 //	-op-rate, -op-burst, -op-byte-rate       operation requests and stored bytes per second per tenant (50/s, burst 100; 1 MiB/s)
 //	-read-rate, -read-burst, -read-byte-rate read API requests and answer bytes per second per tenant (100/s, burst 200; 4 MiB/s)
 //	-read-page-bytes     bytes of one page of messages (4 MiB)
+//	-read-inflight-bytes bytes of stored records one tenant's reads hold at once (4 MiB; -1: off)
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too
 //	-client-api          serve the client stores, signals and operations API too

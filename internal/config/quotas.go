@@ -20,12 +20,13 @@ import (
 type Quotas struct {
 	opRate, opBurst, opByteRate       int
 	readRate, readBurst, readByteRate int
-	readPageBytes                     int
+	readPageBytes, readInFlight       int
 	tenantInputBytes                  int
 }
 
 // RegisterFlags registers -op-rate, -op-burst, -op-byte-rate, -read-rate,
-// -read-burst, -read-byte-rate, -read-page-bytes and -tenant-input-bytes.
+// -read-burst, -read-byte-rate, -read-page-bytes, -read-inflight-bytes and
+// -tenant-input-bytes.
 func (q *Quotas) RegisterFlags(fs *flag.FlagSet, errs *Errs) {
 	Int(fs, errs, &q.opRate, "op-rate", operations.DefaultRate, "operation requests per second per tenant (records read included); past it 429 rate_limited; -1 turns it off")
 	Int(fs, errs, &q.opBurst, "op-burst", 0, "token bucket size of -op-rate; 0 is twice the rate")
@@ -34,6 +35,7 @@ func (q *Quotas) RegisterFlags(fs *flag.FlagSet, errs *Errs) {
 	Int(fs, errs, &q.readBurst, "read-burst", 0, "token bucket size of -read-rate; 0 is twice the rate")
 	Int(fs, errs, &q.readByteRate, "read-byte-rate", read.DefaultByteRate, "read API answer bytes per second per tenant; past it 429 byte_rate_limited; -1 turns it off")
 	Int(fs, errs, &q.readPageBytes, "read-page-bytes", read.DefaultPageBytes, "bytes of one page of messages; the page ends early with its cursor")
+	Int(fs, errs, &q.readInFlight, "read-inflight-bytes", read.DefaultInFlightBytes, "bytes of stored records one tenant's reads hold at once; a page past it ends early, one with nothing yet is 429 reads_in_flight; -1 turns it off")
 	Int(fs, errs, &q.tenantInputBytes, "tenant-input-bytes", streams.DefaultTenantInputBytes, "bytes one tenant may store on FABRIC_IN through this process within the stream's MaxAge (input and operations); past it 429 input_quota_exceeded; -1 turns it off")
 }
 
@@ -42,7 +44,7 @@ func (q Quotas) Validate(errs *Errs) {
 	for _, v := range []struct {
 		name string
 		n    int
-	}{{"-op-rate", q.opRate}, {"-op-byte-rate", q.opByteRate}, {"-read-rate", q.readRate}, {"-read-byte-rate", q.readByteRate}, {"-tenant-input-bytes", q.tenantInputBytes}} {
+	}{{"-op-rate", q.opRate}, {"-op-byte-rate", q.opByteRate}, {"-read-rate", q.readRate}, {"-read-byte-rate", q.readByteRate}, {"-read-inflight-bytes", q.readInFlight}, {"-tenant-input-bytes", q.tenantInputBytes}} {
 		if v.n == 0 || v.n < -1 {
 			errs.Addf("%s: %d; use a positive bound or -1 for none", v.name, v.n)
 		}
@@ -76,6 +78,6 @@ func (q Quotas) TenantInputBytes() int64 { return int64(q.tenantInputBytes) }
 func (q Quotas) ClientAPI(input *quota.Tally) clientapi.Quotas {
 	return clientapi.Quotas{
 		Operations: operations.Quotas{Rate: float64(q.opRate), Burst: q.opBurst, ByteRate: float64(q.opByteRate), InputBytes: input},
-		Read:       read.Quotas{Rate: float64(q.readRate), Burst: q.readBurst, ByteRate: float64(q.readByteRate), PageBytes: q.readPageBytes},
+		Read:       read.Quotas{Rate: float64(q.readRate), Burst: q.readBurst, ByteRate: float64(q.readByteRate), PageBytes: q.readPageBytes, InFlightBytes: int64(q.readInFlight)},
 	}
 }

@@ -1,7 +1,6 @@
 package fanout
 
 import (
-	"sync"
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/quota"
@@ -37,35 +36,25 @@ const (
 // the rate of replayed events.
 type quotas struct {
 	maxConns int
+	conns    *quota.InFlight
 	replay   *quota.Buckets
-
-	mu    sync.Mutex
-	conns map[string]int
 }
 
 func newQuotas(c *Config) *quotas {
-	return &quotas{maxConns: c.MaxConnsPerTenant, replay: quota.NewBuckets(float64(c.ReplayRate), c.ReplayBurst), conns: map[string]int{}}
+	return &quotas{maxConns: c.MaxConnsPerTenant, conns: quota.NewInFlight(int64(c.MaxConnsPerTenant)),
+		replay: quota.NewBuckets(float64(c.ReplayRate), c.ReplayBurst)}
 }
 
 // admitConn counts a connection of tenant in, or refuses it. The caller
 // calls releaseConn when the connection ends.
 func (q *quotas) admitConn(tenant string) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.maxConns > 0 && q.conns[tenant] >= q.maxConns {
+	if !q.conns.Acquire(tenant, 1) {
 		return ErrTooManyConnections.With("the tenant has %d open event connections on this gateway, its quota", q.maxConns)
 	}
-	q.conns[tenant]++
 	return nil
 }
 
-func (q *quotas) releaseConn(tenant string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.conns[tenant]--; q.conns[tenant] <= 0 {
-		delete(q.conns, tenant)
-	}
-}
+func (q *quotas) releaseConn(tenant string) { q.conns.Release(tenant, 1) }
 
 // replayAllowed reports whether tenant has replay budget left.
 func (q *quotas) replayAllowed(tenant string, now time.Time) bool {

@@ -120,7 +120,7 @@ type call struct {
 type builder func(r *http.Request, c call, req *bus.OperationRequest) error
 
 // authorize checks the token: scope send, or admin, on the path's tenant
-// and client, and that the client is hosted.
+// and client, the tenant's request quota, and that the client is hosted.
 func (a *API) authorize(r *http.Request) (call, error) {
 	claims, err := a.cfg.Verifier.FromRequest(r)
 	if err != nil {
@@ -137,6 +137,11 @@ func (a *API) authorize(r *http.Request) (call, error) {
 	}
 	if err := subject.ValidClient(c.client); err != nil {
 		return call{}, refusal.BadRequest("%v", err)
+	}
+	// The tenant's quota before the client's record is read: a refusal
+	// costs no read (issue 27).
+	if err := a.limits.admit(c.tenant, time.Now()); err != nil {
+		return call{}, err
 	}
 	if _, err := a.cfg.Clients.ClientInbox(r.Context(), c.tenant, c.client); err != nil {
 		return call{}, err
@@ -159,9 +164,6 @@ func (a *API) handle(build builder) http.HandlerFunc {
 func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, error) {
 	c, err := a.authorize(r)
 	if err != nil {
-		return schema.OperationAccepted{}, err
-	}
-	if err := a.limits.admit(c.tenant, time.Now()); err != nil {
 		return schema.OperationAccepted{}, err
 	}
 	key := r.Header.Get(HeaderIdempotencyKey)
@@ -245,9 +247,6 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
 func (a *API) operation(r *http.Request) (schema.Operation, error) {
 	c, err := a.authorize(r)
 	if err != nil {
-		return schema.Operation{}, err
-	}
-	if err := a.limits.admit(c.tenant, time.Now()); err != nil {
 		return schema.Operation{}, err
 	}
 	subj, err := subject.Operation(c.tenant, r.PathValue("operation_id"))

@@ -130,3 +130,27 @@ func TestTallyWithoutWindow(t *testing.T) {
 		t.Fatalf("ok %v wait %v", ok, wait)
 	}
 }
+
+// What a tenant holds at once is bounded per tenant; one item larger than
+// the bound passes when the tenant holds nothing; a release frees it.
+func TestInFlightBoundsWhatATenantHolds(t *testing.T) {
+	f := NewInFlight(10)
+	if !f.Acquire("a", 6) || f.Acquire("a", 5) {
+		t.Fatal("6 then 5 of 10")
+	}
+	if !f.Acquire("b", 10) {
+		t.Fatal("another tenant refused")
+	}
+	f.Release("a", 6)
+	if !f.Acquire("a", 50) || f.Acquire("a", 1) {
+		t.Fatal("one item over the bound with nothing held")
+	}
+	f.Release("a", 50)
+	if len(f.held) != 1 {
+		t.Fatalf("%d tenants held after the releases, want 1", len(f.held))
+	}
+	var none *InFlight = NewInFlight(0)
+	if !none.Acquire("a", 1<<40) || none.Max() != 0 {
+		t.Fatal("no bound refused")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
@@ -205,7 +206,12 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 	scanned, size, largest, full := 0, 0, 0, false
 	for !full && len(out.Messages) < p.limit && next >= first && next <= last && scanned < scanFactor*p.limit {
 		want := min(p.limit-len(out.Messages), firstRead)
-		if largest > 0 {
+		switch {
+		case largest > largeRecord:
+			// One at a time: the server answers record reads with a
+			// few workers for every tenant (its JetStream API queue).
+			want = 1
+		case largest > 0:
 			want = min(p.limit-len(out.Messages), max(1, (bound-size)/largest+1))
 		}
 		var subjects []string
@@ -222,6 +228,18 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 		}
 		scanned += len(got)
 		a.metrics.records.WithLabelValues("messages").Add(float64(len(got)))
+		read := 0
+		for _, st := range got {
+			read += len(st.Data)
+		}
+		if !c.hold(read) {
+			// The tenant's reads in flight are at their bound: the page
+			// ends here, or, with nothing yet, is refused.
+			if len(out.Messages) == 0 {
+				return nil, a.limits.refuse(ErrReadsInFlight.After(time.Second))
+			}
+			break
+		}
 		for _, st := range got {
 			if st.Seq == 0 || len(st.Data) == 0 {
 				next += step
@@ -254,9 +272,12 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 	return out, nil
 }
 
-// firstRead is how many records a page reads before it knows how large
-// they are: as many as readmodel.LastMany reads at once.
-const firstRead = 1
+// A page reads firstRead records before it knows how large they are, and
+// records larger than largeRecord one at a time.
+const (
+	firstRead   = 1
+	largeRecord = 64 << 10
+)
 
 // jsonSize is the length of m as JSON, what the page bound counts (its
 // msgpack is no longer).

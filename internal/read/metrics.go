@@ -32,10 +32,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fabric_read_records_scanned_total", Help: "Stored records the read API read, by route.",
 		}, []string{"route"}),
 		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fabric_read_quota_refusals_total", Help: "Read API requests refused past a tenant's quota, by code (rate_limited, byte_rate_limited).",
+			Name: "fabric_read_quota_refusals_total", Help: "Read API requests refused past a tenant's quota, by code (rate_limited, byte_rate_limited, reads_in_flight).",
 		}, []string{"code"}),
 	}
-	for _, c := range []string{quota.ErrRateLimited.Code, quota.ErrByteRateLimited.Code} {
+	for _, c := range []string{quota.ErrRateLimited.Code, quota.ErrByteRateLimited.Code, codeReadsInFlight} {
 		m.quotaRefusals.WithLabelValues(c)
 	}
 	for _, r := range routes {

@@ -19,6 +19,9 @@ const (
 	DefaultByteRate = 4 << 20
 	// DefaultPageBytes bounds the messages of one page.
 	DefaultPageBytes = 4 << 20
+	// DefaultInFlightBytes bounds the records one tenant's requests hold
+	// at once: a page's worth.
+	DefaultInFlightBytes = DefaultPageBytes
 )
 
 // Quotas bound what one tenant may make one API instance read (issue 27):
@@ -38,6 +41,11 @@ type Quotas struct {
 	// cursor; a single message larger is a page of its own.
 	// DefaultPageBytes when 0.
 	PageBytes int
+	// InFlightBytes bounds the stored records one tenant's requests have
+	// read and not yet answered, all at once: a page that would pass it
+	// ends early with its cursor, one that has nothing yet is refused.
+	// DefaultInFlightBytes when 0, none when negative.
+	InFlightBytes int64
 }
 
 func (q Quotas) withDefaults() Quotas {
@@ -53,6 +61,9 @@ func (q Quotas) withDefaults() Quotas {
 	if q.PageBytes <= 0 {
 		q.PageBytes = DefaultPageBytes
 	}
+	if q.InFlightBytes == 0 {
+		q.InFlightBytes = DefaultInFlightBytes
+	}
 	return q
 }
 
@@ -61,13 +72,15 @@ type limits struct {
 	q        Quotas
 	requests *quota.Buckets
 	bytes    *quota.Buckets
+	inFlight *quota.InFlight
 	m        *metrics
 }
 
 func newLimits(q Quotas, m *metrics) *limits {
 	q = q.withDefaults()
 	return &limits{q: q, m: m, requests: quota.NewBuckets(q.Rate, q.Burst),
-		bytes: quota.NewBuckets(q.ByteRate, int(max(q.ByteRate, float64(q.PageBytes))))}
+		bytes:    quota.NewBuckets(q.ByteRate, int(max(q.ByteRate, float64(q.PageBytes)))),
+		inFlight: quota.NewInFlight(q.InFlightBytes)}
 }
 
 // admit takes one request of tenant from its rate, if it is not in debt
@@ -81,6 +94,18 @@ func (l *limits) admit(tenant string, now time.Time) error {
 	}
 	return nil
 }
+
+const codeReadsInFlight = "reads_in_flight"
+
+// ErrReadsInFlight refuses a read while the tenant's other reads hold
+// its bound of records in flight.
+var ErrReadsInFlight = refusal.New(refusal.RateLimited, codeReadsInFlight, "the tenant's reads in flight hold its bound of bytes; retry")
+
+// hold counts n bytes of records read for tenant in flight, until
+// release; false when they would pass the tenant's bound.
+func (l *limits) hold(tenant string, n int) bool { return l.inFlight.Acquire(tenant, int64(n)) }
+
+func (l *limits) release(tenant string, n int) { l.inFlight.Release(tenant, int64(n)) }
 
 // charge takes an answer's bytes from tenant's byte rate.
 func (l *limits) charge(tenant string, n int, now time.Time) { l.bytes.Charge(tenant, n, now) }

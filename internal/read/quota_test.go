@@ -178,3 +178,41 @@ func TestTenantOverReadQuotaGets429WhileAnotherReads(t *testing.T) {
 		}
 	}
 }
+
+// Issue 27: the records one tenant's reads hold at once are bounded
+// (read.Quotas.InFlightBytes): a page that would hold more ends early
+// with its cursor, even below its byte bound, and the next page goes on.
+func TestReadPageEndsAtTheTenantsBytesInFlight(t *testing.T) {
+	fx := startWith(t, allinone.Options{Quotas: clientapi.Quotas{Read: read.Quotas{InFlightBytes: 30 << 10, ByteRate: -1}}})
+	ch := fx.collect(t)
+	_, a, b := joinedGroup(t, fx, ch, components.Set{})
+	sendTexts(t, fx, ch, b, 20<<10, 20<<10)
+	path := "/conversations/" + hex.EncodeToString(a.ID()) + "/messages?limit=500"
+	var pages [][]uint64
+	for cursor := "first"; cursor != ""; {
+		p := path
+		if cursor != "first" {
+			p += "&cursor=" + cursor
+		}
+		status, _, body := getRaw(t, fx.f.URL, allinone.DevTenant, fx.hosted.ClientID, fx.token, p)
+		if status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", p, status, body)
+		}
+		var page schema.MessagePage
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		var ns []uint64
+		for _, m := range page.Messages {
+			ns = append(ns, m.DeliveryNumber)
+		}
+		pages = append(pages, ns)
+		if cursor = page.NextCursor; len(pages) > 3 {
+			break
+		}
+	}
+	// Two records of 20 KiB are more than 30 KiB in flight: one a page.
+	if fmt.Sprint(pages) != "[[1] [2]]" {
+		t.Fatalf("pages %v, want [[1] [2]]", pages)
+	}
+}

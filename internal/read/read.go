@@ -117,6 +117,9 @@ func (a *API) Handler() http.Handler {
 // call is one authorized request about one hosted client.
 type call struct {
 	tenant, client string
+	// hold counts n bytes of records read in flight for the tenant until
+	// the answer is written; false when they would pass its bound.
+	hold func(n int) bool
 }
 
 type endpoint func(r *http.Request, c call) (any, error)
@@ -124,7 +127,8 @@ type endpoint func(r *http.Request, c call) (any, error)
 func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		tenant, body, err := a.serve(r, ep)
+		held := 0 // bytes of records this request holds in flight
+		tenant, body, err := a.serve(r, ep, &held)
 		code := "ok"
 		cw := &countingWriter{ResponseWriter: w}
 		if err != nil {
@@ -134,6 +138,7 @@ func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
 			httpapi.Write(cw, r, http.StatusOK, body)
 		}
 		if tenant != "" {
+			a.limits.release(tenant, held)
 			a.limits.charge(tenant, cw.n, time.Now())
 		}
 		a.metrics.requests.WithLabelValues(route, code).Inc()
@@ -143,7 +148,7 @@ func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
 
 // serve answers an authorized request within its tenant's quotas; tenant
 // is set once the request was admitted, so its answer is charged.
-func (a *API) serve(r *http.Request, ep endpoint) (tenant string, _ any, _ error) {
+func (a *API) serve(r *http.Request, ep endpoint, held *int) (tenant string, _ any, _ error) {
 	t, err := clientstore.Authorize(r, a.cfg.Verifier, auth.ScopeRead)
 	if err != nil {
 		return "", nil, err
@@ -151,18 +156,25 @@ func (a *API) serve(r *http.Request, ep endpoint) (tenant string, _ any, _ error
 	if err := a.limits.admit(t.Tenant, time.Now()); err != nil {
 		return "", nil, err
 	}
-	v, err := a.answer(r, ep, t.Tenant, t.ClientID)
+	v, err := a.answer(r, ep, t.Tenant, t.ClientID, held)
 	return t.Tenant, v, err
 }
 
-func (a *API) answer(r *http.Request, ep endpoint, tenant, client string) (any, error) {
+func (a *API) answer(r *http.Request, ep endpoint, tenant, client string, held *int) (any, error) {
 	if _, err := a.cfg.Stores.Lookup(r.Context(), tenant, client); err != nil {
 		if errors.Is(err, clientstore.ErrNotFound) {
 			return nil, clientstore.ErrUnknownClient
 		}
 		return nil, err
 	}
-	return ep(r, call{tenant: tenant, client: client})
+	c := call{tenant: tenant, client: client, hold: func(n int) bool {
+		if !a.limits.hold(tenant, n) {
+			return false
+		}
+		*held += n
+		return true
+	}}
+	return ep(r, c)
 }
 
 // page is a request's limit and cursor.
