@@ -27,6 +27,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		keyFile   string
 		origins   string
 		drain     time.Duration
+		quotas    config.Quotas
 	)
 	fs := flag.NewFlagSet("fabric run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -41,6 +42,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	config.Duration(fs, &errs, &drain, "drain-timeout", 10*time.Second, "how long a SIGTERM waits for in-flight work")
 	config.Duration(fs, &errs, &o.SyncInterval, "sync-interval", 0, "how often JetStream fsyncs; 0 fsyncs every write before it is acknowledged (survives power loss), e.g. 2m trades that for speed")
 	config.HTTPLimits(fs, &errs, &o.HTTPLimits)
+	quotas.RegisterFlags(fs, &errs)
 	config.Int(fs, &errs, &o.KeyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
 	config.Duration(fs, &errs, &o.SelfUpdateAfter, "self-update-after", 0, "age of a hosted member's leaf after which converge commits a self-update for it, for post-compromise security (0: off; at least 1m)")
 	if err := config.Parse(fs, args); err != nil {
@@ -48,6 +50,8 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	config.ValidateListen(&errs, o.Listen)
 	config.ValidateListen(&errs, o.NATSListen)
+	quotas.Validate(&errs)
+	o.Quotas, o.TenantInputBytes = quotas.ClientAPI(nil), quotas.TenantInputBytes()
 	if o.SelfUpdateAfter != 0 && o.SelfUpdateAfter < time.Minute {
 		errs.Addf("-self-update-after: %v; use 0 (off) or 1m or more", o.SelfUpdateAfter)
 	}

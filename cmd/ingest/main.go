@@ -23,6 +23,11 @@
 //	-max-retained        retained objects per tenant before resource_refused
 //	-max-bytes-in-flight request bodies read at once, bytes
 //	-byte-rate           payload bytes per second per tenant (-1: off)
+//	-tenant-input-bytes  bytes a tenant may store on FABRIC_IN through this process within its MaxAge (1 GiB; -1: off)
+//	-op-rate, -op-burst, -op-byte-rate       operation requests and stored bytes per second per tenant (50/s, burst 100; 1 MiB/s)
+//	-read-rate, -read-burst, -read-byte-rate read API requests and answer bytes per second per tenant (100/s, burst 200; 4 MiB/s)
+//	-read-page-bytes     bytes of one page of messages (4 MiB)
+//	-read-inflight-bytes bytes of stored records one tenant's reads hold at once (4 MiB; -1: off)
 //	-nats-intake         serve fabric.intake.<tenant>
 //	-nats-require-token  NATS intake needs a bearer token too
 //	-client-api          serve the client stores, signals and operations API too
@@ -96,6 +101,7 @@ type options struct {
 	origins      []string
 	keyFile      string
 	drain        time.Duration
+	quotas       config.Quotas
 }
 
 // secrets are what parse read from the environment or files.
@@ -121,6 +127,7 @@ func parse(args []string) (options, secrets, error) {
 	config.Int(fs, &errs, &o.inFlight, "max-bytes-in-flight", ingest.DefaultMaxBytesInFlight, "request body bytes read and processed at once; past it 503 overloaded")
 	config.Int(fs, &errs, &o.byteRate, "byte-rate", ingest.DefaultByteRatePerTenant, "payload bytes per second per tenant; past it 429 byte_rate_limited; -1 turns the limit off")
 	config.Int(fs, &errs, &o.maxRetained, "max-retained", ingest.DefaultMaxRetainedPerTenant, "retained objects per tenant before input is refused with resource_refused")
+	o.quotas.RegisterFlags(fs, &errs)
 	config.Bool(fs, &errs, &o.natsIntake, "nats-intake", true, "serve NATS intake on fabric.intake.<tenant>")
 	config.Bool(fs, &errs, &o.requireToken, "nats-require-token", false, "require a bearer token on NATS intake as on HTTP")
 	config.Bool(fs, &errs, &o.clientAPI, "client-api", true, "serve client registration, the client stores, signals and operations")
@@ -133,6 +140,7 @@ func parse(args []string) (options, secrets, error) {
 	o.nats.Validate(&errs)
 	config.ValidateListen(&errs, o.listen)
 	o.origins = config.ParseOrigins(&errs, o.originsFlag)
+	o.quotas.Validate(&errs)
 	for _, v := range []struct {
 		name string
 		n    int
@@ -178,6 +186,10 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
+	tenantInput, err := o.quotas.TenantInput(ctx, js)
+	if err != nil {
+		return err
+	}
 	reg := ops.NewRegistry()
 	svc, err := ingest.New(ingest.Config{
 		Conn:     nc,
@@ -194,6 +206,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			MaxBytesInFlight:     int64(o.inFlight),
 			ByteRatePerTenant:    float64(o.byteRate),
 		},
+		InputBytes:       tenantInput,
 		NATSIntake:       o.natsIntake,
 		NATSRequireToken: o.requireToken,
 		DrainTimeout:     o.drain,
@@ -210,7 +223,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	var api *clientapi.API
 	if o.clientAPI {
-		if api, err = clientapi.New(ctx, clientapi.Config{JS: js, Vault: vault, Verifier: verifier, OriginPatterns: o.origins, Logger: log, Registerer: reg}); err != nil {
+		if api, err = clientapi.New(ctx, clientapi.Config{JS: js, Vault: vault, Verifier: verifier, OriginPatterns: o.origins, Logger: log, Registerer: reg, Quotas: o.quotas.ClientAPI(tenantInput)}); err != nil {
 			return err
 		}
 		parts = append(parts, api)

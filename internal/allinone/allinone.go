@@ -32,6 +32,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/ingest"
 	"github.com/fabric-mls/fabric/internal/natsserver"
 	"github.com/fabric-mls/fabric/internal/ops"
+	"github.com/fabric-mls/fabric/internal/quota"
 )
 
 // DevTenant is the tenant the development tokens name.
@@ -50,6 +51,10 @@ type Options struct {
 	// standalone roles and the NATS tools can join; 127.0.0.1:4222 when
 	// empty, "127.0.0.1:0" for a free port.
 	NATSListen string
+	// OperatorUsers are NATS users beside the roles', with the
+	// permissions given (nil: every subject): an operator's own tools,
+	// such as a backup mirror of a stream, which no role may make.
+	OperatorUsers []*server.User
 	// JWTSecret signs and verifies bearer tokens. In development mode it
 	// is generated into DataDir when empty.
 	JWTSecret []byte
@@ -88,6 +93,14 @@ type Options struct {
 	// SelfUpdateAfter is converge's self-update schedule
 	// (converge.Config.SelfUpdateAfter): 0, off, when zero.
 	SelfUpdateAfter time.Duration
+	// Quotas bound each tenant's operations and reads (docs/limits.md);
+	// zero fields take defaults. Quotas.Operations.InputBytes is set from
+	// TenantInputBytes.
+	Quotas clientapi.Quotas
+	// TenantInputBytes bounds the bytes one tenant stores on FABRIC_IN
+	// within its MaxAge, intake and operations together:
+	// streams.DefaultTenantInputBytes when 0, none when negative.
+	TenantInputBytes int64
 	// HTTPLimits bound the HTTP connections (idle timeout, a total and a
 	// per-address bound); the total defaults to the descriptor limit less
 	// a reserve for NATS and JetStream's files.
@@ -116,7 +129,7 @@ type Fabric struct {
 	ns            *natsserver.Server
 	nc            *nats.Conn // admin: provisions the streams
 	natsPasswords map[string]string
-	roleUsers     []*server.User // the roles' NATS users
+	roleUsers     []*server.User // the roles' NATS users and the operator's
 	// tenantPasswords are the tenant users loaded, by user (tenantuser.go);
 	// only watchTenantUsers changes them after Start.
 	tenantPasswords map[string]string
@@ -177,6 +190,7 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 	if err != nil {
 		return nil, err
 	}
+	users = append(users, o.OperatorUsers...)
 	f.natsPasswords, f.roleUsers = passwords, users
 	if f.tenantPasswords, err = tenantPasswords(o.DataDir); err != nil {
 		return nil, err
@@ -225,14 +239,26 @@ func Start(ctx context.Context, o Options) (_ *Fabric, err error) {
 		return nil, err
 	}
 	reg := ops.NewRegistry()
+	if o.TenantInputBytes == 0 {
+		o.TenantInputBytes = streams.DefaultTenantInputBytes
+	}
+	var tenantInput *quota.Tally
+	if o.TenantInputBytes > 0 {
+		window, err := streams.InputMaxAge(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		tenantInput = quota.NewTally(o.TenantInputBytes, window)
+	}
+	o.Quotas.Operations.InputBytes = tenantInput
 
 	// The same components as cmd/ingest, cmd/converge and cmd/fanout,
 	// built and composed the same way (docs/architecture.md, Lifecycle).
-	ing, err := ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, Vault: vault, NATSIntake: true, NATSRequireToken: true, DrainTimeout: drainTimeout, Logger: o.Logger, Registerer: reg})
+	ing, err := ingest.New(ingest.Config{Conn: conns[UserIngest], Verifier: verifier, Vault: vault, InputBytes: tenantInput, NATSIntake: true, NATSRequireToken: true, DrainTimeout: drainTimeout, Logger: o.Logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	api, err := clientapi.New(ctx, clientapi.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, OriginPatterns: o.OriginPatterns, Logger: o.Logger, Registerer: reg})
+	api, err := clientapi.New(ctx, clientapi.Config{JS: jss[UserAPI], Vault: vault, Verifier: verifier, OriginPatterns: o.OriginPatterns, Logger: o.Logger, Registerer: reg, Quotas: o.Quotas})
 	if err != nil {
 		return nil, err
 	}

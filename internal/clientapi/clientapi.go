@@ -39,6 +39,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics; none are registered when nil.
 	Registerer prometheus.Registerer
+	// Quotas bound each tenant's operations and reads (docs/limits.md);
+	// zero fields take defaults.
+	Quotas Quotas
+}
+
+// Quotas are the per-tenant quotas of the client API's operations and
+// read API.
+type Quotas struct {
+	Operations operations.Quotas
+	Read       read.Quotas
 }
 
 // API is the client API of one process.
@@ -59,11 +69,11 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	rd, err := read.New(ctx, read.Config{JS: cfg.JS, Vault: cfg.Vault, Verifier: cfg.Verifier, Stores: store, OriginPatterns: cfg.OriginPatterns, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	rd, err := read.New(ctx, read.Config{JS: cfg.JS, Vault: cfg.Vault, Verifier: cfg.Verifier, Stores: store, OriginPatterns: cfg.OriginPatterns, Logger: cfg.Logger, Registerer: cfg.Registerer, Quotas: cfg.Quotas.Read})
 	if err != nil {
 		return nil, err
 	}
-	a := &API{store: store, ops: operations.New(operations.Config{JS: cfg.JS, Verifier: cfg.Verifier, Clients: store}), mux: http.NewServeMux()}
+	a := &API{store: store, ops: operations.New(operations.Config{JS: cfg.JS, Verifier: cfg.Verifier, Clients: store, Quotas: cfg.Quotas.Operations, Registerer: cfg.Registerer}), mux: http.NewServeMux()}
 	store.Mount(a.mux)
 	sig.Mount(a.mux)
 	rd.Mount(a.mux)

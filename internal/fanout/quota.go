@@ -1,10 +1,9 @@
 package fanout
 
 import (
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/fabric-mls/fabric/internal/quota"
 )
 
 // Defaults of the per-tenant quotas.
@@ -33,81 +32,38 @@ const (
 	CodeReplayBudget = "replay_budget_exceeded"
 )
 
-// maxReplayBuckets is the size of the replay bucket table past which full
-// buckets are dropped.
-const maxReplayBuckets = 10000
-
 // quotas are the per-tenant bounds of one gateway: open connections and
 // the rate of replayed events.
 type quotas struct {
-	maxConns   int
-	replayRate rate.Limit
-	burst      int
-
-	mu     sync.Mutex
-	conns  map[string]int
-	replay map[string]*rate.Limiter
+	maxConns int
+	conns    *quota.InFlight
+	replay   *quota.Buckets
 }
 
 func newQuotas(c *Config) *quotas {
-	return &quotas{maxConns: c.MaxConnsPerTenant, replayRate: rate.Limit(c.ReplayRate), burst: c.ReplayBurst,
-		conns: map[string]int{}, replay: map[string]*rate.Limiter{}}
+	return &quotas{maxConns: c.MaxConnsPerTenant, conns: quota.NewInFlight(int64(c.MaxConnsPerTenant)),
+		replay: quota.NewBuckets(float64(c.ReplayRate), c.ReplayBurst)}
 }
 
 // admitConn counts a connection of tenant in, or refuses it. The caller
 // calls releaseConn when the connection ends.
 func (q *quotas) admitConn(tenant string) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.maxConns > 0 && q.conns[tenant] >= q.maxConns {
+	if !q.conns.Acquire(tenant, 1) {
 		return ErrTooManyConnections.With("the tenant has %d open event connections on this gateway, its quota", q.maxConns)
 	}
-	q.conns[tenant]++
 	return nil
 }
 
-func (q *quotas) releaseConn(tenant string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.conns[tenant]--; q.conns[tenant] <= 0 {
-		delete(q.conns, tenant)
-	}
-}
+func (q *quotas) releaseConn(tenant string) { q.conns.Release(tenant, 1) }
 
-// replayAllowed reports whether tenant has replay budget left. Only a
-// tenant with an open connection has a bucket.
+// replayAllowed reports whether tenant has replay budget left.
 func (q *quotas) replayAllowed(tenant string, now time.Time) bool {
-	if q.replayRate <= 0 {
-		return true
-	}
-	return q.bucket(tenant).TokensAt(now) >= 1
+	ok, _ := q.replay.Ready(tenant, now)
+	return ok
 }
 
 // chargeReplay takes n replayed events from tenant's budget; it may go
 // into debt, which later replays wait out.
 func (q *quotas) chargeReplay(tenant string, n int, now time.Time) {
-	if q.replayRate <= 0 || n <= 0 {
-		return
-	}
-	q.bucket(tenant).ReserveN(now, min(n, q.burst))
-}
-
-func (q *quotas) bucket(tenant string) *rate.Limiter {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	l := q.replay[tenant]
-	if l == nil {
-		if len(q.replay) >= maxReplayBuckets {
-			// A full bucket is what a new one is.
-			now := time.Now()
-			for k, b := range q.replay {
-				if b.TokensAt(now) >= float64(q.burst) {
-					delete(q.replay, k)
-				}
-			}
-		}
-		l = rate.NewLimiter(q.replayRate, q.burst)
-		q.replay[tenant] = l
-	}
-	return l
+	q.replay.Charge(tenant, n, now)
 }

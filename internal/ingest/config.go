@@ -10,6 +10,7 @@ import (
 
 	"github.com/fabric-mls/fabric/internal/auth"
 	"github.com/fabric-mls/fabric/internal/engine"
+	"github.com/fabric-mls/fabric/internal/quota"
 )
 
 // Defaults for the zero values of Limits and Config.
@@ -100,6 +101,11 @@ type Config struct {
 	Vault *engine.Vault
 	// Limits bound requests; zero fields take defaults.
 	Limits Limits
+	// InputBytes bounds the payload bytes each tenant has stored on
+	// FABRIC_IN within its MaxAge, counted by this process (shared with
+	// the operations API of the same process, docs/limits.md); nil for no
+	// bound.
+	InputBytes *quota.Tally
 	// NATSIntake enables the request subject fabric.intake.<tenant>.
 	NATSIntake bool
 	// NATSRequireToken makes NATS intake require an "Authorization: Bearer"

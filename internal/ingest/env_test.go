@@ -29,6 +29,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/httpapi"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
+	"github.com/fabric-mls/fabric/internal/quota"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -83,6 +84,8 @@ type envOpts struct {
 	none    bool // no worker: the server and its streams only
 	reg     prometheus.Registerer
 	inBytes int64 // FABRIC_IN's byte bound; the default when 0
+	// tenantIn bounds each tenant's bytes on FABRIC_IN (Config.InputBytes).
+	tenantIn *quota.Tally
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -117,7 +120,7 @@ func (e *env) addWorker(o envOpts) *worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(Config{Conn: nc, Verifier: v, Vault: testVault, Limits: o.limits, NATSIntake: true, NATSRequireToken: o.token, Registerer: o.reg})
+	svc, err := New(Config{Conn: nc, Verifier: v, Vault: testVault, Limits: o.limits, InputBytes: o.tenantIn, NATSIntake: true, NATSRequireToken: o.token, Registerer: o.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package ingest
 
-import "github.com/fabric-mls/fabric/internal/refusal"
+import (
+	"github.com/fabric-mls/fabric/internal/quota"
+	"github.com/fabric-mls/fabric/internal/refusal"
+)
 
 // The refusals of a whole intake request: nothing of it was acknowledged.
 // An input the fabric takes and judges gets a category in its result
@@ -12,9 +15,12 @@ var (
 	ErrMessageTooLarge = refusal.New(refusal.TooLarge, "message_too_large", "a payload is too large")
 	// ErrRateLimited refuses a tenant past its message rate, with the time
 	// until its bucket allows the request.
-	ErrRateLimited = refusal.New(refusal.RateLimited, "rate_limited", "tenant over its message rate")
+	ErrRateLimited = quota.ErrRateLimited
 	// ErrByteRateLimited refuses a tenant past its payload byte rate.
-	ErrByteRateLimited = refusal.New(refusal.RateLimited, "byte_rate_limited", "tenant over its byte rate")
+	ErrByteRateLimited = quota.ErrByteRateLimited
+	// ErrInputQuota refuses a tenant whose input stored on FABRIC_IN
+	// within its MaxAge is at Config.InputBytes' bound.
+	ErrInputQuota = quota.ErrInputQuota
 	// ErrOverloaded refuses a request body while the worker holds
 	// Limits.MaxBytesInFlight of them (retry after a second).
 	ErrOverloaded = refusal.New(refusal.Unavailable, "overloaded", "the worker is reading its bound of request bytes")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/auth"
+	"github.com/fabric-mls/fabric/internal/quota"
 )
 
 // Request bodies held at once are bounded in bytes: while one body is being
@@ -127,4 +128,44 @@ func TestFullInputStreamIsStorageFull(t *testing.T) {
 		return
 	}
 	t.Fatal("FABRIC_IN took 200 inputs past its bound of 8 KiB")
+}
+
+// Issue 27: a tenant's input stored on FABRIC_IN within its retention is
+// bounded (Config.InputBytes): past it the tenant gets 429
+// input_quota_exceeded with Retry-After, never a 5xx, nothing of the
+// refused request is stored, and another tenant's input is taken.
+func TestTenantInputBytesRefusedPastTheBound(t *testing.T) {
+	const bound = 8 << 10
+	e := newEnv(t, envOpts{tenantIn: quota.NewTally(bound, time.Hour)})
+	w := e.workers[0]
+	g := newGroup(t)
+	e.hostGroup(g.ID())
+	tok := token(t, testTenant, auth.ScopeIngest)
+	stored := 0
+	for i := range 20 {
+		m := text(t, g, strings.Repeat("x", 1000))
+		body, _ := json.Marshal(wire{V: 1, Group: g.ID(), Kind: "mls", Payload: m.MLS})
+		status, b, hdr := w.post(t, testTenant, tok, "", body)
+		if status == http.StatusOK {
+			stored += len(m.MLS)
+			continue
+		}
+		wantError(t, status, b, http.StatusTooManyRequests, ErrInputQuota.Code, "")
+		if hdr.Get("Retry-After") == "" {
+			t.Error("429 without Retry-After")
+		}
+		if _, found := w.outcome(t, m.ID); found {
+			t.Error("a refused input has an outcome")
+		}
+		if i == 0 || stored > bound {
+			t.Fatalf("refused after %d inputs, %d bytes, bound %d", i, stored, bound)
+		}
+		other := newGroup(t)
+		body, _ = json.Marshal(wire{V: 1, Group: other.ID(), Kind: "mls", Payload: text(t, other, strings.Repeat("y", 1000)).MLS})
+		if status, b, _ := w.post(t, "other", token(t, "other", auth.ScopeIngest), "", body); status != http.StatusOK {
+			t.Fatalf("another tenant: %d %s", status, b)
+		}
+		return
+	}
+	t.Fatalf("a tenant stored %d bytes past its bound of %d", stored, bound)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/quota"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -28,8 +29,8 @@ type Service struct {
 	retry *retrier
 	// backfillLocks serialize each group's backfill of retained input.
 	backfillLocks *backfillLocks
-	limiter       *tenantLimiter
-	bytes         *tenantLimiter // payload bytes per tenant
+	limiter       *quota.Buckets // transport messages per tenant
+	bytes         *quota.Buckets // payload bytes per tenant
 	reading       *bytesInFlight
 
 	// Set by Start.
@@ -80,8 +81,8 @@ func New(cfg Config) (*Service, error) {
 		dir:           newDirectory(),
 		retry:         newRetrier(),
 		backfillLocks: newBackfillLocks(),
-		limiter:       newTenantLimiter(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
-		bytes:         newTenantLimiter(cfg.Limits.ByteRatePerTenant, int(max(cfg.Limits.MaxBodyBytes, int64(cfg.Limits.ByteRatePerTenant)))),
+		limiter:       quota.NewBuckets(cfg.Limits.RatePerTenant, cfg.Limits.BurstPerTenant),
+		bytes:         quota.NewBuckets(cfg.Limits.ByteRatePerTenant, int(max(cfg.Limits.MaxBodyBytes, int64(cfg.Limits.ByteRatePerTenant)))),
 		reading:       &bytesInFlight{max: cfg.Limits.MaxBytesInFlight},
 		slots:         make(chan struct{}, cfg.NATSWorkers),
 		inflight:      newTracker(),
@@ -267,7 +268,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // transports do after authentication, and returns one result per message in
 // input order. transport labels the metrics ("http", "nats" or another
 // short constant). The caller's limits apply: a tenant over its rate gets
-// ErrRateLimited or ErrByteRateLimited; a full input stream ErrStorageFull;
+// ErrRateLimited or ErrByteRateLimited, one whose input stored on
+// FABRIC_IN is at Config.InputBytes' bound ErrInputQuota; a full input
+// stream ErrStorageFull;
 // a worker not taking input or unable to store it ErrUnavailable. Once started, processing runs to the end even if ctx
 // is cancelled, so an input is never left half-admitted; an error means
 // nothing was acknowledged and the whole request may be retried.
@@ -275,16 +278,28 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 	if s.draining.Load() || !s.started.Load() {
 		return nil, ErrUnavailable
 	}
-	if ok, wait := s.limiter.allow(tenant, len(msgs), time.Now()); !ok {
+	now := time.Now()
+	if ok, wait := s.limiter.Take(tenant, len(msgs), now); !ok {
 		return nil, ErrRateLimited.With("tenant over its rate of %g messages per second", s.cfg.Limits.RatePerTenant).After(wait)
 	}
 	var size int
 	for i := range msgs {
 		size += len(msgs[i].Payload)
 	}
-	if ok, wait := s.bytes.allow(tenant, size, time.Now()); !ok {
+	if ok, wait := s.bytes.Take(tenant, size, now); !ok {
 		return nil, ErrByteRateLimited.With("tenant over its rate of %g payload bytes per second", s.cfg.Limits.ByteRatePerTenant).After(wait)
 	}
+	// Counted before it is stored, so that requests at once cannot pass
+	// the bound together; what is not stored on FABRIC_IN is given back.
+	if ok, wait := s.cfg.InputBytes.Take(tenant, int64(size), now); !ok {
+		return nil, ErrInputQuota.With("the tenant's input stored on FABRIC_IN within its retention is at its bound of %d bytes", s.cfg.InputBytes.Max()).After(wait)
+	}
+	stored := false
+	defer func() {
+		if !stored {
+			s.cfg.InputBytes.Return(tenant, int64(size), now)
+		}
+	}()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProcessTimeout)
 	defer cancel()
 	start := time.Now()
@@ -307,9 +322,15 @@ func (s *Service) Submit(ctx context.Context, tenant, transport string, msgs []s
 		return nil, ErrUnavailable.With("input could not be stored; nothing was acknowledged, retry the request")
 	}
 	results := make([]Result, len(ins))
+	var unstored int
 	for i, in := range ins {
 		results[i] = in.res
+		if in.res.Status != schema.StatusQueued {
+			unstored += len(in.msg.Payload)
+		}
 	}
+	stored = true
+	s.cfg.InputBytes.Return(tenant, int64(unstored), now)
 	s.count(transport, ins)
 	return results, nil
 }

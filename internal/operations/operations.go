@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/auth"
@@ -90,11 +91,16 @@ type Config struct {
 	Verifier *auth.Verifier
 	Clients  Clients
 	Now      func() time.Time
+	// Quotas bound each tenant's requests; zero fields take defaults.
+	Quotas Quotas
+	// Registerer receives the quota refusals metric; none when nil.
+	Registerer prometheus.Registerer
 }
 
 // API serves the operations routes.
 type API struct {
-	cfg Config
+	cfg    Config
+	limits *limits
 }
 
 // New returns the API.
@@ -102,7 +108,7 @@ func New(cfg Config) *API {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &API{cfg: cfg}
+	return &API{cfg: cfg, limits: newLimits(cfg.Quotas, cfg.Registerer)}
 }
 
 // Mount registers every route on mux.
@@ -126,7 +132,7 @@ type call struct {
 type builder func(r *http.Request, c call, req *bus.OperationRequest) error
 
 // authorize checks the token: scope send, or admin, on the path's tenant
-// and client, and that the client is hosted.
+// and client, the tenant's request quota, and that the client is hosted.
 func (a *API) authorize(r *http.Request) (call, error) {
 	claims, err := a.cfg.Verifier.FromRequest(r)
 	if err != nil {
@@ -143,6 +149,11 @@ func (a *API) authorize(r *http.Request) (call, error) {
 	}
 	if err := subject.ValidClient(c.client); err != nil {
 		return call{}, refusal.BadRequest("%v", err)
+	}
+	// The tenant's quota before the client's record is read: a refusal
+	// costs no read (issue 27).
+	if err := a.limits.admit(c.tenant, time.Now()); err != nil {
+		return call{}, err
 	}
 	if _, err := a.cfg.Clients.ClientInbox(r.Context(), c.tenant, c.client); err != nil {
 		return call{}, err
@@ -200,6 +211,7 @@ func (a *API) serve(r *http.Request, build builder) (schema.OperationAccepted, e
 // refused (ErrIdempotencyKeyReused). Then its first record, queued,
 // unless one is there. An operation that does not fit the server's
 // max_payload is refused (ErrPayloadTooLarge), not answered 503 for ever.
+// Its bytes are charged to the tenant's quotas first.
 func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest) error {
 	data, err := bus.EncodeOperation(req)
 	if err != nil {
@@ -207,6 +219,10 @@ func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest
 	}
 	if limit := int(a.cfg.JS.Conn().MaxPayload()) - requestHeadroom; len(data) > limit {
 		return ErrPayloadTooLarge.With("the operation is %d bytes encoded; at most %d fit the server's max_payload", len(data), limit)
+	}
+	release, err := a.limits.charge(tenant, len(data), time.Now())
+	if err != nil {
+		return err
 	}
 	idHex := hex.EncodeToString(req.ID)
 	subj, err := subject.Input(tenant, hex.EncodeToString(req.GroupID), idHex)
@@ -218,12 +234,14 @@ func (a *API) store(ctx context.Context, tenant string, req bus.OperationRequest
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set(bus.HeaderClass, string(bus.ClassOperation))
 	msg.Header.Set(bus.HeaderMessageID, idHex)
-	if _, err := a.cfg.JS.PublishMsg(ctx, msg); wrongLast(err) {
+	if _, err := a.cfg.JS.PublishMsg(ctx, msg); err != nil {
+		release() // nothing new stored
+		if !wrongLast(err) {
+			return ErrUnavailable.Because(err)
+		}
 		if err := a.sameRequest(ctx, tenant, req); err != nil {
 			return err
 		}
-	} else if err != nil {
-		return ErrUnavailable.Because(err)
 	}
 	rec, err := bus.OperationRecordMsg(tenant, req.Record(schema.OperationQueued, a.cfg.Now()))
 	if err != nil {

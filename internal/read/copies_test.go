@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/allinone"
@@ -29,8 +31,7 @@ func copyBehind(t *testing.T, js jetstream.JetStream, stream, filter string) (aw
 		MirrorDirect: true, AllowMsgTTL: true, Storage: jetstream.MemoryStorage}
 	create := func() uint64 {
 		t.Helper()
-		// Creating it again as it is answers its state (admin may not
-		// ask for it otherwise).
+		// Creating it again as it is answers its state.
 		s, err := js.CreateStream(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -52,16 +53,26 @@ func copyBehind(t *testing.T, js jetstream.JetStream, stream, filter string) (aw
 // event arrived still hold the change, every time, and so does the
 // conversation's consent_state, a single key of the client store.
 func TestEVENT010PagesReadPastACopyBehind(t *testing.T) {
-	fx := start(t)
+	// No role may make a mirror (issue 27): the copies are the operator's.
+	const pw = "operator-password"
+	fx := startWith(t, allinone.Options{OperatorUsers: []*server.User{{Username: "operator", Password: pw}}})
 	ch := fx.collect(t)
 	ctx := context.Background()
-	admin := fx.natsAs(t, allinone.UserAdmin)
+	nc, err := nats.Connect(fx.f.NATSURL, nats.UserInfo("operator", pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	operator, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, a, _ := joinedGroup(t, fx, ch, components.Set{Profile: &components.ProfileState{Name: "g"}})
 	gid := hex.EncodeToString(a.ID())
 	fx.put(t, "/consent", map[string]string{"entity_kind": "conversation", "entity": gid, "state": "allowed"})
 	await(t, ch, schema.KindConsentChanged)
-	eventsCopy := copyBehind(t, admin, streams.StreamEvents, "fabric.ev.>")
-	storesCopy := copyBehind(t, admin, streams.KVStream(streams.BucketStores), streams.KVSubject(streams.BucketStores, "probe"))
+	eventsCopy := copyBehind(t, operator, streams.StreamEvents, "fabric.ev.>")
+	storesCopy := copyBehind(t, operator, streams.KVStream(streams.BucketStores), streams.KVSubject(streams.BucketStores, "probe"))
 	kv, err := fx.natsAs(t, allinone.UserAPI).KeyValue(ctx, streams.BucketStores)
 	if err != nil {
 		t.Fatal(err)

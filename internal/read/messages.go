@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
@@ -222,20 +224,35 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 		return nil, err
 	}
 	out := schema.MessagePage{Messages: []schema.Message{}}
-	scanned := 0
-	for len(out.Messages) < p.limit && next >= first && next <= last && scanned < scanFactor*p.limit {
+	step := uint64(1)
+	if f.descending {
+		step = ^uint64(0) // -1
+	}
+	// A page ends at its limit, at its scan bound, or before the message
+	// that would take it past its byte bound (issue 27), the cursor naming
+	// that message; a single message larger is a page of its own. The
+	// first read is of a few records, later ones of as many as the bytes
+	// left can hold, by the largest record read: a page of large messages
+	// does not read far more than it answers.
+	bound := a.limits.q.PageBytes
+	scanned, size, largest, full := 0, 0, 0, false
+	for !full && len(out.Messages) < p.limit && next >= first && next <= last && scanned < scanFactor*p.limit {
+		want := min(p.limit-len(out.Messages), firstRead)
+		switch {
+		case largest > largeRecord:
+			// One at a time: the server answers record reads with a
+			// few workers for every tenant (its JetStream API queue).
+			want = 1
+		case largest > 0:
+			want = min(p.limit-len(out.Messages), max(1, (bound-size)/largest+1))
+		}
 		var subjects []string
-		for n := next; len(subjects) < p.limit-len(out.Messages) && n >= first && n <= last; {
+		for n := next; len(subjects) < want && n >= first && n <= last; n += step {
 			s, err := readmodel.MessageSubject(c.tenant, g, n)
 			if err != nil {
 				return nil, err
 			}
 			subjects = append(subjects, s)
-			if f.descending {
-				n--
-			} else {
-				n++
-			}
 		}
 		got, err := readmodel.LastMany(r.Context(), a.cfg.JS, subjects)
 		if err != nil {
@@ -243,31 +260,65 @@ func (a *API) listMessages(r *http.Request, c call) (any, error) {
 		}
 		scanned += len(got)
 		a.metrics.records.WithLabelValues("messages").Add(float64(len(got)))
+		read := 0
 		for _, st := range got {
-			if f.descending {
-				next--
-			} else {
-				next++
+			read += len(st.Data)
+		}
+		if !c.hold(read) {
+			// The tenant's reads in flight are at their bound: the page
+			// ends here, or, with nothing yet, is refused.
+			if len(out.Messages) == 0 {
+				return nil, a.limits.refuse(ErrReadsInFlight.After(time.Second))
 			}
+			break
+		}
+		for _, st := range got {
 			if st.Seq == 0 || len(st.Data) == 0 {
+				next += step
 				continue
 			}
+			largest = max(largest, len(st.Data))
 			var rec readmodel.Message
 			if err := schema.UnmarshalMsgpack(st.Data, &rec); err != nil {
 				return nil, fmt.Errorf("read: decode message: %w", err)
 			}
-			if !conv.Holds(&rec) {
-				continue
+			if lr := localRecord(&rec, local); conv.Holds(&rec) && f.match(lr) {
+				m := localMessage(lr, conv, local, sealer)
+				n, err := jsonSize(m)
+				if err != nil {
+					return nil, err
+				}
+				if len(out.Messages) > 0 && size+n > bound {
+					full = true
+					break
+				}
+				size += n
+				out.Messages = append(out.Messages, m)
 			}
-			if lr := localRecord(&rec, local); f.match(lr) {
-				out.Messages = append(out.Messages, localMessage(lr, conv, local, sealer))
-			}
+			next += step
 		}
 	}
 	if next >= first && next <= last {
 		out.NextCursor = cursorString(next)
 	}
 	return out, nil
+}
+
+// A page reads firstRead records before it knows how large they are, and
+// records larger than largeRecord one at a time.
+const (
+	firstRead   = 1
+	largeRecord = 64 << 10
+)
+
+// jsonSize is the length of m as JSON, what the page bound counts (its
+// msgpack is no longer).
+func jsonSize(m schema.Message) (int, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return 0, fmt.Errorf("read: encode message: %w", err)
+	}
+	return len(b), nil
 }
 
 func (a *API) getMessage(r *http.Request, c call) (any, error) {

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fabric-mls/fabric/internal/clientstore"
+	"github.com/fabric-mls/fabric/internal/quota"
 )
 
 // routes name the read API's routes in its metrics.
@@ -14,6 +15,8 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	seconds  *prometheus.HistogramVec
 	records  *prometheus.CounterVec
+	// quotaRefusals counts requests refused past a tenant's quota.
+	quotaRefusals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,6 +31,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fabric_read_records_scanned_total", Help: "Stored records the read API read, by route.",
 		}, []string{"route"}),
+		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fabric_read_quota_refusals_total", Help: "Read API requests refused past a tenant's quota, by code (rate_limited, byte_rate_limited, reads_in_flight).",
+		}, []string{"code"}),
+	}
+	for _, c := range []string{quota.ErrRateLimited.Code, quota.ErrByteRateLimited.Code, codeReadsInFlight} {
+		m.quotaRefusals.WithLabelValues(c)
 	}
 	for _, r := range routes {
 		m.requests.WithLabelValues(r, "ok")
@@ -41,6 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.requests = clientstore.Register(reg, m.requests)
 		m.seconds = clientstore.Register(reg, m.seconds)
 		m.records = clientstore.Register(reg, m.records)
+		m.quotaRefusals = clientstore.Register(reg, m.quotaRefusals)
 	}
 	return m
 }

@@ -56,6 +56,9 @@ type Config struct {
 	OriginPatterns []string
 	// Registerer registers the fabric_read_… metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Quotas bound each tenant's reads and a page's bytes; zero fields
+	// take defaults.
+	Quotas Quotas
 }
 
 // API serves the read routes.
@@ -63,6 +66,7 @@ type API struct {
 	cfg     Config
 	clients jetstream.KeyValue
 	metrics *metrics
+	limits  *limits
 }
 
 // New returns an API.
@@ -77,7 +81,8 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{cfg: cfg, clients: kv, metrics: newMetrics(cfg.Registerer)}, nil
+	m := newMetrics(cfg.Registerer)
+	return &API{cfg: cfg, clients: kv, metrics: m, limits: newLimits(cfg.Quotas, m)}, nil
 }
 
 // Mount adds the routes to mux, each with its CORS preflight, so a page of
@@ -112,6 +117,9 @@ func (a *API) Handler() http.Handler {
 // call is one authorized request about one hosted client.
 type call struct {
 	tenant, client string
+	// hold counts n bytes of records read in flight for the tenant until
+	// the answer is written; false when they would pass its bound.
+	hold func(n int) bool
 }
 
 type endpoint func(r *http.Request, c call) (any, error)
@@ -119,31 +127,54 @@ type endpoint func(r *http.Request, c call) (any, error)
 func (a *API) handle(route string, ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		body, err := a.serve(r, ep)
+		held := 0 // bytes of records this request holds in flight
+		tenant, body, err := a.serve(r, ep, &held)
 		code := "ok"
+		cw := &countingWriter{ResponseWriter: w}
 		if err != nil {
 			code = refusal.Code(err)
-			httpapi.WriteError(w, r, err)
+			httpapi.WriteError(cw, r, err)
 		} else {
-			httpapi.Write(w, r, http.StatusOK, body)
+			httpapi.Write(cw, r, http.StatusOK, body)
+		}
+		if tenant != "" {
+			a.limits.release(tenant, held)
+			a.limits.charge(tenant, cw.n, time.Now())
 		}
 		a.metrics.requests.WithLabelValues(route, code).Inc()
 		a.metrics.seconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}
 }
 
-func (a *API) serve(r *http.Request, ep endpoint) (any, error) {
+// serve answers an authorized request within its tenant's quotas; tenant
+// is set once the request was admitted, so its answer is charged.
+func (a *API) serve(r *http.Request, ep endpoint, held *int) (tenant string, _ any, _ error) {
 	t, err := clientstore.Authorize(r, a.cfg.Verifier, auth.ScopeRead)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	if _, err := a.cfg.Stores.Lookup(r.Context(), t.Tenant, t.ClientID); err != nil {
+	if err := a.limits.admit(t.Tenant, time.Now()); err != nil {
+		return "", nil, err
+	}
+	v, err := a.answer(r, ep, t.Tenant, t.ClientID, held)
+	return t.Tenant, v, err
+}
+
+func (a *API) answer(r *http.Request, ep endpoint, tenant, client string, held *int) (any, error) {
+	if _, err := a.cfg.Stores.Lookup(r.Context(), tenant, client); err != nil {
 		if errors.Is(err, clientstore.ErrNotFound) {
 			return nil, clientstore.ErrUnknownClient
 		}
 		return nil, err
 	}
-	return ep(r, call{tenant: t.Tenant, client: t.ClientID})
+	c := call{tenant: tenant, client: client, hold: func(n int) bool {
+		if !a.limits.hold(tenant, n) {
+			return false
+		}
+		*held += n
+		return true
+	}}
+	return ep(r, c)
 }
 
 // page is a request's limit and cursor.

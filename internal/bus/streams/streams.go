@@ -20,6 +20,8 @@
 package streams
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,6 +73,10 @@ const (
 	// DefaultInputMaxBytes bounds FABRIC_IN: past it a publish is refused
 	// (discard new), never old input dropped.
 	DefaultInputMaxBytes = 10 << 30
+	// DefaultTenantInputBytes bounds what one tenant stores on FABRIC_IN
+	// through one process within its MaxAge (quota.Tally): a tenth of
+	// DefaultInputMaxBytes.
+	DefaultTenantInputBytes = DefaultInputMaxBytes / 10
 	// DefaultLimitMarkerTTL is how long a delete marker left by an expired
 	// per-key TTL stays in fabric-converge and fabric-stores, so watchers
 	// see the key go.
@@ -143,6 +149,17 @@ func (c Config) dedupWindow(maxAge time.Duration) time.Duration {
 		return maxAge
 	}
 	return c.DuplicateWindow
+}
+
+// InputMaxAge reads how long FABRIC_IN keeps input, the window a tenant's
+// input bytes are counted in (quota.Tally); 0 when it keeps input for
+// ever.
+func InputMaxAge(ctx context.Context, js jetstream.JetStream) (time.Duration, error) {
+	s, err := js.Stream(ctx, StreamInput)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", StreamInput, err)
+	}
+	return s.CachedInfo().Config.MaxAge, nil
 }
 
 // StreamConfigs returns the configuration of every stream, as Ensure
