@@ -78,6 +78,10 @@ var (
 	ErrNotApplication = errors.New("not an application PrivateMessage")
 	// ErrNoKeyPackage: no KeyPackage of the installation matches the Welcome.
 	ErrNoKeyPackage = errors.New("welcome names no KeyPackage of this installation")
+	// ErrUnsupportedExtension: a KeyPackage to add does not list every
+	// non-default extension of the group's GroupContext in its
+	// capabilities (RFC 9420 §13, the adder's check).
+	ErrUnsupportedExtension = errors.New("key package does not support every GroupContext extension")
 	// ErrSealed: sealed installation bytes do not open under the master key.
 	ErrSealed = errors.New("sealed installation does not open")
 )

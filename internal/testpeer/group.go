@@ -67,7 +67,7 @@ func (p *Peer) CreateGroup(set components.Set) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testpeer %s: create group: %w", p.name, err)
 	}
-	kp, priv, err := keypackages.Generate(p.cred, CipherSuite)
+	kp, priv, err := components.GenerateKeyPackage(p.cred, CipherSuite)
 	if err != nil {
 		return nil, fmt.Errorf("testpeer %s: create group: %w", p.name, err)
 	}
