@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"regexp"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -39,6 +41,27 @@ func CategoryOf(err error) schema.Category {
 		return e.Category
 	}
 	return ""
+}
+
+// ReasonOf returns what went wrong in the first *Error of err's chain, as
+// an outcome record's reason says it: the operation and the cause, long
+// hexadecimal runs redacted, cut to schema.MaxOutcomeReason bytes; "" when
+// there is none.
+func ReasonOf(err error) string {
+	var e *Error
+	if !errors.As(err, &e) || e.Err == nil {
+		return ""
+	}
+	r := e.Op + ": " + hexRun.ReplaceAllString(e.Err.Error(), "<redacted>")
+	r = strings.ToValidUTF8(r, "?")
+	if len(r) > schema.MaxOutcomeReason {
+		cut := schema.MaxOutcomeReason
+		for !utf8.RuneStart(r[cut]) {
+			cut--
+		}
+		r = r[:cut]
+	}
+	return r
 }
 
 func fail(op string, c schema.Category, err error) error {
