@@ -231,7 +231,9 @@ func TestValidateOutcome(t *testing.T) {
 		with(base, func(o *Outcome) {
 			o.Class, o.Status, o.Category, o.Reason = ClassWelcome, StatusRejected, CategoryInvalidEncoding, "no ratchet tree"
 		}),
-		with(base, func(o *Outcome) { o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, strings.Repeat("é", 128) }),
+		with(base, func(o *Outcome) {
+			o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, strings.Repeat("é", 128)
+		}),
 	}
 	for i, o := range valid {
 		if err := o.Validate(); err != nil {
@@ -275,7 +277,9 @@ func TestValidateOutcome(t *testing.T) {
 		}, "category"},
 		{"accepted with category", func(o *Outcome) { o.Disposition, o.Category = DispositionAccepted, CategoryStaleEpoch }, "category"},
 		{"reason without category", func(o *Outcome) { o.Disposition, o.Reason = DispositionAccepted, "fine" }, "reason"},
-		{"reason too long", func(o *Outcome) { o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, strings.Repeat("x", 257) }, "reason"},
+		{"reason too long", func(o *Outcome) {
+			o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, strings.Repeat("x", 257)
+		}, "reason"},
 		{"reason not UTF-8", func(o *Outcome) { o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, "\xff" }, "reason"},
 		{"disposition with pre-convergence category", func(o *Outcome) {
 			o.Disposition, o.Category = DispositionStale, CategoryInvalidEncoding
