@@ -119,8 +119,8 @@ async function outcome(id) {
  * acceptance (a commit may read `deferred` first: docs/interop.md) and
  * then adopts the state after it.
  */
-async function commit(proposals) {
-  const c = await peer.commit(proposals);
+async function commit(proposals, opts) {
+  const c = await peer.commit(proposals, opts);
   assert.equal((await post(c)).status, "queued");
   let rec;
   await until(
@@ -133,6 +133,7 @@ async function commit(proposals) {
   );
   await peer.adopt(c.next);
   if (c.welcome) assert.equal((await post(c.welcome)).status, "queued");
+  return c;
 }
 
 async function messages(c) {
@@ -171,6 +172,7 @@ test("a ts-mls peer joins, talks and commits with hosted clients, and adds and r
   const one = await register();
   const two = await register();
   const three = await register();
+  const four = await register();
 
   await t.test("hosted client one creates a group with the peer's KeyPackage; the peer joins from the Welcome", async () => {
     const op = await operate(one, "POST", "/conversations", {
@@ -229,8 +231,20 @@ test("a ts-mls peer joins, talks and commits with hosted clients, and adds and r
     for (const c of [one, two, three]) await hostedReads(c, "welcome, three");
   });
 
-  await t.test("the peer removes hosted client three; hosted client one removes the peer", async () => {
-    await commit([peer.removeProposal(three.inbox)]);
+  await t.test("a Welcome without the ratchet_tree extension is refused, and its outcome says why", async () => {
+    const c = await commit([peer.addProposal(four.keyPackage)], { treeInWelcome: false });
+    let rec;
+    await until(
+      () => `the Welcome's outcome: ${JSON.stringify(rec)}`,
+      async () => (rec = await outcome(c.welcome.id))?.status === "rejected",
+    );
+    assert.equal(rec.category, "invalid_encoding");
+    assert.match(rec.reason, /ratchet_tree/);
+    assert.equal(await conversation(four), undefined, "hosted client four holds no conversation");
+  });
+
+  await t.test("the peer removes hosted clients three and four; hosted client one removes the peer", async () => {
+    await commit([peer.removeProposal(three.inbox), peer.removeProposal(four.inbox)]);
     await until(() => "hosted client three was never removed", async () => (await conversation(three)).membership === "removed");
     await done(one, await operate(one, "DELETE", `/conversations/${peer.groupID}/members/${peer.inbox}`));
     await peerAtEpochWith("its removal", () => peer.removed);

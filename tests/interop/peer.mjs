@@ -292,13 +292,14 @@ export class Peer {
 
   /**
    * commit makes a commit of proposals as a PublicMessage, sealed under the
-   * current epoch's key, and its Welcome when it adds; next is the state
-   * after it, to adopt once the fabric accepted it.
+   * current epoch's key, and its Welcome when it adds (the ratchet tree in
+   * its GroupInfo unless treeInWelcome is false); next is the state after
+   * it, to adopt once the fabric accepted it.
    */
-  async commit(proposals = []) {
+  async commit(proposals = [], { treeInWelcome = true } = {}) {
     const r = await createCommit(
       { state: this.state, cipherSuite: this.impl },
-      { extraProposals: proposals, wireAsPublicMessage: true, ratchetTreeExtension: true },
+      { extraProposals: proposals, wireAsPublicMessage: true, ratchetTreeExtension: treeInWelcome },
     );
     const mls = encodeMlsMessage(r.commit);
     const out = { id: messageID(mls), kind: "sealed", payload: seal(this.keys.get(this.epoch), mls), next: r.newState };
