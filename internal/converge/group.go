@@ -203,9 +203,13 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 	at := in.Time
 	refs, err := t.mls.WelcomeRefs(in.Data)
 	if err != nil {
-		return rejectedNote(in.MessageID, in.Class, categoryOr(err, schema.CategoryInvalidEncoding), at), false, nil
+		note := rejectedNote(in.MessageID, in.Class, categoryOr(err, schema.CategoryInvalidEncoding), at)
+		note.Reason = engine.ReasonOf(err)
+		return note, false, nil
 	}
-	cat := schema.CategoryWrongRecipient
+	// A Welcome no hosted client joins says why in its outcome record
+	// (docs/interop.md): a foreign peer sees the category alone otherwise.
+	cat, reason := schema.CategoryWrongRecipient, "no hosted client waits for this Welcome: it names no KeyPackage of one, or the client holds the group already"
 	joined := false
 	for _, ref := range refs {
 		clientID, ok, err := t.dir.ByKeyPackage(ctx, t.tenant, hex.EncodeToString(ref))
@@ -225,11 +229,11 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 		}
 		st, info, err := t.mls.Join(ctx, c, in.Data)
 		if err != nil {
-			cat = categoryOr(err, schema.CategoryInvalidEncoding)
+			cat, reason = categoryOr(err, schema.CategoryInvalidEncoding), engine.ReasonOf(err)
 			continue
 		}
 		if !bytes.Equal(info.GroupID, t.g.GroupID) {
-			cat = schema.CategoryWrongRecipient
+			cat, reason = schema.CategoryWrongRecipient, "the Welcome's GroupInfo names another group than the transport message"
 			continue
 		}
 		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID, FirstN: t.g.Delivered + 1}
@@ -248,7 +252,9 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 		joined = true
 	}
 	if !joined {
-		return rejectedNote(in.MessageID, in.Class, cat, at), false, nil
+		note := rejectedNote(in.MessageID, in.Class, cat, at)
+		note.Reason = reason
+		return note, false, nil
 	}
 	return accepted(in.MessageID, in.Class, at), true, nil
 }

@@ -3,6 +3,7 @@ package converge
 import (
 	"bytes"
 	"crypto/rand"
+	"strings"
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/components"
@@ -95,5 +96,45 @@ func TestWelcomeWithWrongHintDoesNotBlockJoin(t *testing.T) {
 	wrong.Group = random
 	if r := submit(wrong); r.Status != schema.StatusRejected || r.Category != schema.CategoryDuplicate {
 		t.Fatalf("wrong-hint copy after the join: %+v, want duplicate", r)
+	}
+}
+
+// Issue 28 item 2: a Welcome whose GroupInfo carries no ratchet_tree
+// extension cannot be joined (the fabric has no other copy of the tree);
+// its outcome record says so beside invalid_encoding, so a foreign peer
+// learns what to change. A Welcome for no hosted client says that too.
+func TestRejectedWelcomeOutcomeSaysWhy(t *testing.T) {
+	e := newEnv(t)
+	submit := e.startIngest()
+	h := e.register(peer(t, "bob").AccountID(), 1)
+	e.worker("w1", nil)
+	alice := peer(t, "alice")
+	g, err := alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetTreeInWelcome(false)
+	_, welcome, err := g.Invite(h.kps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := submit(welcome.Transport); r.Status != schema.StatusQueued {
+		t.Fatalf("welcome: %+v", r)
+	}
+	o := e.settledOutcome(welcome.ID)
+	if o.Status != schema.StatusRejected || o.Category != schema.CategoryInvalidEncoding || !strings.Contains(o.Reason, "ratchet_tree") {
+		t.Fatalf("outcome %+v, want rejected / invalid_encoding with a reason naming ratchet_tree", o)
+	}
+
+	carol := peer(t, "carol")
+	_, other, err := g.Invite(must[[]byte](t)(carol.KeyPackage()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := submit(other.Transport); r.Status != schema.StatusQueued {
+		t.Fatalf("welcome for no hosted client: %+v", r)
+	}
+	if o := e.settledOutcome(other.ID); o.Category != schema.CategoryWrongRecipient || !strings.Contains(o.Reason, "KeyPackage") {
+		t.Fatalf("outcome %+v, want wrong_recipient with a reason naming the KeyPackage", o)
 	}
 }

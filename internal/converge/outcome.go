@@ -28,6 +28,9 @@ type outcomeNote struct {
 	// MissingRetainedAnchor) under branch selection.
 	Named schema.NamedOutcome `msgpack:"named,omitempty"`
 	Time  int64               `msgpack:"time_unix_ms"`
+	// Reason says why beside the category, where converge knows
+	// (schema.Outcome.Reason).
+	Reason string `msgpack:"reason,omitempty"`
 }
 
 // accepted and rejectedNote build the notes of the dispositions converge
@@ -96,6 +99,7 @@ func (o *outcomes) start(ctx context.Context, tenant string, notes []outcomeNote
 			Category:     n.Category,
 			Disposition:  n.Disposition,
 			NamedOutcome: n.Named,
+			Reason:       n.Reason,
 			Revision:     rev + 1,
 			Time:         time.UnixMilli(n.Time).UTC(),
 		}

@@ -33,7 +33,7 @@ func newDevice(t *testing.T, e *env, account [32]byte) (*device, hosted) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, priv, err := keypackages.Generate(cred, testpeer.CipherSuite)
+	kp, priv, err := components.GenerateKeyPackage(cred, testpeer.CipherSuite)
 	if err != nil {
 		t.Fatal(err)
 	}

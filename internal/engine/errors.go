@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"regexp"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -39,6 +41,27 @@ func CategoryOf(err error) schema.Category {
 		return e.Category
 	}
 	return ""
+}
+
+// ReasonOf returns what went wrong in the first *Error of err's chain, as
+// an outcome record's reason says it: the operation and the cause, long
+// hexadecimal runs redacted, cut to schema.MaxOutcomeReason bytes; "" when
+// there is none.
+func ReasonOf(err error) string {
+	var e *Error
+	if !errors.As(err, &e) || e.Err == nil {
+		return ""
+	}
+	r := e.Op + ": " + hexRun.ReplaceAllString(e.Err.Error(), "<redacted>")
+	r = strings.ToValidUTF8(r, "?")
+	if len(r) > schema.MaxOutcomeReason {
+		cut := schema.MaxOutcomeReason
+		for !utf8.RuneStart(r[cut]) {
+			cut--
+		}
+		r = r[:cut]
+	}
+	return r
 }
 
 func fail(op string, c schema.Category, err error) error {
@@ -78,6 +101,10 @@ var (
 	ErrNotApplication = errors.New("not an application PrivateMessage")
 	// ErrNoKeyPackage: no KeyPackage of the installation matches the Welcome.
 	ErrNoKeyPackage = errors.New("welcome names no KeyPackage of this installation")
+	// ErrUnsupportedExtension: a KeyPackage to add does not list every
+	// non-default extension of the group's GroupContext in its
+	// capabilities (RFC 9420 §13, the adder's check).
+	ErrUnsupportedExtension = errors.New("key package does not support every GroupContext extension")
 	// ErrSealed: sealed installation bytes do not open under the master key.
 	ErrSealed = errors.New("sealed installation does not open")
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/thomas-vilte/mls-go/credentials"
 	"github.com/thomas-vilte/mls-go/keypackages"
 
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -226,7 +227,7 @@ func (inst *Installation) NewKeyPackages(n int) ([][]byte, error) {
 	}
 	out := make([][]byte, 0, n)
 	for range n {
-		kp, priv, err := keypackages.Generate(cred, inst.suite)
+		kp, priv, err := components.GenerateKeyPackage(cred, inst.suite)
 		if err != nil {
 			return nil, fmt.Errorf("engine: generate key package: %w", err)
 		}

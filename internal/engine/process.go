@@ -21,8 +21,9 @@ import (
 // More sentinel causes.
 var (
 	// ErrNoRatchetTree: the Welcome's GroupInfo has no ratchet_tree extension
-	// and no tree was supplied.
-	ErrNoRatchetTree = errors.New("no ratchet tree")
+	// and no tree was supplied. Its text is what the Welcome's outcome
+	// record gives as the reason (docs/interop.md).
+	ErrNoRatchetTree = errors.New("the Welcome's GroupInfo has no ratchet_tree extension (RFC 9420 §12.4.3.3) and the fabric has no other copy of the tree")
 	// ErrSignature: the sender's signature does not verify.
 	ErrSignature = errors.New("signature does not verify")
 	// ErrUnauthorized: the committer may not make this change.

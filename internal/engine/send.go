@@ -77,7 +77,7 @@ func (inst *Installation) CreateGroup(groupID []byte, set components.Set) (*Stat
 			return nil, fail(op, schema.CategoryInvalidEncoding, err)
 		}
 	}
-	kp, priv, err := keypackages.Generate(inst.credential(), inst.suite)
+	kp, priv, err := components.GenerateKeyPackage(inst.credential(), inst.suite)
 	if err != nil {
 		return nil, fail(op, schema.CategoryInvalidEncoding, err)
 	}
@@ -193,6 +193,9 @@ func (s *State) Commit(inst *Installation, req CommitRequest) (out *Outgoing, er
 		}
 		if kp.CipherSuite != g.CipherSuite() {
 			return nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrCipherSuite)
+		}
+		if kp.LeafNode.Capabilities == nil || !components.Supports(kp.LeafNode.Capabilities.Extensions, g.GroupContext().Extensions) {
+			return nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrUnsupportedExtension)
 		}
 		if _, err := g.AddMember(kp); err != nil {
 			return nil, classifyMLSGoError(op, err)

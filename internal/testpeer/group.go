@@ -40,6 +40,7 @@ type Group struct {
 	peer     *Peer
 	state    *group.Group
 	sealed   bool
+	noTree   bool              // Welcomes without the ratchet_tree extension
 	keys     []epochKey        // oldest first
 	own      map[string]bool   // ids of messages this member produced
 	branches map[string]*Group // states after the commits of Branch, by message id
@@ -67,7 +68,7 @@ func (p *Peer) CreateGroup(set components.Set) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testpeer %s: create group: %w", p.name, err)
 	}
-	kp, priv, err := keypackages.Generate(p.cred, CipherSuite)
+	kp, priv, err := components.GenerateKeyPackage(p.cred, CipherSuite)
 	if err != nil {
 		return nil, fmt.Errorf("testpeer %s: create group: %w", p.name, err)
 	}
@@ -135,6 +136,11 @@ func (g *Group) Removed() bool { return g.removed }
 // the group event key of the epoch each is sent in, instead of kind mls.
 // Welcomes are always of kind mls: the joiner has no group key yet.
 func (g *Group) SetSealed(on bool) { g.sealed = on }
+
+// SetTreeInWelcome says whether Welcomes carry the ratchet tree in their
+// GroupInfo's ratchet_tree extension (the default), or leave the joiner to
+// get it out of band (RFC 9420 §12.4.3.3), which the fabric refuses.
+func (g *Group) SetTreeInWelcome(on bool) { g.noTree = !on }
 
 // EventKey returns the group event key of the current epoch,
 // MLS-Exporter("fabric", "group-event", 32).
@@ -251,7 +257,7 @@ func (g *Group) Invite(keyPackages ...[]byte) (commit, welcome Message, err erro
 		group.WithPSKIDs(staged.PskIDs()),
 		group.WithPSKSecret(staged.RawPskSecret()),
 		group.WithStagedCommit(staged),
-		group.WithGroupInfoOptions(group.WithRatchetTree(true)),
+		group.WithGroupInfoOptions(group.WithRatchetTree(!g.noTree)),
 	)
 	if err != nil {
 		return Message{}, Message{}, fmt.Errorf("testpeer %s: welcome: %w", g.peer.name, err)

@@ -7,7 +7,8 @@
 // 0x0001, the 32-byte account id as BasicCredential identity, commits and
 // proposals as PublicMessage, application messages as PrivateMessage,
 // components in one GroupContext extension changed by GroupContextExtensions
-// proposals, and a leave request as a Remove proposal of the leaver's own leaf
+// proposals and listed in the capabilities of every KeyPackage (RFC 9420
+// §13), and a leave request as a Remove proposal of the leaver's own leaf
 // that another member commits.
 //
 // Several peers of one group stay consistent by processing each other's
@@ -91,7 +92,7 @@ func (p *Peer) ClientID() string { return hex.EncodeToString(p.cred.SignatureKey
 // mls_key_package), the form hosted clients hand out too. The peer keeps its
 // private keys until a Welcome for it arrives.
 func (p *Peer) KeyPackage() ([]byte, error) {
-	kp, priv, err := keypackages.Generate(p.cred, CipherSuite)
+	kp, priv, err := components.GenerateKeyPackage(p.cred, CipherSuite)
 	if err != nil {
 		return nil, fmt.Errorf("testpeer %s: key package: %w", p.name, err)
 	}

@@ -221,6 +221,7 @@ func TestDecodeOutcomeStrict(t *testing.T) {
 		{"time not a time", `{` + base + `,"time":"yesterday"}`, ErrMalformed, "time"},
 		{"time trailing zeros", `{` + base + `,"time":"2026-12-02T14:30:05.100Z"}`, ErrMalformed, "time"},
 		{"empty category", `{` + base + `,"category":"","time":"2026-12-02T14:30:05Z"}`, ErrMalformed, "category"},
+		{"empty reason", `{` + base + `,"category":"duplicate","reason":"","time":"2026-12-02T14:30:05Z"}`, ErrMalformed, "reason"},
 		{"missing time", `{` + base + `}`, ErrMissingMember, "time"},
 		{"unknown member", `{` + base + `,"time":"2026-12-02T14:30:05Z","tenant":"t"}`, ErrUnknownMember, ""},
 		{"inconsistent", `{` + base + `,"disposition":"stale","named_outcome":"MissingRetainedAnchor","category":"missing_history","time":"2026-12-02T14:30:05Z"}`, nil, "disposition"},

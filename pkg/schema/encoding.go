@@ -549,14 +549,14 @@ func (m TransportMessage) append(dst []byte, json bool) ([]byte, error) {
 
 // --- Outcome ---
 
-var outcomeNames = []string{"message_id", "class", "status", "category", "disposition", "named_outcome", "revision", "time"}
+var outcomeNames = []string{"message_id", "class", "status", "category", "disposition", "named_outcome", "revision", "time", "reason"}
 
 // outcomeTime is the one form of Outcome.Time on the wire.
 const outcomeTime = time.RFC3339Nano
 
 func (o Outcome) encode(w *writer) {
 	n := 5
-	for _, s := range []string{string(o.Category), string(o.Disposition), string(o.NamedOutcome)} {
+	for _, s := range []string{string(o.Category), o.Reason, string(o.Disposition), string(o.NamedOutcome)} {
 		if s != "" {
 			n++
 		}
@@ -571,6 +571,10 @@ func (o Outcome) encode(w *writer) {
 	if o.Category != "" {
 		w.key("category")
 		w.str(string(o.Category))
+	}
+	if o.Reason != "" {
+		w.key("reason")
+		w.str(o.Reason)
 	}
 	if o.Disposition != "" {
 		w.key("disposition")
@@ -612,6 +616,8 @@ func (o *Outcome) decode(r *reader) error {
 			o.Disposition = Disposition(s)
 		case 5:
 			o.NamedOutcome = NamedOutcome(s)
+		case 8:
+			o.Reason = s
 		case 7:
 			t, err := time.Parse(outcomeTime, s)
 			if err != nil || t.Format(outcomeTime) != s || t.Location() != time.UTC {
@@ -620,7 +626,7 @@ func (o *Outcome) decode(r *reader) error {
 			o.Time = t
 		}
 		// An empty optional member would not round-trip: absent is omitted.
-		if s == "" && i >= 3 && i <= 5 {
+		if s == "" && (i >= 3 && i <= 5 || i == 8) {
 			return &readErr{"empty: omit an absent member"}
 		}
 		return nil

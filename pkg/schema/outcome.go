@@ -165,6 +165,9 @@ func (s OutcomeStatus) Valid() bool {
 	return s == StatusQueued || s == StatusRejected || s == StatusDeferred
 }
 
+// MaxOutcomeReason bounds Outcome.Reason, in bytes.
+const MaxOutcomeReason = 256
+
 // Outcome is the durable record of one input's current protocol outcome.
 // Each change is a new record with a higher Revision; the newest record is
 // the current outcome. See Validate for the consistency rules.
@@ -182,6 +185,12 @@ type Outcome struct {
 	Disposition Disposition `msgpack:"disposition,omitempty" json:"disposition,omitempty"`
 	// NamedOutcome is set where a named outcome applies; "" is absent.
 	NamedOutcome NamedOutcome `msgpack:"named_outcome,omitempty" json:"named_outcome,omitempty"`
+	// Reason says in a short sentence why, where the fabric knows more
+	// than the category (a Welcome no hosted client could join: "the
+	// GroupInfo has no ratchet_tree extension"); "" is absent. Only beside
+	// a category, at most MaxOutcomeReason bytes of UTF-8; it names no id,
+	// key or payload.
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	// Revision counts the records of this input: 1 for the first, one more
 	// for each change.
 	Revision uint64 `msgpack:"revision" json:"revision"`

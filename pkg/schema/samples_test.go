@@ -115,6 +115,8 @@ func sampleOutcomes() map[string]Outcome {
 		"outcome-queued": {MessageID: sampleMessage, Class: ClassApplication, Status: StatusQueued, Revision: 1, Time: sampleTime},
 		"outcome-rejected": {MessageID: sampleMessage, Class: ClassMalformed, Status: StatusRejected,
 			Category: CategoryInvalidEncoding, Revision: 1, Time: sampleTime},
+		"outcome-rejected-reason": {MessageID: sampleMessage, Class: ClassWelcome, Status: StatusRejected,
+			Category: CategoryInvalidEncoding, Reason: "the Welcome's GroupInfo has no ratchet_tree extension", Revision: 2, Time: sampleTime},
 		"outcome-transport-deferred": {MessageID: sampleMessage, Class: ClassSealed, Status: StatusDeferred,
 			Category: CategoryTransportDeferred, Revision: 1, Time: sampleTime},
 		"outcome-accepted": {MessageID: sampleMessage, Class: ClassCommit, Status: StatusQueued,

@@ -587,7 +587,8 @@ func rejectable(c Category) bool {
 //     outcome; deferred, stale and invalidated may carry stale_epoch,
 //     missing_history or duplicate; a named outcome fixes both disposition
 //     and category (BeyondAnchor → stale/stale_epoch,
-//     MissingRetainedAnchor → deferred/missing_history).
+//     MissingRetainedAnchor → deferred/missing_history);
+//   - reason only beside a category, UTF-8, at most MaxOutcomeReason bytes.
 //
 // A failure is a *ValidationError naming the member.
 func (o Outcome) Validate() error {
@@ -612,6 +613,16 @@ func (o Outcome) Validate() error {
 	}
 	if o.NamedOutcome != "" && !o.NamedOutcome.Valid() {
 		return invalid("named_outcome", "unknown value")
+	}
+	if o.Reason != "" {
+		switch {
+		case o.Category == "":
+			return invalid("reason", "only beside a category")
+		case len(o.Reason) > MaxOutcomeReason:
+			return invalid("reason", "longer than MaxOutcomeReason bytes")
+		case !utf8.ValidString(o.Reason):
+			return invalid("reason", "not UTF-8")
+		}
 	}
 	if o.Class == ClassSealed && o.Status == StatusQueued {
 		return invalid("class", "a sealed object is not queued before it is opened")

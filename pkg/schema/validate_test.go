@@ -228,6 +228,12 @@ func TestValidateOutcome(t *testing.T) {
 		with(base, func(o *Outcome) {
 			o.Disposition, o.Category, o.NamedOutcome = DispositionStale, CategoryStaleEpoch, BeyondAnchor
 		}),
+		with(base, func(o *Outcome) {
+			o.Class, o.Status, o.Category, o.Reason = ClassWelcome, StatusRejected, CategoryInvalidEncoding, "no ratchet tree"
+		}),
+		with(base, func(o *Outcome) {
+			o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, strings.Repeat("é", 128)
+		}),
 	}
 	for i, o := range valid {
 		if err := o.Validate(); err != nil {
@@ -270,6 +276,11 @@ func TestValidateOutcome(t *testing.T) {
 			o.Disposition, o.NamedOutcome = DispositionDeferred, MissingRetainedAnchor
 		}, "category"},
 		{"accepted with category", func(o *Outcome) { o.Disposition, o.Category = DispositionAccepted, CategoryStaleEpoch }, "category"},
+		{"reason without category", func(o *Outcome) { o.Disposition, o.Reason = DispositionAccepted, "fine" }, "reason"},
+		{"reason too long", func(o *Outcome) {
+			o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, strings.Repeat("x", 257)
+		}, "reason"},
+		{"reason not UTF-8", func(o *Outcome) { o.Status, o.Category, o.Reason = StatusRejected, CategoryDuplicate, "\xff" }, "reason"},
 		{"disposition with pre-convergence category", func(o *Outcome) {
 			o.Disposition, o.Category = DispositionStale, CategoryInvalidEncoding
 		}, "category"},

@@ -56,6 +56,8 @@ export class Fabric {
         const m = out.match(/^ {2}admin +(\S+)$/m);
         if (m && out.includes("try:")) {
           this.adminToken = m[1];
+          this.ingestToken = out.match(/^ {2}ingest +(\S+)$/m)?.[1];
+          this.natsURL = out.match(/^ {2}NATS +(\S+)$/m)?.[1];
           resolve();
         }
       });
@@ -86,6 +88,11 @@ export class Fabric {
     const text = await resp.text();
     if (!resp.ok) throw new Error(`${method} ${path}: ${resp.status} ${text}`);
     return JSON.parse(text);
+  }
+
+  /** The fabric binary this helper built (go build ./cmd/fabric, once). */
+  binary() {
+    return build();
   }
 
   /** Runs fabric demo against this fabric and returns its hosted client's id. */
