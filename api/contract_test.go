@@ -601,13 +601,24 @@ func diffDefs(where string, want, got map[string]any) []string {
 
 // openAPI is the part of openapi.yaml the check reads.
 type openAPI struct {
-	OpenAPI    string                           `yaml:"openapi"`
-	Paths      map[string]map[string]openAPIOp  `yaml:"paths"`
-	Components struct{ Schemas map[string]any } `yaml:"components"`
+	OpenAPI    string                          `yaml:"openapi"`
+	Paths      map[string]map[string]openAPIOp `yaml:"paths"`
+	Components struct {
+		Schemas    map[string]any
+		Parameters map[string]openAPIParam
+	} `yaml:"components"`
+}
+
+// openAPIParam is a parameter, or a reference to one of
+// components.parameters.
+type openAPIParam struct {
+	Ref      string `yaml:"$ref"`
+	Name, In string
+	Required bool
 }
 
 type openAPIOp struct {
-	Parameters  []struct{ Name, In string } `yaml:"parameters"`
+	Parameters  []openAPIParam `yaml:"parameters"`
 	RequestBody *struct {
 		Content map[string]struct{ Schema any }
 	} `yaml:"requestBody"`
