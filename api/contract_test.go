@@ -5,7 +5,7 @@
 // code, so an SDK generated from them in another language cannot drift.
 //
 // The expected schema is derived from the Go types by reflection (JSON
-// member names from the tags; a pointer or omitempty member is optional)
+// member names from the tags; a pointer, omitempty or omitzero member is optional)
 // and compared with the files' structure; descriptions in the files are
 // free. go test ./api -update rewrites events.schema.json from the Go code.
 package api_test
@@ -200,7 +200,7 @@ func (b *builder) object(t reflect.Type) any {
 			name = f.Name
 		}
 		props[name] = b.of(f.Type)
-		if f.Type.Kind() != reflect.Pointer && !strings.Contains(opts, "omitempty") {
+		if f.Type.Kind() != reflect.Pointer && !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") {
 			required = append(required, name)
 		}
 	}
@@ -601,13 +601,24 @@ func diffDefs(where string, want, got map[string]any) []string {
 
 // openAPI is the part of openapi.yaml the check reads.
 type openAPI struct {
-	OpenAPI    string                           `yaml:"openapi"`
-	Paths      map[string]map[string]openAPIOp  `yaml:"paths"`
-	Components struct{ Schemas map[string]any } `yaml:"components"`
+	OpenAPI    string                          `yaml:"openapi"`
+	Paths      map[string]map[string]openAPIOp `yaml:"paths"`
+	Components struct {
+		Schemas    map[string]any
+		Parameters map[string]openAPIParam
+	} `yaml:"components"`
+}
+
+// openAPIParam is a parameter, or a reference to one of
+// components.parameters.
+type openAPIParam struct {
+	Ref      string `yaml:"$ref"`
+	Name, In string
+	Required bool
 }
 
 type openAPIOp struct {
-	Parameters  []struct{ Name, In string } `yaml:"parameters"`
+	Parameters  []openAPIParam `yaml:"parameters"`
 	RequestBody *struct {
 		Content map[string]struct{ Schema any }
 	} `yaml:"requestBody"`

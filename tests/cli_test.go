@@ -29,7 +29,7 @@ func TestCommandLineHelpAndErrorsFollowConventions(t *testing.T) {
 		if code != 0 {
 			t.Errorf("fabric %s: exit status %d", strings.Join(args, " "), code)
 		}
-		for _, cmd := range []string{"run", "provision", "demo", "tail", "load", "bridge", "help"} {
+		for _, cmd := range []string{"run", "provision", "demo", "tail", "load", "bridge", "token", "help"} {
 			if !strings.Contains(out, "\n  "+cmd+" ") {
 				t.Errorf("fabric %s does not list %s on a line of its own:\n%s", strings.Join(args, " "), cmd, out)
 			}

@@ -17,8 +17,9 @@ import (
 // TestDeployFilesAgree reads the role commands of compose, the Kubernetes
 // manifests and the Helm chart, checks that they run every role with the
 // same flags, user and secrets, and that each role accepts every flag it is
-// given.
+// given; and that their Ingress sends each route to the role serving it.
 func TestDeployFilesAgree(t *testing.T) {
+	t.Run("ingress routes", checkIngressRoutes)
 	roles, files := deployRoles(t)
 	t.Logf("deploy files: %s", strings.Join(files, ", "))
 	bin := binaries(t)

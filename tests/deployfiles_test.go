@@ -152,7 +152,8 @@ func composeCommands(t *testing.T, raw []byte) []roleCommand {
 type kubeDoc struct {
 	Kind     string `yaml:"kind"`
 	Metadata struct {
-		Name string `yaml:"name"`
+		Name        string            `yaml:"name"`
+		Annotations map[string]string `yaml:"annotations"`
 	} `yaml:"metadata"`
 	Data map[string]string `yaml:"data"`
 	Spec struct {
@@ -161,6 +162,24 @@ type kubeDoc struct {
 				Containers []kubeContainer `yaml:"containers"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
+		// An Ingress's.
+		IngressClassName string `yaml:"ingressClassName"`
+		Rules            []struct {
+			HTTP struct {
+				Paths []struct {
+					Path     string `yaml:"path"`
+					PathType string `yaml:"pathType"`
+					Backend  struct {
+						Service struct {
+							Name string `yaml:"name"`
+							Port struct {
+								Name string `yaml:"name"`
+							} `yaml:"port"`
+						} `yaml:"service"`
+					} `yaml:"backend"`
+				} `yaml:"paths"`
+			} `yaml:"http"`
+		} `yaml:"rules"`
 	} `yaml:"spec"`
 }
 

@@ -115,7 +115,7 @@ func TestHelmChartRenders(t *testing.T) {
 	slices.Sort(kinds)
 	want := []string{
 		"ConfigMap/fabric-nats", "Deployment/fabric-api", "Deployment/fabric-converge", "Deployment/fabric-fanout",
-		"Deployment/fabric-ingest", "Job/fabric-provision", "Service/fabric-api", "Service/fabric-fanout",
+		"Deployment/fabric-ingest", "Ingress/fabric", "Job/fabric-provision", "Service/fabric-api", "Service/fabric-fanout",
 		"Service/fabric-ingest", "Service/fabric-nats", "StatefulSet/fabric-nats",
 	}
 	if !slices.Equal(kinds, want) {
@@ -126,6 +126,26 @@ func TestHelmChartRenders(t *testing.T) {
 	}
 	if !strings.Contains(manifests, "storage: 7Gi") || !strings.Contains(manifests, "-max-batch=5000") || !strings.Contains(natsConf, "max_msgs: 5000") {
 		t.Errorf("values natsStorage and maxBatch do not reach the manifests")
+	}
+	// The Ingress's host and TLS come from values, and it can be left out.
+	values := map[string]any{}
+	if err := yaml.Unmarshal(readDeployFile(t, helmChartDir+"/values.yaml"), &values); err != nil {
+		t.Fatal(err)
+	}
+	ing := values["ingress"].(map[string]any)
+	ing["host"], ing["tlsSecret"] = "fabric.example.com", "fabric-tls"
+	withHost, _ := renderChart(t, map[string]any{"ingress": ing})
+	hostDocs := kubeDocs(t, helmChartDir, strings.NewReader(withHost))
+	if in := readIngress(t, helmChartDir, hostDocs); len(in.Rules) != 7 || !strings.Contains(withHost, "host: fabric.example.com\n") ||
+		!strings.Contains(withHost, "secretName: fabric-tls") {
+		t.Errorf("ingress.host and ingress.tlsSecret do not reach the Ingress:\n%s", withHost)
+	}
+	ing["enabled"] = false
+	without, _ := renderChart(t, map[string]any{"ingress": ing})
+	for _, d := range kubeDocs(t, helmChartDir, strings.NewReader(without)) {
+		if d.Kind == "Ingress" {
+			t.Error("ingress.enabled=false renders an Ingress")
+		}
 	}
 	natsConf = strings.ReplaceAll(natsConf, "max_msgs: 5000", "max_msgs: 10000")
 	if got, want := natsNodeShape(natsConf), natsNodeShape(kubeNATSConf(t)); got != want {

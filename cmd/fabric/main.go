@@ -7,6 +7,7 @@
 //	fabric tail      subscribe to a client's events and print them
 //	fabric load      drive a whole-system workload through a fresh fabric
 //	fabric bridge    forward one fabric's outbound stream to another fabric
+//	fabric token     mint a bearer token the roles accept
 //	fabric help      the commands, or one command's flags
 //
 // Each subcommand takes -h. Every flag has a FABRIC_ environment variable.
@@ -50,6 +51,7 @@ var commands = []struct {
 	{"tail", "follow one client's events as they arrive", tail},
 	{"load", "start a fresh fabric (the all-in-one, or -cluster: the three roles on three NATS nodes) and drive a whole-system workload through it", runLoad},
 	{"bridge", "forward one tenant's outbound stream to another fabric's transport endpoint, so two fabrics hold one conversation", runBridge},
+	{"token", "mint a bearer token the roles accept (a deployment's first admin token) from their secret or a tenant's key", token},
 	{"help", "this list, or a command's flags: fabric help <command>", nil},
 }
 

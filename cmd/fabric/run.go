@@ -84,7 +84,7 @@ func runAllInOne(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "  NATS       %s\n", f.NATSURL)
 	if !o.Production {
 		fmt.Fprintf(stdout, "development tokens (valid %s):\n", tokenTTL)
-		for _, s := range []auth.Scope{auth.ScopeAdmin, auth.ScopeIngest, auth.ScopeEvents, auth.ScopeSignals, auth.ScopeSend} {
+		for _, s := range auth.Scopes() {
 			tok, err := f.Token(tokenTTL, s)
 			if err != nil {
 				return err

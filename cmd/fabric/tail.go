@@ -35,7 +35,7 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	config.String(fs, &tenant, "tenant", allinone.DevTenant, "tenant of the client")
 	config.String(fs, &clientID, "client", "", "client id to follow (required)")
 	config.String(fs, &data, "data", "fabric-data", "the all-in-one data folder, to mint a development token")
-	config.String(fs, &kinds, "kinds", "all", `comma-separated event kinds, or "all"`)
+	config.String(fs, &kinds, "kinds", "all", `comma-separated event kinds, or "all" (or empty): every kind`)
 	config.String(fs, &groups, "groups", "", "comma-separated group ids (hex); every group when empty")
 	config.Duration(fs, &errs, &since, "since", 0, "start with the client's events stored this long ago (e.g. 10m), then follow live ones")
 	config.Bool(fs, &errs, &fromStart, "from-start", false, "start with the first of the client's events the stream holds, then follow live ones")
@@ -93,10 +93,8 @@ func tail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func parseFilter(kinds, groups string) (schema.EventFilter, error) {
-	var f schema.EventFilter
-	if kinds == "all" {
-		f.Kinds = schema.AllKinds()
-	} else {
+	var f schema.EventFilter // no kinds: every kind
+	if kinds != "all" && kinds != "" {
 		for _, k := range strings.Split(kinds, ",") {
 			f.Kinds = append(f.Kinds, schema.EventKind(strings.TrimSpace(k)))
 		}

@@ -430,6 +430,11 @@ func loadSecret(dataDir, name string, size int) ([]byte, error) {
 	return v, nil
 }
 
+// JWTSecret is the HS256 secret a development fabric generated in dataDir.
+func JWTSecret(dataDir string) ([]byte, error) {
+	return loadSecret(dataDir, "jwt-secret", auth.MinSecretLen)
+}
+
 // DevToken mints a token for tenant with one scope and every client, signed
 // with the development secret a fabric generated in dataDir.
 func DevToken(dataDir, tenant string, scope auth.Scope, ttl time.Duration) (string, error) {

@@ -43,6 +43,11 @@ const (
 	ScopeSend    Scope = "send"    // operations of hosted clients: send, create, invite, remove, rename, leave (admin implies it)
 )
 
+// Scopes returns every scope, in the order of the constants above.
+func Scopes() []Scope {
+	return []Scope{ScopeAdmin, ScopeIngest, ScopeEvents, ScopeSignals, ScopeRead, ScopeSend}
+}
+
 // AllClients in a token's clients claim grants every client of the tenant.
 const AllClients = "*"
 

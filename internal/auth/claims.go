@@ -32,6 +32,11 @@ var DefaultLifetimes = Lifetimes{
 	ScopeSend:    30 * 24 * time.Hour,
 }
 
+// Limit returns the longest a token with scopes may still be valid when
+// presented, and the scope that sets it: what a minter checks so the roles
+// do not refuse its token.
+func (l Lifetimes) Limit(scopes []Scope) (Scope, time.Duration) { return l.limit(scopes) }
+
 // limit returns the scope that sets the lifetime limit of a token with
 // scopes, and the limit.
 func (l Lifetimes) limit(scopes []Scope) (Scope, time.Duration) {

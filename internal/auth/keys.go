@@ -147,6 +147,37 @@ func ParsePEMKey(data []byte) (PublicKey, error) {
 	return publicKey(pub)
 }
 
+// ParsePEMPrivateKey reads a signing key in PEM, as a tenant's issuer holds
+// it for MintWithKey: PKCS #8 (PRIVATE KEY) Ed25519 or ECDSA P-256, or SEC 1
+// (EC PRIVATE KEY) P-256.
+func ParsePEMPrivateKey(data []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	var key any
+	var err error
+	switch block.Type {
+	case "PRIVATE KEY":
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("a PEM block of type %s; want PRIVATE KEY or EC PRIVATE KEY", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("private key: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("%T keys cannot sign", key)
+	}
+	if _, err := publicKey(signer.Public()); err != nil {
+		return nil, err
+	}
+	return signer, nil
+}
+
 func publicKey(pub crypto.PublicKey) (PublicKey, error) {
 	switch k := pub.(type) {
 	case ed25519.PublicKey:

@@ -361,3 +361,55 @@ func FuzzParseJWKS(f *testing.F) {
 		}
 	})
 }
+
+// A tenant's signing key in PEM (PKCS #8 Ed25519 or P-256, SEC 1 P-256)
+// signs tokens its public key verifies (`fabric token -key-file`, issue 28);
+// a key of another curve is refused.
+func TestParsePEMPrivateKeySigns(t *testing.T) {
+	_, ed, _ := ed25519.GenerateKey(rand.Reader)
+	p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	pkcs8 := func(k any) []byte {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	}
+	sec1, err := x509.MarshalECPrivateKey(p256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"pkcs8 ed25519": pkcs8(ed),
+		"pkcs8 p256":    pkcs8(p256),
+		"sec1 p256":     pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1}),
+	} {
+		key, err := ParsePEMPrivateKey(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		pub, err := publicKey(key.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub.ID = "k1"
+		v, err := NewVerifier(nil, WithTenantKeys(map[string]TenantKeys{"acme": {Keys: []PublicKey{pub}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := MintWithKey(key, "k1", Claims{Tenant: "acme", Scopes: []Scope{ScopeAdmin}, Clients: []string{AllClients}, ExpiresAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, err := v.Verify(t.Context(), tok); err != nil {
+			t.Errorf("%s: the token is refused: %v", name, err)
+		}
+	}
+	if _, err := ParsePEMPrivateKey(pkcs8(p384)); err == nil {
+		t.Error("a P-384 key was accepted")
+	}
+	if _, err := ParsePEMPrivateKey([]byte("not pem")); err == nil {
+		t.Error("no PEM block was accepted")
+	}
+}

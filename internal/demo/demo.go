@@ -108,7 +108,18 @@ type Script struct {
 	API   *API
 	Out   io.Writer     // one line per step
 	Pause time.Duration // between steps, so a tail shows them arriving
+
+	explained bool // unknownGroupNote printed
 }
+
+// unknownGroupNote says what becomes of input answered unknown_group, as
+// docs/ingest.md (Retained objects) has it: printed under the first, since a
+// newcomer reads "rejected" as lost (issue 28).
+const unknownGroupNote = `  ↳ expected: no hosted client holds this group until its Welcome is processed.
+    The fabric retains the input and hands it to convergence once the Welcome
+    has made the hosted client a member: a commit the Welcome's epoch already
+    includes then ends stale, a message is delivered; nothing is lost.
+    (GET /v1/tenants/{tenant}/outcomes/{message_id} shows its record move on.)`
 
 // Register registers the demo's hosted client under a fresh inbox.
 func (s *Script) Register(ctx context.Context) (Registered, error) {
@@ -252,6 +263,10 @@ func (s *Script) post(ctx context.Context, step string, m testpeer.Message) erro
 		line += " (" + r.Category + ")"
 	}
 	s.say("%s", line)
+	if r.Status == string(schema.StatusRejected) && r.Category == string(schema.CategoryUnknownGroup) && !s.explained {
+		s.explained = true
+		s.say("%s", unknownGroupNote)
+	}
 	if s.Pause > 0 {
 		select {
 		case <-ctx.Done():

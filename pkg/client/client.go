@@ -272,6 +272,7 @@ func (c *Client) signal() {
 }
 
 // Subscribe creates a subscription for clientID's events selected by filter
+// (schema.EventFilter{} selects every kind; Kinds []schema.EventKind{} none)
 // and returns once the gateway has registered it: it sees every matching
 // event that reaches the gateway after that, and none before (EVENT-014),
 // unless an option starts it from the stream (Since, FromStart).
@@ -319,9 +320,6 @@ func (c *Client) SubscribeFunc(ctx context.Context, clientID string, filter sche
 }
 
 func (c *Client) subscribe(ctx context.Context, clientID string, filter schema.EventFilter, callback bool, opts []SubscribeOption) (*Subscription, error) {
-	if filter.Kinds == nil {
-		filter.Kinds = []schema.EventKind{}
-	}
 	if err := filter.Validate(); err != nil {
 		return nil, fmt.Errorf("client: invalid filter: %w", err)
 	}

@@ -106,6 +106,13 @@ func (o *Operations) do(ctx context.Context, method, path, idempotencyKey string
 }
 
 func (o *Operations) request(ctx context.Context, method, path, idempotencyKey string, body, out any) error {
+	return doJSON(ctx, o.http, method, path, o.token, idempotencyKey, body, out)
+}
+
+// doJSON sends a JSON request with a bearer token (and an Idempotency-Key
+// when not empty) and decodes a 2xx answer into out; another answer is an
+// *APIError.
+func doJSON(ctx context.Context, hc *http.Client, method, path, token, idempotencyKey string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -118,14 +125,14 @@ func (o *Operations) request(ctx context.Context, method, path, idempotencyKey s
 	if err != nil {
 		return fmt.Errorf("fabric: request: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+o.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-	resp, err := o.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("fabric: %s: %w", method, err)
 	}

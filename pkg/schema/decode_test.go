@@ -181,7 +181,6 @@ func TestDecodeFilterStrict(t *testing.T) {
 		member   string
 	}{
 		{"unknown kind", `{"kinds":["message.received","message.sent"]}`, ErrUnknownKind, "kinds"},
-		{"missing kinds", `{"group_ids":[]}`, ErrMissingMember, "kinds"},
 		{"unknown member", `{"kinds":[],"consent":true}`, ErrUnknownMember, ""},
 		{"bad group id", `{"kinds":[],"group_ids":["zz"]}`, ErrMalformed, "group_ids"},
 		{"unknown content type member", `{"kinds":[],"content_types":[{"authority_id":"a","type_id":"t","version_major":1,"x":1}]}`, ErrUnknownMember, "content_types[0]"},
@@ -199,6 +198,15 @@ func TestDecodeFilterStrict(t *testing.T) {
 			}
 			wantDecodeErr(t, err, c.sentinel, c.member)
 		})
+	}
+	// Absent kinds (every kind) and empty kinds (none) differ (issue 28,
+	// EVENT-020) and survive decoding.
+	var noKinds, emptyKinds EventFilter
+	if err := noKinds.UnmarshalJSON([]byte(`{"group_ids":[]}`)); err != nil || noKinds.Kinds != nil {
+		t.Errorf("absent kinds: %+v %v", noKinds, err)
+	}
+	if err := emptyKinds.UnmarshalJSON([]byte(`{"kinds":[]}`)); err != nil || emptyKinds.Kinds == nil {
+		t.Errorf("present empty kinds: %+v %v", emptyKinds, err)
 	}
 	// Absent and empty group_ids differ (EVENT-020) and survive decoding.
 	var absent, empty EventFilter

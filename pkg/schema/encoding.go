@@ -333,7 +333,10 @@ func (e ClientEvent) append(dst []byte, json bool) ([]byte, error) {
 var filterNames = []string{"kinds", "group_ids", "content_types", "references_own_messages"}
 
 func (f EventFilter) encode(w *writer) {
-	n := 1
+	n := 0
+	if f.Kinds != nil {
+		n++
+	}
 	if f.GroupIDs != nil {
 		n++
 	}
@@ -344,12 +347,14 @@ func (f EventFilter) encode(w *writer) {
 		n++
 	}
 	w.mapStart(n)
-	w.key("kinds")
-	w.arrayStart(len(f.Kinds))
-	for _, k := range f.Kinds {
-		w.str(string(k))
+	if f.Kinds != nil {
+		w.key("kinds")
+		w.arrayStart(len(f.Kinds))
+		for _, k := range f.Kinds {
+			w.str(string(k))
+		}
+		w.arrayEnd()
 	}
-	w.arrayEnd()
 	if f.GroupIDs != nil {
 		w.key("group_ids")
 		w.arrayStart(len(f.GroupIDs))
@@ -374,7 +379,7 @@ func (f EventFilter) encode(w *writer) {
 }
 
 func (f *EventFilter) decode(r *reader) error {
-	return r.fields(filterNames, 0b1, func(i int) error {
+	return r.fields(filterNames, 0, func(i int) error {
 		if i == 3 {
 			var err error
 			f.ReferencesOwnMessages, err = r.boolean()

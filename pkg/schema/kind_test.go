@@ -153,4 +153,11 @@ func TestFilterHasKind(t *testing.T) {
 	if !f.HasKind(KindMessageReceived) || f.HasKind(KindLagged) {
 		t.Error("HasKind")
 	}
+	// No kinds: every kind (issue 28); an empty list: none (EVENT-020).
+	if !(EventFilter{}).HasKind(KindConsentChanged) || (EventFilter{}).HasKind("message.sent") {
+		t.Error("HasKind of a filter without kinds")
+	}
+	if (EventFilter{Kinds: []EventKind{}}).HasKind(KindConsentChanged) {
+		t.Error("HasKind of a filter with an empty kinds list")
+	}
 }

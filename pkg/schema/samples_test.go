@@ -98,6 +98,7 @@ func sampleFilters() map[string]EventFilter {
 	return map[string]EventFilter{
 		"filter-kinds-only":  {Kinds: []EventKind{KindMessageReceived, KindConversationJoined}},
 		"filter-empty-kinds": {Kinds: []EventKind{}},
+		"filter-no-kinds":    {},
 		"filter-full": {
 			Kinds:                 []EventKind{KindMessageReceived},
 			GroupIDs:              []Bytes{sampleGroup, fill(32, 0x02)},

@@ -510,13 +510,9 @@ func (p *CommitSuperseded) validate() error {
 	return nil
 }
 
-// Validate checks f: Kinds is present (non-nil) and every kind is known;
-// group ids are non-empty; content types are complete. A failure is a
-// *ValidationError naming the member.
+// Validate checks f: every kind is known; group ids are non-empty; content
+// types are complete. A failure is a *ValidationError naming the member.
 func (f EventFilter) Validate() error {
-	if f.Kinds == nil {
-		return invalid("kinds", "required: an empty sequence is [], not absent")
-	}
 	for i, k := range f.Kinds {
 		if !k.Valid() {
 			return invalid("kinds", fmt.Sprintf("entry %d is an unknown kind", i))

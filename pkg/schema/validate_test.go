@@ -168,7 +168,6 @@ func TestValidateFilter(t *testing.T) {
 		f      EventFilter
 		member string
 	}{
-		{"kinds absent", EventFilter{}, "kinds"},
 		{"unknown kind", EventFilter{Kinds: []EventKind{KindLagged, "message.sent"}}, "kinds"},
 		{"empty group id", EventFilter{Kinds: []EventKind{}, GroupIDs: []Bytes{sampleGroup, {}}}, "group_ids"},
 		{"content type authority", EventFilter{Kinds: []EventKind{}, ContentTypes: []ContentTypeID{{TypeID: "text"}}}, "content_types[0].authority_id"},

@@ -95,11 +95,12 @@ type Filter struct {
 // stitched-DM conversation keys; it may be nil when no group is a DM's.
 // Errors wrap ErrInvalid.
 func Compile(f schema.EventFilter, dm DMKeys) (*Filter, error) {
-	if f.Kinds == nil {
-		return nil, fmt.Errorf("%w: kinds is required", ErrInvalid)
-	}
 	c := &Filter{refOwn: f.ReferencesOwnMessages}
-	for _, k := range f.Kinds {
+	kinds := f.Kinds
+	if kinds == nil {
+		kinds = schema.AllKinds() // absent: every kind (issue 28)
+	}
+	for _, k := range kinds {
 		b := kindBit(k)
 		if b == 0 {
 			return nil, fmt.Errorf("%w: unknown kind %q", ErrInvalid, truncate(string(k)))

@@ -43,6 +43,13 @@ func TestKinds_EVENT020(t *testing.T) {
 	if mustCompile(t, schema.EventFilter{Kinds: []schema.EventKind{}}).Match(&d) {
 		t.Fatal("empty kinds selected an event")
 	}
+	// No kinds selects every kind (issue 28), the extension kinds too.
+	for _, k := range schema.AllKinds() {
+		e := Event{kindBit: kindBit(k)}
+		if !mustCompile(t, schema.EventFilter{}).Match(&e) {
+			t.Fatalf("a filter without kinds did not select %s", k)
+		}
+	}
 	if !mustCompile(t, schema.EventFilter{Kinds: []schema.EventKind{schema.KindMessageReceived}}).Match(&d) {
 		t.Fatal("named kind not selected")
 	}
@@ -170,7 +177,6 @@ func TestCompileRefusesMalformed(t *testing.T) {
 		many[i] = schema.Bytes{byte(i), byte(i >> 8)}
 	}
 	for name, f := range map[string]schema.EventFilter{
-		"nil kinds":      {},
 		"unknown kind":   {Kinds: []schema.EventKind{"no.such"}},
 		"empty group id": {Kinds: []schema.EventKind{}, GroupIDs: []schema.Bytes{{}}},
 		"too many":       {Kinds: []schema.EventKind{}, GroupIDs: many},

@@ -1,8 +1,10 @@
 // gen-types writes src/schema.ts, the TypeScript types of the fabric's
 // client events, filter and WebSocket frames, from api/events.schema.json
-// (the contract the Go code is checked against); npm run build and npm test
-// run it first, so the types follow the schema.
-import { readFileSync, writeFileSync } from "node:fs";
+// (the contract the Go code is checked against). src/schema.ts is
+// committed, so the package builds from its own folder; in the repository
+// npm run gen rewrites it after the schema changes, and npm test
+// (`gen-types.mjs --check`) fails while it is stale.
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 
@@ -79,5 +81,19 @@ export function generate(schema) {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  writeFileSync(outPath, generate(JSON.parse(readFileSync(schemaPath, "utf8"))));
+  if (!existsSync(schemaPath)) {
+    // Outside the repository (a copy of this folder): the committed types.
+    console.error(`gen-types: no ${schemaPath}; keeping the committed src/schema.ts`);
+    process.exit(0);
+  }
+  const want = generate(JSON.parse(readFileSync(schemaPath, "utf8")));
+  if (process.argv.includes("--check")) {
+    const have = existsSync(outPath) ? readFileSync(outPath, "utf8") : "";
+    if (have !== want) {
+      console.error("gen-types: src/schema.ts is not what api/events.schema.json makes; run npm run gen and commit it");
+      process.exit(1);
+    }
+  } else {
+    writeFileSync(outPath, want);
+  }
 }

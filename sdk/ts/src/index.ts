@@ -396,7 +396,8 @@ export class Subscription implements AsyncIterable<ClientEvent> {
     opts: SubscribeOptions,
     /** @internal */ readonly callback: ((ev: ClientEvent) => void | Promise<void>) | null,
   ) {
-    this.filter = { ...filter, kinds: filter.kinds ?? [] };
+    // No kinds selects every kind, as on SSE (issue 28); [] selects none.
+    this.filter = { ...filter };
     const ms = opts.since ? opts.since.getTime() : 0;
     this.startTime = ms > 0 ? ms : 0;
     this.fromStart = !!opts.fromStart || (opts.since !== undefined && ms <= 0);

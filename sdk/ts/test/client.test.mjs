@@ -40,6 +40,20 @@ test("a connection token in the connect frame subscribes with a filter, as an as
   }
 });
 
+test("a filter without kinds selects every kind, as SSE without a kinds parameter does (issue 28)", async () => {
+  const client = await fabric.newClient();
+  const c = await Client.connect(fabric.wsURL, { token: await fabric.connectionToken([client]), ...quiet });
+  try {
+    const every = await c.subscribe(client, {});
+    await fabric.consent(client, inbox(1), "allowed");
+    await fabric.api("PUT", `/v1/tenants/dev/clients/${client}/hmac-keys`, { root_key: "ab".repeat(16) });
+    assert.equal((await every.next()).kind, "consent.changed");
+    assert.equal((await every.next()).kind, "hmac_keys.updated");
+  } finally {
+    c.close();
+  }
+});
+
 test("a refused token is the gateway's code and reason", async () => {
   await assert.rejects(Client.connect(fabric.wsURL, { token: "a.b.c", reconnect: false, ...quiet }), (err) => {
     assert.ok(err instanceof GatewayError);
