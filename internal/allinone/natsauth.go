@@ -136,7 +136,7 @@ func direct(stream string) []string {
 
 // pull lets a role read and acknowledge durable pull consumer name of
 // stream: look it up, fetch, acknowledge (the v1 acknowledgement subject,
-// $JS.ACK.<stream>.<consumer> and five tokens).
+// bus.PermAck, the stream and consumer and five tokens).
 func pull(stream, name string) []string {
 	c := stream + "." + name
 	return []string{bus.PermConsumerInfo + c, bus.PermConsumerNext + c, bus.PermAck + c + ".*.*.*.*.*"}
@@ -201,6 +201,8 @@ func rolePermissions() map[string]*server.Permissions {
 	// NATS requests (fabric.operate.>), stored on the group's input
 	// subject, their first record on fabric.op.
 	apiPerms := perms(append(in(UserAPI), subject.OperateRequestPattern), all, []string{subject.EventsPattern, subject.InputPattern, subject.OperationPattern, bus.PermMsgGet + streams.StreamEvents},
+		// an Idempotency-Key's stored request, compared with a retry's
+		[]string{bus.PermMsgGet + streams.StreamInput},
 		direct(streams.StreamEvents),
 		kvRead(streams.BucketClients), kvWrite(streams.BucketClients),
 		kvRead(streams.BucketStores), kvWrite(streams.BucketStores),

@@ -123,6 +123,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.Batches.WithLabelValues("1")
 	m.Batches.WithLabelValues("many")
+	for _, r := range []string{failPanic, failUnpublishable, failDuplicate} {
+		m.FailedInputs.WithLabelValues(r)
+	}
 	return m
 }
 

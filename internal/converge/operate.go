@@ -572,6 +572,16 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	if len(t.g.OwnCommits) == 0 && len(lost) == 0 {
 		return p.sendWaiting(ctx, t)
 	}
+	// The commits this input accepted are settled: none is in flight for
+	// a commit waiting behind it (newerOf).
+	var inFlight []ownCommit
+	for _, oc := range t.g.OwnCommits {
+		if !slices.ContainsFunc(t.notes, func(n outcomeNote) bool {
+			return n.Disposition == schema.DispositionAccepted && bytes.Equal(n.MessageID, oc.CommitID)
+		}) {
+			inFlight = append(inFlight, oc)
+		}
+	}
 	var keep []ownCommit
 	for _, oc := range t.g.OwnCommits {
 		var note *outcomeNote
@@ -589,7 +599,7 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 		rec := t.ownRecord(oc, schema.OperationDone)
 		stale := note != nil && note.Disposition == schema.DispositionStale
 		switch {
-		case note != nil && note.Disposition == schema.DispositionAccepted && !oc.Lost && newerOf(t.g.OwnCommits, oc):
+		case note != nil && note.Disposition == schema.DispositionAccepted && !oc.Lost && newerOf(inFlight, oc):
 			// A lost commit waiting behind its client's retried one won
 			// for now, but the retried one, already sent on the state it
 			// lost to, extends that branch and wins back when it comes.

@@ -264,11 +264,7 @@ func (a *API) sameRequest(ctx context.Context, tenant string, req bus.OperationR
 	if err != nil {
 		return refusal.BadRequest("%v", err)
 	}
-	s, err := a.cfg.JS.Stream(ctx, streams.StreamInput)
-	if err != nil {
-		return ErrUnavailable.Because(err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, subj)
+	m, err := bus.GetMsg(ctx, a.cfg.JS, streams.StreamInput, bus.MsgRequest{LastBySubject: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
@@ -321,11 +317,7 @@ func (a *API) operation(r *http.Request) (schema.Operation, error) {
 	if err != nil {
 		return schema.Operation{}, refusal.BadRequest("%v", err)
 	}
-	m, err := a.cfg.JS.Stream(r.Context(), streams.StreamEvents)
-	var raw *jetstream.RawStreamMsg
-	if err == nil {
-		raw, err = m.GetLastMsgForSubject(r.Context(), subj)
-	}
+	raw, err := bus.GetMsg(r.Context(), a.cfg.JS, streams.StreamEvents, bus.MsgRequest{LastBySubject: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return schema.Operation{}, ErrOperationNotFound
 	}
