@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,13 @@ func TestSendAfterRemovedHostedMemberAndIdleIsDone(t *testing.T) {
 // is applied: the next send is done and the peer reads it.
 func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
 	e := newEnv(t)
+	// The inputs that panic, once the test knows them.
+	var panics atomic.Pointer[[2][]byte]
+	e.hooks.input = func(in input) {
+		if p := panics.Load(); p != nil && (bytes.Equal(in.MessageID, p[0]) || bytes.Equal(in.MessageID, p[1])) {
+			panic("injected by the test")
+		}
+	}
 	w, _ := e.worker("w1", func(c *Config) { c.Metrics = NewMetrics(nil) })
 	e.startIngest()
 	h, group, bg := e.createdWithPeer()
@@ -65,12 +73,7 @@ func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
 
 	bad := bus.OperationID(tenant, h.rec.ClientID, "panics")
 	badText := must[testpeer.Message](t)(bg.SendText("panics too"))
-	inputHook = func(in input) {
-		if bytes.Equal(in.MessageID, bad) || bytes.Equal(in.MessageID, badText.ID) {
-			panic("injected by the test")
-		}
-	}
-	t.Cleanup(func() { inputHook = nil })
+	panics.Store(&[2][]byte{bad, badText.ID})
 
 	e.operate(bus.OperationRequest{ID: bad, Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, "never")})
 	rec := e.operation(bad, schema.OperationFailed)

@@ -30,10 +30,9 @@ func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
 
 	helloID := hex.EncodeToString(hello.ID)
 	var lost atomic.Bool
-	deliveryHook = func(m jetstream.Msg) bool {
+	e.hooks.delivery = func(m jetstream.Msg) bool {
 		return m.Headers().Get(bus.HeaderMessageID) != helloID || !lost.CompareAndSwap(false, true)
 	}
-	t.Cleanup(func() { deliveryHook = nil })
 	metrics := NewMetrics(nil)
 	e.worker("w1", func(c *Config) { c.Metrics = metrics })
 

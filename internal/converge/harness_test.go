@@ -54,6 +54,8 @@ type env struct {
 	js     jetstream.JetStream
 	vault  *engine.Vault
 	store  *clientstore.Store
+	// hooks are given to each worker the env starts from then on.
+	hooks hooks
 }
 
 func newEnv(t testing.TB) *env {
@@ -148,7 +150,8 @@ func (e *env) publish(m testpeer.Message) {
 // for it to drain.
 func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 	e.t.Helper()
-	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()}
+	h := e.hooks
+	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet(), hooks: &h}
 	if cfg != nil {
 		cfg(&c)
 	}

@@ -192,14 +192,13 @@ func rewind(t *testing.T, e *env) {
 func TestCrashBetweenCutoffAndApply(t *testing.T) {
 	e := newEnv(t)
 	held := make(chan struct{}, 1)
-	holdFrozen = func() bool {
+	e.hooks.holdFrozen = func() bool {
 		select {
 		case held <- struct{}{}:
 		default:
 		}
 		return true
 	}
-	t.Cleanup(func() { holdFrozen = nil })
 	h, win, lose, field, stop := sameEpochFork(t, e)
 	select {
 	case <-held:
@@ -207,7 +206,7 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 		t.Fatal("no pass was cut off")
 	}
 	stop()
-	holdFrozen = nil
+	e.hooks.holdFrozen = nil
 	if !frozenPass(t, e, win.Transport.Group, h.rec.ClientID) {
 		t.Fatal("the checkpointed group state holds no frozen pass")
 	}
@@ -328,14 +327,13 @@ func TestCleanupPassWithLostAckIsPublished(t *testing.T) {
 	// Every cleanup transaction's ack is lost: the one that cuts the
 	// pass off and the one that applies it.
 	var lost atomic.Int32
-	batchAckHook = func(txn string, err error) error {
+	e.hooks.batchAck = func(txn string, err error) error {
 		if err == nil && strings.HasPrefix(txn, cleanupTxn) {
 			lost.Add(1)
 			return fmt.Errorf("bus: publish batch: %w", nats.ErrTimeout)
 		}
 		return err
 	}
-	t.Cleanup(func() { batchAckHook = nil })
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)

@@ -70,14 +70,13 @@ func TestOneInputNeverHoldsAPartition(t *testing.T) {
 
 	var failed atomic.Bool
 	var later atomic.Int64 // batches after an input's first
-	drainHook = func() error {
+	e.hooks.drain = func() error {
 		later.Add(1)
 		if failed.CompareAndSwap(false, true) {
 			return errors.New("crash between two batches of one input")
 		}
 		return nil
 	}
-	t.Cleanup(func() { drainHook = nil })
 	metrics := NewMetrics(nil)
 	e.worker("w1", func(c *Config) { c.MaxBatch, c.Metrics = maxBatch, metrics })
 	for _, in := range []testpeer.Message{welcome, m, otherWelcome, otherMsg} {

@@ -238,8 +238,7 @@ func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
 		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
 			e := newEnv(t)
 			var hold atomic.Bool
-			holdFrozen = hold.Load
-			t.Cleanup(func() { holdFrozen = nil })
+			e.hooks.holdFrozen = hold.Load
 			snap := func(c *Config) { c.SnapshotEvery = every }
 			h, bg, group, stop := hostWithPeer(t, e, snap)
 			hold.Store(true)
@@ -276,11 +275,9 @@ func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
 // once the commit is accepted.
 func TestSendPastTheWaitingBoundIsRefused(t *testing.T) {
 	e := newEnv(t)
-	was := maxWaiting
-	maxWaiting = 2
+	e.hooks.maxWaiting = 2
 	var hold atomic.Bool
-	holdFrozen = hold.Load
-	t.Cleanup(func() { maxWaiting, holdFrozen = was, nil })
+	e.hooks.holdFrozen = hold.Load
 	h, bg, group, _ := hostWithPeer(t, e, nil)
 	hold.Store(true)
 	name := "renamed"
