@@ -21,6 +21,7 @@ import (
 // gap at the next delivery and has the lost input delivered again before
 // it, so every input is applied once, in order (EVENT-001).
 func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	alice := peer(t, "alice")

@@ -151,7 +151,10 @@ func (e *env) publish(m testpeer.Message) {
 func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 	e.t.Helper()
 	h := e.hooks
-	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet(), hooks: &h}
+	// The lease TTL and cleanup interval are the defaults: each worker
+	// renews its 64 leases and polls its 64 partitions at their pace, so
+	// shorter ones cost CPU that tests running side by side lack.
+	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, Logger: quiet(), hooks: &h}
 	if cfg != nil {
 		cfg(&c)
 	}

@@ -27,6 +27,7 @@ import (
 // returning copies are accepted (no stale_epoch, no own_echo), and the read
 // API holds each message once, in that order.
 func TestHostedToHostedSendsNotLostAcrossRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_, stop := e.worker("w1", nil)
 	submit := e.startIngest()

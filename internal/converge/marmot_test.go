@@ -93,6 +93,7 @@ func wantFork(t *testing.T, evs []bus.Delivered, field string) {
 // records for both commits: the selected one accepted, the other deferred
 // on its losing branch (DESIGN section 5).
 func TestFORK040SameEpochRaceIsNoFork(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h, win, lose, field, _ := sameEpochFork(t, e)
 	evs := e.waitEvents(h.rec.ClientID, 2)
@@ -131,6 +132,7 @@ func (e *env) waitOutcome(id []byte, d schema.Disposition) schema.Outcome {
 // for the delivered message and the winning branch's events; a worker that
 // re-reads the whole input stream emits none of them again.
 func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
+	t.Parallel()
 	e, client, stop, alice, g := bobJoined(t)
 	other := must[*testpeer.Group](t)(g.Clone())
 
@@ -190,6 +192,7 @@ func rewind(t *testing.T, e *env) {
 // the group state; the next worker applies that batch and ends in the same
 // selection, with no event twice.
 func TestCrashBetweenCutoffAndApply(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	held := make(chan struct{}, 1)
 	e.hooks.holdFrozen = func() bool {
@@ -267,6 +270,7 @@ func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 // again is applied again with new event ids: its events are not lost to
 // deduplication of the first application's ids.
 func TestBranchReappliedAfterRollback(t *testing.T) {
+	t.Parallel()
 	e, client, g, cA := rolledBack(t, rename(t, "a"))
 	e.waitEvents(client, 4)
 	for range 2 {
@@ -292,6 +296,7 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 // the retained anchor (tip − max_rewind_commits) is stale with the named
 // outcome BeyondAnchor, and changes nothing the client sees.
 func TestCommitBeyondAnchorIsStale(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	e.worker("w1", nil)
@@ -322,6 +327,7 @@ func TestCommitBeyondAnchorIsStale(t *testing.T) {
 // a sealed message of the winner's epoch, through ingest, is delivered;
 // no event is stored twice (EVENT-001).
 func TestCleanupPassWithLostAckIsPublished(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	submit := e.startIngest()
 	// Every cleanup transaction's ack is lost: the one that cuts the

@@ -143,6 +143,7 @@ func textOf(t testing.TB, s string) []byte {
 // is accepted (the operation is done), the own text comes back as own_echo
 // and is no message.received, and the peer's reply is.
 func TestHostedClientCreatesGroupAndSends(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	e.startIngest()
@@ -226,6 +227,7 @@ func TestHostedClientCreatesGroupAndSends(t *testing.T) {
 // commits the leave request (conversation.removed cause left, EVENT-006),
 // and the admin removes the peer. The peer follows every commit.
 func TestHostedClientsCommitAndAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	e.startIngest()
@@ -319,6 +321,7 @@ func TestHostedClientsCommitAndAreRefused(t *testing.T) {
 // changes on both admins' conversations, and a send after it reaches the
 // other admin.
 func TestRacingOwnCommitsOneWinsTheOtherIsRetried(t *testing.T) {
+	t.Parallel()
 	e, a, b, group := twoAdmins(t)
 	name, description := "by a", "by b"
 	// Both are stored before either commit comes back: each is made from
@@ -393,6 +396,7 @@ func twoAdmins(t *testing.T, kps ...[]byte) (e *env, lo, hi hosted, group []byte
 // is no admin: the operation is failed with authorization_failed, and
 // nothing more is sent for it.
 func TestRacingOwnCommitLosesAdminRightsIsRefused(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	name := "by the former admin"
 	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}})
@@ -414,6 +418,7 @@ func TestRacingOwnCommitLosesAdminRightsIsRefused(t *testing.T) {
 // loser's intent is held by the winner's state: its operation is done
 // without another commit.
 func TestRacingOwnCommitAlreadyHeldIsDone(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	name := "the same"
 	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
@@ -440,6 +445,7 @@ func TestRacingOwnCommitAlreadyHeldIsDone(t *testing.T) {
 // they do not race again: all three are done, and the final components
 // hold the three changes.
 func TestOwnCommitsOfOneClientAreRetriedOneAtATime(t *testing.T) {
+	t.Parallel()
 	e, lo, _, group := twoAdmins(t)
 	name, description, image := "name", "description", "https://example.com/a.png"
 	patches := []bus.ComponentsPatch{{Name: &name}, {Description: &description}, {ImageURL: &image}}
@@ -474,6 +480,7 @@ func TestOwnCommitsOfOneClientAreRetriedOneAtATime(t *testing.T) {
 // operation done holds its change in the final components. The
 // outbound consumer is paused so the commits come back in this order.
 func TestOwnCommitWinningBehindItsClientsRetryIsNotDoneByIt(t *testing.T) {
+	t.Parallel()
 	e, lo, _, group := twoAdmins(t)
 	submit := e.startIngest()
 	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {
@@ -611,8 +618,10 @@ func (e *env) lastOperation(id []byte) schema.Operation {
 // used twice), with the member state written every transaction and every
 // fourth.
 func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
+	t.Parallel()
 	for _, every := range []int{1, 4} {
 		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			snap := func(c *Config) { c.SnapshotEvery = every }
 			_, stop := e.worker("w1", snap)
@@ -661,6 +670,7 @@ func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
 // answer), and the operation record says why (unknown_group), naming no
 // message and sending nothing.
 func TestFailedSendIsStatusFailed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	h := e.register(sha256.Sum256([]byte("host")), 1)

@@ -83,6 +83,7 @@ func wantWithdrawn(t *testing.T, sup *schema.CommitSuperseded, commit testpeer.M
 // commits add no one), and fabric.commit_superseded names the commit and
 // the membership_changed it withdraws.
 func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
+	t.Parallel()
 	carol := peer(t, "carol")
 	e, client, _, cA := rolledBack(t, func(_ *testpeer.Peer, g *testpeer.Group) testpeer.Message {
 		add, _, err := g.Add(carol)
@@ -111,6 +112,7 @@ func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
 // against the winning branch), and fabric.commit_superseded names the
 // rename and the metadata_changed it withdraws.
 func TestRollbackOfRenameReportsTheNameBack(t *testing.T) {
+	t.Parallel()
 	e, client, _, cA := rolledBack(t, rename(t, "renamed"))
 	evs := settled(t, e, client, 4)
 	uniqueIDs(t, evs)
@@ -141,6 +143,7 @@ func removeBob(t *testing.T) func(*testpeer.Peer, *testpeer.Group) testpeer.Mess
 // EVENT-005/023: welcomed, by the adder it first joined by), and the next
 // message of the winning branch reaches it.
 func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
+	t.Parallel()
 	r := changed(t, removeBob(t), 2)
 	// The removed member's retained state is stored: a restarted worker
 	// brings it back as well.
@@ -174,6 +177,7 @@ func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
 // wins over a competing ordinary commit of the same epoch: the client
 // stays removed and is told no conversation.joined.
 func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
+	t.Parallel()
 	r := changed(t, removeBob(t), 2)
 	e, client, g, cA := r.e, r.client, r.g, r.cA
 	rival := must[testpeer.Message](t)(r.other.Commit())
@@ -227,6 +231,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 // its client gets conversation.fork_detected, once, however much input
 // follows, and its readable conversation record says forked.
 func TestFORK040LostRetainedStateIsForked(t *testing.T) {
+	t.Parallel()
 	e, client, stop, _, g := bobJoined(t)
 	c := must[testpeer.Message](t)(g.Commit())
 	e.publish(c)

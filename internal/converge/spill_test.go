@@ -40,6 +40,7 @@ var (
 // the cost grows with the square of the members (docs/converge.md, Many
 // hosted members in one group).
 func TestOneInputNeverHoldsAPartition(t *testing.T) {
+	t.Parallel()
 	n, maxBatch, within := 24, 10, time.Minute
 	if *groupMembers > 0 {
 		n, maxBatch, within = *groupMembers, *groupMaxBatch, 3*time.Hour

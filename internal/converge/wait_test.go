@@ -163,12 +163,14 @@ func appIDs(out []outboundMsg) []string {
 // message.status_changed events and the read API's messages name them in
 // that order.
 func TestSendsBehindAnOwnCommitWaitForIt(t *testing.T) {
+	t.Parallel()
 	name := "renamed"
 	for _, req := range []bus.OperationRequest{
 		{Kind: schema.OpUpdateConversation, Patch: &bus.ComponentsPatch{Name: &name}},
 		{Kind: schema.OpSelfUpdate},
 	} {
 		t.Run(string(req.Kind), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			h, bg, group, _ := hostWithPeer(t, e, nil)
 			req.ClientID, req.GroupID = h.rec.ClientID, group
@@ -196,6 +198,7 @@ func TestSendsBehindAnOwnCommitWaitForIt(t *testing.T) {
 // following the accepted commits, decrypts every text in the epoch that
 // commit made, in order, each once.
 func TestSendsWaitForARetriedOwnCommit(t *testing.T) {
+	t.Parallel()
 	bob := peer(t, "bob")
 	e, lo, hi, group := twoAdmins(t, must[[]byte](t)(bob.KeyPackage()))
 	bg := must[*testpeer.Group](t)(bob.Join(e.outboundMsgs(group, 4)[2].transport))
@@ -234,8 +237,10 @@ func TestSendsWaitForARetriedOwnCommit(t *testing.T) {
 // once, in order, in the epoch the commit made, with the member state
 // written every transaction and every fourth.
 func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
+	t.Parallel()
 	for _, every := range []int{1, 4} {
 		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			var hold atomic.Bool
 			e.hooks.holdFrozen = hold.Load
@@ -274,6 +279,7 @@ func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
 // naming the operation, nothing sent), and the sends that waited are sent
 // once the commit is accepted.
 func TestSendPastTheWaitingBoundIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.hooks.maxWaiting = 2
 	var hold atomic.Bool
@@ -333,6 +339,7 @@ func (e *env) storedWaiting(group []byte) int {
 // is authorization_failed), the sends are made on the client's canonical
 // state, the winner's epoch, in order: the other admin receives each.
 func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	name := "by the former admin"
 	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}})
@@ -366,6 +373,7 @@ func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
 // with cause left (EVENT-006). A request of the update's parent epoch
 // could not be committed there.
 func TestLeaveBehindAnOwnCommitWaitsForIt(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	e.operation(e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}}), schema.OperationDone)
 	update := e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: hi.rec.ClientID, GroupID: group})
