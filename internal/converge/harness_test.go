@@ -365,6 +365,62 @@ func (e *env) barrier(g *testpeer.Group, clientID string, n int) {
 	e.settledOutcome(later.ID)
 }
 
+// storedGroup reads the group state the group's checkpoint names, or nil
+// when that state is not stored.
+func (e *env) storedGroup(group []byte) *groupState {
+	e.t.Helper()
+	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(group))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := w.getBlob(e.ctx, ck.State)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	g, err := decodeGroupState(b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g
+}
+
+// quiet waits until a group is quiet: its partition's consumer holds no
+// input not yet delivered or acknowledged (every input of the group
+// published so far is applied) and the group's stored state has no
+// convergence pass open or frozen (Due, docs/convergence.md). Then no
+// event of the group's input is still to come.
+func (e *env) quiet(group []byte) {
+	e.t.Helper()
+	p, err := subject.Partition(tenant, hex.EncodeToString(group))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	eventually.NoError(e.t, func() error {
+		c, err := e.js.Consumer(e.ctx, streams.StreamInput, ConsumerName(p))
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		info, err := c.Info(e.ctx)
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("partition %d: %d inputs pending, %d unacknowledged", p, info.NumPending, info.NumAckPending)
+		}
+		if g := e.storedGroup(group); g == nil || g.Due != 0 {
+			return errors.New("a convergence pass is open or frozen")
+		}
+		return nil
+	})
+}
+
 // wantOutcomeKept fails unless an input's outcome is still was.
 func (e *env) wantOutcomeKept(id []byte, was schema.Outcome) {
 	e.t.Helper()

@@ -98,17 +98,18 @@ func TestFORK040SameEpochRaceIsNoFork(t *testing.T) {
 	h, win, lose, field, _ := sameEpochFork(t, e)
 	evs := e.waitEvents(h.rec.ClientID, 2)
 	wantFork(t, evs, field)
-	settled(t, e, h.rec.ClientID, 2)
+	settled(t, e, win.Transport.Group, h.rec.ClientID, 2)
 	if o := e.waitOutcome(win.ID, schema.DispositionAccepted); o.Status != schema.StatusQueued {
 		t.Fatalf("winner %+v", o)
 	}
 	e.waitOutcome(lose.ID, schema.DispositionDeferred)
 }
 
-// settled checks that a client's events stay at n.
-func settled(t *testing.T, e *env, client string, n int) []bus.Delivered {
+// settled waits until the group is quiet and checks that the client's
+// events stay at n.
+func settled(t *testing.T, e *env, group []byte, client string, n int) []bus.Delivered {
 	t.Helper()
-	time.Sleep(1500 * time.Millisecond)
+	e.quiet(group)
 	return e.waitEvents(client, n)
 }
 
@@ -172,7 +173,7 @@ func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 
 	rewind(t, e)
 	e.worker("w2", nil)
-	uniqueIDs(t, settled(t, e, client, 5))
+	uniqueIDs(t, settled(t, e, g.ID(), client, 5))
 }
 
 // rewind deletes every partition consumer, as if no input was acked.
@@ -220,7 +221,7 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 	e.worker("w2", nil)
 	evs := e.waitEvents(h.rec.ClientID, 2)
 	wantFork(t, evs, field)
-	settled(t, e, h.rec.ClientID, 2)
+	settled(t, e, win.Transport.Group, h.rec.ClientID, 2)
 	e.waitOutcome(win.ID, schema.DispositionAccepted)
 	e.waitOutcome(lose.ID, schema.DispositionDeferred)
 }
@@ -277,7 +278,7 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 		e.publish(must[testpeer.Message](t)(g.Commit()))
 	}
 	e.waitOutcome(cA.ID, schema.DispositionAccepted)
-	evs := settled(t, e, client, 7)
+	evs := settled(t, e, g.ID(), client, 7)
 	want := []schema.EventKind{
 		schema.KindConversationJoined, schema.KindMetadataChanged,
 		schema.KindCommitSuperseded, schema.KindMetadataChanged,
@@ -315,7 +316,7 @@ func TestCommitBeyondAnchorIsStale(t *testing.T) {
 	if o.NamedOutcome != schema.BeyondAnchor || o.Category != schema.CategoryStaleEpoch {
 		t.Fatalf("late commit %+v, want stale stale_epoch BeyondAnchor", o)
 	}
-	settled(t, e, h.rec.ClientID, 1)
+	settled(t, e, g.ID(), h.rec.ClientID, 1)
 }
 
 // A cleanup pass whose atomic batch is stored but whose ack is lost (the

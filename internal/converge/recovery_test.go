@@ -85,9 +85,9 @@ func redelivery(t *testing.T, every int) {
 		e.publish(must[testpeer.Message](t)(g.SendText("y")))
 	}
 	e.worker("w2", snap)
+	e.waitEvents(h.rec.ClientID, 6)
+	e.quiet(g.ID())
 	evs := e.waitEvents(h.rec.ClientID, 6)
-	time.Sleep(300 * time.Millisecond)
-	evs = e.waitEvents(h.rec.ClientID, len(evs))
 	uniqueIDs(t, evs)
 	if evs[0].Event.Kind != schema.KindConversationJoined {
 		t.Fatalf("first event %s", evs[0].Event.Kind)

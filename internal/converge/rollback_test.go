@@ -92,7 +92,7 @@ func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
 		}
 		return add
 	})
-	evs := settled(t, e, client, 4)
+	evs := settled(t, e, cA.Transport.Group, client, 4)
 	uniqueIDs(t, evs)
 	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMembershipChanged, schema.KindCommitSuperseded, schema.KindMembershipChanged}
 	if !slices.Equal(kinds(evs), want) {
@@ -114,7 +114,7 @@ func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
 func TestRollbackOfRenameReportsTheNameBack(t *testing.T) {
 	t.Parallel()
 	e, client, _, cA := rolledBack(t, rename(t, "renamed"))
-	evs := settled(t, e, client, 4)
+	evs := settled(t, e, cA.Transport.Group, client, 4)
 	uniqueIDs(t, evs)
 	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged, schema.KindCommitSuperseded, schema.KindMetadataChanged}
 	if !slices.Equal(kinds(evs), want) {
@@ -154,7 +154,7 @@ func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
 	e.waitOutcome(cA.ID, schema.DispositionDeferred)
 	msg := must[testpeer.Message](t)(r.other.SendText("after the rollback"))
 	e.publish(msg)
-	evs := settled(t, e, client, 6)
+	evs := settled(t, e, cA.Transport.Group, client, 6)
 	uniqueIDs(t, evs)
 	want := []schema.EventKind{
 		schema.KindConversationJoined, schema.KindConversationRemoved, schema.KindMembershipChanged,
@@ -187,7 +187,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 	if o := e.outcome(cA.ID); o.Disposition != schema.DispositionAccepted {
 		t.Fatalf("the removal is %s, want accepted", o.Disposition)
 	}
-	evs := settled(t, e, client, 3)
+	evs := settled(t, e, cA.Transport.Group, client, 3)
 	if want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationRemoved, schema.KindMembershipChanged}; !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}
@@ -243,7 +243,7 @@ func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 	for _, text := range []string{"one", "two"} {
 		e.publish(must[testpeer.Message](t)(g.SendText(text)))
 	}
-	evs := settled(t, e, client, 2)
+	evs := settled(t, e, c.Transport.Group, client, 2)
 	if want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationForkDetected}; !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}

@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
@@ -312,24 +309,9 @@ func TestSendPastTheWaitingBoundIsRefused(t *testing.T) {
 // replaced it while it was read).
 func (e *env) storedWaiting(group []byte) int {
 	e.t.Helper()
-	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(group))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	b, err := w.getBlob(e.ctx, ck.State)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	g := e.storedGroup(group)
+	if g == nil {
 		return -1
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	g, err := decodeGroupState(b)
-	if err != nil {
-		e.t.Fatal(err)
 	}
 	return len(g.Waiting)
 }
