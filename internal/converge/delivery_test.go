@@ -60,6 +60,8 @@ func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
 // acknowledgement never comes (lost with a NATS node shut down, the write
 // stored or not) fails after the ack wait, so its input is retried,
 // instead of holding the partition for ever.
+//
+// It sets ackWait, a package variable, so it runs alone.
 func TestLostAcknowledgementFailsTheWrite(t *testing.T) {
 	e := newEnv(t)
 	// A subscriber takes the write and answers nothing, as a node that

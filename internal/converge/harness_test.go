@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +57,49 @@ type env struct {
 	store  *clientstore.Store
 	// hooks are given to each worker the env starts from then on.
 	hooks hooks
+	// read holds the messages of each subject of FABRIC_EV read so far
+	// (a client's events, a group's outbound messages): those subjects are
+	// only ever appended to, so each poll reads only the new ones.
+	read   map[string]*readMsgs
+	readMu sync.Mutex
+}
+
+// readMsgs are a subject's messages read so far, decoded, and the stream
+// sequence to read on from.
+type readMsgs struct {
+	msgs []any
+	next uint64
+}
+
+// stored returns the messages stored on subj of FABRIC_EV so far, each
+// decoded by decode, in order; decode drops a message when it returns
+// false. Every call for one subject must pass the same decode.
+func (e *env) stored(subj string, decode func(*jetstream.RawStreamMsg) (any, bool)) []any {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.readMu.Lock()
+	defer e.readMu.Unlock()
+	r := e.read[subj]
+	if r == nil {
+		r = &readMsgs{next: 1}
+		e.read[subj] = r
+	}
+	for {
+		m, err := s.GetMsg(e.ctx, r.next, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return slices.Clone(r.msgs)
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if v, ok := decode(m); ok {
+			r.msgs = append(r.msgs, v)
+		}
+		r.next = m.Sequence + 1
+	}
 }
 
 func newEnv(t testing.TB) *env {
@@ -87,7 +131,7 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: ctx, srv: srv, server: n.Process, nc: nc, js: js, vault: vault, store: store}
+	return &env{t: t, ctx: ctx, srv: srv, server: n.Process, nc: nc, js: js, vault: vault, store: store, read: map[string]*readMsgs{}}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -228,29 +272,17 @@ func (e *env) events(clientID string) []bus.Delivered {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var out []bus.Delivered
-	var seq uint64 = 1
-	for {
-		m, err := s.GetMsg(e.ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out
-		}
-		if err != nil {
-			e.t.Fatal(err)
-		}
+	for _, v := range e.stored(subj, func(m *jetstream.RawStreamMsg) (any, bool) {
 		d, err := bus.DecodeStored(m)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if d.Event.Kind != schema.KindIdentityRegistered {
-			out = append(out, d)
-		}
-		seq = m.Sequence + 1
+		return d, d.Event.Kind != schema.KindIdentityRegistered
+	}) {
+		out = append(out, v.(bus.Delivered))
 	}
+	return out
 }
 
 // waitEvents waits until a client has n converge events and returns them.

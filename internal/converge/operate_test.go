@@ -102,22 +102,16 @@ func (e *env) outboundMsgs(group []byte, n int) []outboundMsg {
 	}
 	var out []outboundMsg
 	eventually.NoError(e.t, func() error {
-		c, err := e.js.OrderedConsumer(e.ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		batch, err := c.FetchNoWait(1000)
-		if err != nil {
-			e.t.Fatal(err)
-		}
 		out = out[:0]
-		for m := range batch.Messages() {
+		for _, v := range e.stored(subj, func(m *jetstream.RawStreamMsg) (any, bool) {
 			var tm schema.TransportMessage
-			if err := tm.UnmarshalMsgpack(m.Data()); err != nil {
+			if err := tm.UnmarshalMsgpack(m.Data); err != nil {
 				e.t.Fatal(err)
 			}
-			h := m.Headers()
-			out = append(out, outboundMsg{transport: tm, id: h.Get(bus.HeaderMessageID), class: h.Get(bus.HeaderClass), opID: h.Get(bus.HeaderOperationID)})
+			h := m.Header
+			return outboundMsg{transport: tm, id: h.Get(bus.HeaderMessageID), class: h.Get(bus.HeaderClass), opID: h.Get(bus.HeaderOperationID)}, true
+		}) {
+			out = append(out, v.(outboundMsg))
 		}
 		if len(out) < n {
 			return fmt.Errorf("%d outbound messages, want %d", len(out), n)

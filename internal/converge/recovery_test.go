@@ -130,8 +130,9 @@ func TestStaleWorkerCannotEmit(t *testing.T) {
 // TestFailoverToSecondWorker: a worker that dies holding every partition
 // (its leases stay until they expire) is replaced by a second one within
 // 10 s, which carries on with the group in order.
+//
+// It bounds a time, so it runs alone, not beside the parallel tests.
 func TestFailoverToSecondWorker(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "dies", LeaseTTL: 3 * time.Second, Logger: quiet()})
