@@ -364,8 +364,11 @@ func TestEveryPartitionOwned(t *testing.T) {
 	for p := range subject.Partitions / 2 {
 		half = append(half, p)
 	}
-	wa, _ := e.worker("all", nil)
-	wb, _ := e.worker("half", func(c *Config) { c.Partitions = half })
+	// Leases balance every third of the TTL, and a free partition is
+	// adopted after four rounds: short leases settle the two quickly.
+	short := func(c *Config) { c.LeaseTTL = 1500 * time.Millisecond }
+	wa, _ := e.worker("all", short)
+	wb, _ := e.worker("half", func(c *Config) { short(c); c.Partitions = half })
 	eventually.NoError(t, func() error {
 		a, b := wa.Owned(), wb.Owned()
 		overlap := false
