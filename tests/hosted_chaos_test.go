@@ -389,6 +389,10 @@ func (c hostedChaosConfig) run(t *testing.T, f *chaosFabric) {
 	waitFor(t, 3*time.Minute, "every copy decided", func() (bool, error) {
 		var err error
 		undecided, err = undecidedOf(ctx, f.outcomes, f.tenant, undecided)
+		if err == nil && len(undecided) > 0 {
+			o, oerr := outcomeRecord(ctx, f.outcomes, f.tenant, undecided[0])
+			err = fmt.Errorf("%d of %d undecided, the first %s: outcome %+v (%v)", len(undecided), len(want), undecided[0], o, oerr)
+		}
 		return len(undecided) == 0, err
 	})
 	decided := time.Since(began)
