@@ -11,6 +11,8 @@ import (
 	"github.com/thomas-vilte/mls-go/group"
 	"github.com/thomas-vilte/mls-go/keypackages"
 	"github.com/thomas-vilte/mls-go/treesync"
+
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // DefaultWelcomeCacheSize is how many Welcomes a WelcomeCache made with
@@ -159,43 +161,17 @@ func (c *WelcomeCache) remember(id [32]byte, suite ciphersuite.CipherSuite, join
 // from a remembered join, and returns the GroupInfo signer's leaf; nil
 // when it cannot.
 func (e *joinedWelcome) join(gs *group.Secrets, kp *keypackages.KeyPackage, keys *keypackages.KeyPackagePrivateKeys) (*group.Group, uint32) {
-	encKey := kp.LeafNode.EncryptionKey
-	if len(encKey) == 0 {
-		encKey = kp.InitKey
-	}
-	own, ok := e.leaves[string(encKey)]
+	mk, ok := e.memberKeys(gs, kp, keys)
 	if !ok {
 		return nil, 0
 	}
 	sd := e.base
-	sd.OwnLeafIndex = own
-	if keys.EncryptionKey != nil {
-		sd.MyLeafEncryptionKey = keys.EncryptionKey.Bytes()
-	} else {
-		sd.MyLeafEncryptionKey = keys.InitKey.Bytes()
-	}
-	if len(gs.PathSecret) > 0 {
-		ps := ciphersuite.NewSecretForCS(e.suite, gs.PathSecret)
-		started := false
-		for _, n := range e.path {
-			if !started {
-				if !e.tree.SubtreeContainsLeaf(n, treesync.LeafIndex(own)) {
-					continue
-				}
-				started = true
-			}
-			node, err := ps.DeriveSecret(e.suite, "node")
-			if err == nil {
-				if priv, err := ciphersuite.DeriveKeyPair(e.suite, node.AsSlice()); err == nil {
-					if sd.PathNodePrivKeys == nil {
-						sd.PathNodePrivKeys = make(map[treesync.NodeIndex][]byte)
-					}
-					sd.PathNodePrivKeys[n] = priv.Bytes()
-				}
-			}
-			if ps, err = ps.DeriveSecret(e.suite, "path"); err != nil {
-				return nil, 0
-			}
+	sd.OwnLeafIndex = mk.Leaf
+	sd.MyLeafEncryptionKey = mk.LeafKey
+	if len(mk.Path) > 0 {
+		sd.PathNodePrivKeys = make(map[treesync.NodeIndex][]byte, len(mk.Path))
+		for n, v := range mk.Path {
+			sd.PathNodePrivKeys[treesync.NodeIndex(n)] = v
 		}
 	}
 	raw, err := json.Marshal(&sd)
@@ -211,6 +187,119 @@ func (e *joinedWelcome) join(gs *group.Secrets, kp *keypackages.KeyPackage, keys
 		g.LoadPsk([]byte(k), bytes.Clone(v))
 	}
 	return g, e.signer
+}
+
+// memberKeys returns the joiner's own leaf, leaf key and the path keys of
+// its path_secret (RFC 9420 §12.4.3.1); false when kp's leaf is not in
+// the remembered tree.
+func (e *joinedWelcome) memberKeys(gs *group.Secrets, kp *keypackages.KeyPackage, keys *keypackages.KeyPackagePrivateKeys) (*MemberKeys, bool) {
+	encKey := kp.LeafNode.EncryptionKey
+	if len(encKey) == 0 {
+		encKey = kp.InitKey
+	}
+	own, ok := e.leaves[string(encKey)]
+	if !ok {
+		return nil, false
+	}
+	mk := &MemberKeys{Leaf: own, Path: make(map[uint32][]byte)}
+	if keys.EncryptionKey != nil {
+		mk.LeafKey = keys.EncryptionKey.Bytes()
+	} else {
+		mk.LeafKey = keys.InitKey.Bytes()
+	}
+	if len(gs.PathSecret) == 0 {
+		return mk, true
+	}
+	ps := ciphersuite.NewSecretForCS(e.suite, gs.PathSecret)
+	started := false
+	for _, n := range e.path {
+		if !started {
+			if !e.tree.SubtreeContainsLeaf(n, treesync.LeafIndex(own)) {
+				continue
+			}
+			started = true
+		}
+		node, err := ps.DeriveSecret(e.suite, "node")
+		if err == nil {
+			if priv, err := ciphersuite.DeriveKeyPair(e.suite, node.AsSlice()); err == nil {
+				mk.Path[uint32(n)] = priv.Bytes()
+			}
+		}
+		if ps, err = ps.DeriveSecret(e.suite, "path"); err != nil {
+			return nil, false
+		}
+	}
+	return mk, true
+}
+
+// WelcomeKeys is what [Installation.JoinKeys] learned: a hosted member's
+// private part of a group it joins, and which epoch it is of.
+type WelcomeKeys struct {
+	Keys    *MemberKeys
+	GroupID []byte
+	Epoch   uint64
+	// Context is the epoch's GroupContext (RFC 9420 §8.1), which names
+	// the epoch's tree and transcript: [State.IsEpoch] compares it.
+	Context []byte
+	// KeyPackageRef is the consumed KeyPackage, as in JoinInfo.
+	KeyPackageRef []byte
+}
+
+// JoinKeys is [Installation.Join] for a member whose group's state is
+// held already (internal/groupstate): when c remembers a full join of the
+// same Welcome (same joiner_secret, no PSKs, so the same GroupInfo every
+// check of which passed), it returns only the member's private part, in
+// O(log N), without a State. ok is false when c does not remember the
+// Welcome: the caller then joins in full. Like Join, it changes nothing
+// in inst.
+func (inst *Installation) JoinKeys(welcomeMessage []byte, c *WelcomeCache) (wk *WelcomeKeys, ok bool, err error) {
+	const op = "join"
+	defer recoverDecode(op, &err)
+	if c == nil {
+		return nil, false, nil
+	}
+	cl, err := Classify(welcomeMessage)
+	if err != nil {
+		return nil, false, err
+	}
+	if cl.WireFormat != WireWelcome || cl.CipherSuite != uint16(inst.suite) {
+		return nil, false, nil
+	}
+	welcome, err := group.UnmarshalWelcome(welcomeMessage[4:])
+	if err != nil {
+		return nil, false, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	for _, s := range welcome.Secrets {
+		entry, found := inst.keyPackages[string(s.NewMember)]
+		if !found {
+			continue
+		}
+		ref := bytes.Clone(s.NewMember)
+		keys, err := entry.privateKeys(inst.suite)
+		if err != nil {
+			return nil, false, fail(op, schema.CategoryInvalidEncoding, err)
+		}
+		gs, opened := openSecrets(welcome, ref, keys)
+		if !opened {
+			return nil, false, nil
+		}
+		e := c.lookup(welcomeID(welcomeMessage), welcome.CipherSuite, gs.JoinerSecret.AsSlice())
+		if e == nil {
+			return nil, false, nil
+		}
+		mk, found := e.memberKeys(gs, entry.kp, keys)
+		if !found {
+			return nil, false, nil
+		}
+		return &WelcomeKeys{Keys: mk, GroupID: bytes.Clone(e.base.GroupID), Epoch: e.base.Epoch,
+			Context: bytes.Clone(e.base.GroupContext), KeyPackageRef: ref}, true, nil
+	}
+	return nil, false, fail(op, schema.CategoryWrongRecipient, ErrNoKeyPackage)
+}
+
+// IsEpoch reports whether context is the GroupContext of s's epoch.
+func (s *State) IsEpoch(context []byte) bool {
+	return bytes.Equal(s.g.GroupContext().Marshal(), context)
 }
 
 // welcomeID names a Welcome message in the cache.

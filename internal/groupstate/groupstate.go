@@ -101,7 +101,49 @@ func (g *Group) Join(id string, st *engine.State) error {
 	} else if st.Epoch() != g.shared.Epoch() || !slices.Equal(st.EpochAuthenticator(), g.shared.EpochAuthenticator()) {
 		return ErrEpoch
 	}
-	g.members[id] = &member{keys: keys, joined: st.Epoch()}
+	return g.add(id, keys, st.Epoch())
+}
+
+// JoinWelcome joins the hosted member of inst from a Welcome and returns
+// the KeyPackage it consumed (the caller removes it once the group is
+// stored, as after engine.Installation.Join). When cache remembers a full
+// join of the same Welcome into the group's current epoch, only the
+// member's private part is derived (O(log N), engine.Installation.JoinKeys);
+// else the member joins in full (and the cache remembers it for the next).
+func (g *Group) JoinWelcome(inst *engine.Installation, welcome []byte, cache *engine.WelcomeCache) (keyPackageRef []byte, err error) {
+	id := inst.ClientID()
+	g.mu.Lock()
+	if g.shared != nil {
+		wk, ok, err := inst.JoinKeys(welcome, cache)
+		if err != nil {
+			g.mu.Unlock()
+			return nil, err
+		}
+		if ok && wk.Epoch == g.shared.Epoch() && g.shared.IsEpoch(wk.Context) {
+			defer g.mu.Unlock()
+			if err := g.add(id, wk.Keys, wk.Epoch); err != nil {
+				return nil, err
+			}
+			return wk.KeyPackageRef, nil
+		}
+	}
+	g.mu.Unlock()
+	st, info, err := inst.Join(welcome, nil, engine.WithWelcomeCache(cache))
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Join(id, st); err != nil {
+		return nil, err
+	}
+	return info.KeyPackageRef, nil
+}
+
+// add adds a hosted member of the current epoch.
+func (g *Group) add(id string, keys *engine.MemberKeys, epoch uint64) error {
+	if _, dup := g.members[id]; dup {
+		return fmt.Errorf("groupstate: join: member %s is hosted already", id)
+	}
+	g.members[id] = &member{keys: keys, joined: epoch}
 	g.byLeaf[keys.Leaf] = id
 	// A Delivery holds the roster it was made with: a new one is a copy.
 	i, _ := slices.BinarySearch(g.roster, id)

@@ -89,19 +89,15 @@ func (w *world) invite(n int) []string {
 	}
 	var ids []string
 	for _, inst := range insts {
-		st, _, err := inst.Join(welcome.MLS, nil, engine.WithWelcomeCache(w.wc))
-		if err != nil {
-			w.t.Fatalf("join: %v", err)
-		}
 		id := inst.ClientID()
 		if w.solos {
-			c, err := st.Clone()
+			st, _, err := inst.Join(welcome.MLS, nil)
 			if err != nil {
-				w.t.Fatal(err)
+				w.t.Fatalf("join: %v", err)
 			}
-			w.solo[id] = c
+			w.solo[id] = st
 		}
-		if err := w.g.Join(id, st); err != nil {
+		if _, err := w.g.JoinWelcome(inst, welcome.MLS, w.wc); err != nil {
 			w.t.Fatalf("group join: %v", err)
 		}
 		w.insts[id] = inst

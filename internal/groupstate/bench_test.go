@@ -1,0 +1,185 @@
+package groupstate
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fabric-mls/fabric/internal/engine"
+)
+
+// benchSizes are the hosted-member counts of the benchmarks
+// (docs/shared-state.md); pick one with -bench 'Shared/H=1000$'.
+var benchSizes = []int{100, 1000, 3000}
+
+// benchWorld is a world of h hosted members plus one standalone engine
+// member (the last hosted one, kept apart), whose cost is one member's.
+type benchWorld struct {
+	*world
+	one *engine.State
+}
+
+func newBenchWorld(b *testing.B, h int) *benchWorld {
+	b.Helper()
+	w := newWorld(b, 0, Config{}, false)
+	// Invite in batches: one commit with thousands of adds is mls-go's
+	// slowest path and not what is measured.
+	for len(w.hosted) < h {
+		w.invite(min(500, h-len(w.hosted)))
+	}
+	// Give the tree path keys: a few self-updates.
+	for range 2 {
+		w.remoteCommit(w.bob, w.bob.Commit)
+	}
+	one, err := w.g.StateOf(w.hosted[len(w.hosted)-1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchWorld{world: w, one: one}
+}
+
+// benchWorlds keeps a size's world across the runs of one benchmark
+// (b.N grows between them): setting up thousands of members is slow.
+var benchWorlds = map[string]*benchWorld{}
+
+func benchWorldOf(b *testing.B, h int) *benchWorld {
+	key := b.Name()
+	if bw := benchWorlds[key]; bw != nil {
+		bw.t = b
+		return bw
+	}
+	bw := newBenchWorld(b, h)
+	benchWorlds[key] = bw
+	return bw
+}
+
+// peerCommit has bob commit a self-update and alice process it; it
+// returns the commit, not yet processed by the hosted members.
+func (bw *benchWorld) peerCommit(b *testing.B) []byte {
+	b.Helper()
+	m, err := bw.bob.Commit()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bw.peersProcess(m.Transport, bw.bob)
+	return m.MLS
+}
+
+// BenchmarkSharedCommit: one commit by a peer (a self-update, so every
+// hosted member's path changes), processed once for all h hosted members
+// (shared-ms) against one standalone member processing it (one-ms).
+func BenchmarkSharedCommit(b *testing.B) {
+	for _, h := range benchSizes {
+		b.Run(fmt.Sprintf("H=%d", h), func(b *testing.B) {
+			bw := benchWorldOf(b, h)
+			var shared, one time.Duration
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				commit := bw.peerCommit(b)
+				b.StartTimer()
+				t0 := time.Now()
+				if _, err := bw.g.ProcessHandshake(commit); err != nil {
+					b.Fatal(err)
+				}
+				shared += time.Since(t0)
+				b.StopTimer()
+				t0 = time.Now()
+				next, _, err := bw.one.ProcessHandshake(commit)
+				if err != nil {
+					b.Fatal(err)
+				}
+				one += time.Since(t0)
+				bw.one = next
+				b.StartTimer()
+			}
+			b.StopTimer()
+			report(b, "shared-ms", "one-ms", float64(shared.Microseconds())/1e3, float64(one.Microseconds())/1e3)
+		})
+	}
+}
+
+// BenchmarkSharedMessage: a peer's application message decrypted once and
+// delivered to every hosted member (shared-us, delivery included) against
+// one standalone member decrypting it (one-us).
+func BenchmarkSharedMessage(b *testing.B) {
+	for _, h := range benchSizes {
+		b.Run(fmt.Sprintf("H=%d", h), func(b *testing.B) {
+			bw := benchWorldOf(b, h)
+			msgs := make([][]byte, b.N)
+			for i := range msgs {
+				m, err := bw.bob.SendText("benchmark message")
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs[i] = m.MLS
+			}
+			delivered := make(map[string]int, h)
+			var shared, one time.Duration
+			b.ResetTimer()
+			for _, msg := range msgs {
+				t0 := time.Now()
+				d, err := bw.g.Decrypt(msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.Each(func(id string) { delivered[id]++ })
+				shared += time.Since(t0)
+				b.StopTimer()
+				t0 = time.Now()
+				if _, err := bw.one.Decrypt(msg); err != nil {
+					b.Fatal(err)
+				}
+				one += time.Since(t0)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if len(delivered) != h {
+				b.Fatalf("delivered to %d members, want %d", len(delivered), h)
+			}
+			report(b, "shared-us", "one-us", float64(shared.Nanoseconds())/1e3, float64(one.Nanoseconds())/1e3)
+		})
+	}
+}
+
+// report adds per-op metrics, their ratio, and the process's peak RSS and
+// live heap (run one size per process for a size's peak).
+func report(b *testing.B, sharedUnit, oneUnit string, shared, one float64) {
+	n := float64(b.N)
+	b.ReportMetric(shared/n, sharedUnit)
+	b.ReportMetric(one/n, oneUnit)
+	if one > 0 {
+		b.ReportMetric(shared/one, "ratio")
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-MB")
+	b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
+}
+
+// peakRSSMB reads VmHWM, the process's peak resident set, from procfs; 0
+// where there is none.
+func peakRSSMB() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				return 0
+			}
+			return kb / 1024
+		}
+	}
+	return 0
+}
