@@ -204,6 +204,11 @@ type Outcome struct {
 	Result *engine.HandshakeResult
 	// Removed are the hosted members the commit removed.
 	Removed []string
+	// Lost is a hosted committer whose own commit came back without the
+	// state that made it (Commit on another process): its new leaf and
+	// path secrets are its own, so its keys cannot follow and it is
+	// dropped from the group; its standalone state, if any, still holds.
+	Lost string
 }
 
 // ProcessHandshake applies a proposal or a commit of the current epoch
@@ -281,13 +286,19 @@ func (g *Group) commit(id engine.MessageID, msg []byte) (*Outcome, error) {
 		switch {
 		case removed[m.keys.Leaf]:
 			out.Removed = append(out.Removed, id)
+		case m.keys.Leaf == committer && id != carrier:
+			out.Lost = id
 		case id == carrier:
 			m.keys = after
 		default:
 			m.keys = shape.FollowCommit(m.keys, committer, before, after)
 		}
 	}
-	for _, id := range out.Removed {
+	gone := out.Removed
+	if out.Lost != "" {
+		gone = append(slices.Clone(gone), out.Lost)
+	}
+	for _, id := range gone {
 		delete(g.byLeaf, g.members[id].keys.Leaf)
 		delete(g.members, id)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/fabric-mls/fabric/internal/apppayload"
@@ -566,4 +567,63 @@ func TestSharedJoinOtherEpoch(t *testing.T) {
 	if err := w.g.Join("late", st); !errors.Is(err, ErrEpoch) {
 		t.Fatalf("join at a past epoch: %v", err)
 	}
+}
+
+// TestSharedConcurrentUse: hosted members encrypting and the group
+// decrypting from several goroutines at once (the secret tree is not safe
+// for concurrent use: the Group's lock serializes them; run with -race).
+func TestSharedConcurrentUse(t *testing.T) {
+	w := newWorld(t, 4, Config{}, false)
+	var msgs [][]byte
+	for range 8 {
+		m, err := w.bob.SendText("concurrent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m.MLS)
+	}
+	errs := make(chan error, len(w.hosted)+len(msgs))
+	var wg sync.WaitGroup
+	for _, id := range w.hosted {
+		payload := encodeText(t, "from "+id)
+		wg.Go(func() {
+			_, err := w.g.Encrypt(id, w.insts[id], payload)
+			errs <- err
+		})
+	}
+	for _, m := range msgs {
+		wg.Go(func() {
+			_, err := w.g.Decrypt(m)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSharedOwnCommitWithoutItsState: a hosted member's commit made
+// elsewhere (its state after it is not in this group) comes back: the
+// others follow it, and the committer, whose new secrets are not here, is
+// dropped as lost rather than kept with stale keys.
+func TestSharedOwnCommitWithoutItsState(t *testing.T) {
+	w := newWorld(t, 4, Config{}, true)
+	committer := w.hosted[1]
+	out, err := w.solo[committer].Commit(w.insts[committer], engine.CommitRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.peersProcess(transport(w.alice.ID(), out.Commit), nil)
+	res := w.hostedProcess(out.Commit, committer)
+	if res.Lost != committer || slices.Contains(w.g.Members(), committer) {
+		t.Fatalf("lost %q, members %v", res.Lost, w.g.Members())
+	}
+	delete(w.solo, committer)
+	w.hosted = slices.DeleteFunc(w.hosted, func(id string) bool { return id == committer })
+	w.check()
+	w.remoteCommit(w.bob, w.bob.Commit)
 }
