@@ -238,8 +238,48 @@ func BenchmarkSharedRestore(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(len(blob))/(1<<20), "blob-MB")
+			// Live heap of one more restored group, and of one more
+			// standalone member's state of the same group.
+			group := heapOf(func() any {
+				g, err := Restore(snap, Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return g
+			})
+			oneSnap, err := bw.one.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			one := heapOf(func() any {
+				st, err := engine.Restore(oneSnap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return st
+			})
+			b.ReportMetric(group, "group-heap-MB")
+			b.ReportMetric(one, "one-heap-MB")
+			b.ReportMetric(group/one, "heap-ratio")
 		})
 	}
+}
+
+// heapOf returns the live heap, in MB, of what produce returns: the mean
+// of four copies held at once, so the collector's noise is small beside it.
+func heapOf(produce func() any) float64 {
+	const copies = 4
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	held := make([]any, copies)
+	for i := range held {
+		held[i] = produce()
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(held)
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / copies / (1 << 20)
 }
 
 // BenchmarkSharedJoin: hosted members joining a group held already, from
