@@ -28,6 +28,9 @@ var (
 	ErrEpoch = errors.New("groupstate: joined state is not the group's current epoch")
 	// ErrEnded: no hosted member is left in the group.
 	ErrEnded = errors.New("groupstate: no hosted member left")
+	// ErrNoFollower: a commit came back that only its own committer, a
+	// hosted member without the state that made it, could follow.
+	ErrNoFollower = errors.New("groupstate: no hosted member can follow the commit")
 )
 
 // Config tunes a Group.
@@ -256,7 +259,11 @@ func (g *Group) commit(id engine.MessageID, msg []byte) (*Outcome, error) {
 			return nil, err
 		}
 		committer = plan.Committer
-		carrier = g.carrierFor(plan)
+		if carrier = g.carrierFor(plan); carrier == "" {
+			// The only hosted member committed, and its state after the
+			// commit is not here: no hosted member can follow it.
+			return nil, &engine.Error{Op: "process commit", Category: schema.CategoryMissingHistory, Err: ErrNoFollower}
+		}
 		if next, res, err = g.shared.ProcessAs(g.members[carrier].keys, msg); err != nil {
 			return nil, err
 		}
@@ -332,7 +339,7 @@ func (g *Group) carrierFor(plan *engine.CommitPlan) string {
 			return id
 		}
 	}
-	return g.carrier
+	return ""
 }
 
 // keepPast moves the current epoch to the past ones (or drops it).

@@ -554,6 +554,17 @@ func TestSharedSnapshotRoundTrip(t *testing.T) {
 	if _, err := UnmarshalSnapshot([]byte(`{"v":2}`)); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("other version: %v", err)
 	}
+	// Member parts that do not fit the shared part are refused.
+	twice := *back
+	twice.Members = append(slices.Clone(back.Members), MemberSnapshot{ID: "other", Keys: back.Members[0].Keys})
+	if _, err := Restore(&twice, Config{}); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("two members on one leaf: %v", err)
+	}
+	blank := *back
+	blank.Members = append(slices.Clone(back.Members), MemberSnapshot{ID: "other", Keys: &engine.MemberKeys{Leaf: 1 << 20}})
+	if _, err := Restore(&blank, Config{}); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("a member on no leaf of the group: %v", err)
+	}
 }
 
 // TestSharedJoinOtherEpoch: a joined state of another epoch is refused.
@@ -626,4 +637,24 @@ func TestSharedOwnCommitWithoutItsState(t *testing.T) {
 	w.hosted = slices.DeleteFunc(w.hosted, func(id string) bool { return id == committer })
 	w.check()
 	w.remoteCommit(w.bob, w.bob.Commit)
+}
+
+// TestSharedOnlyMemberOwnCommitWithoutItsState: when the only hosted
+// member's own commit comes back without its state, nobody here can
+// follow it: the commit fails with missing_history, the group unchanged.
+func TestSharedOnlyMemberOwnCommitWithoutItsState(t *testing.T) {
+	w := newWorld(t, 1, Config{}, true)
+	id := w.hosted[0]
+	out, err := w.solo[id].Commit(w.insts[id], engine.CommitRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := w.g.Epoch()
+	_, err = w.g.ProcessHandshake(out.Commit)
+	if !errors.Is(err, ErrNoFollower) || engine.CategoryOf(err) != schema.CategoryMissingHistory {
+		t.Fatalf("process: %v", err)
+	}
+	if w.g.Epoch() != epoch || !slices.Equal(w.g.Members(), []string{id}) {
+		t.Fatal("the group moved")
+	}
 }

@@ -104,6 +104,12 @@ func Restore(s *Snapshot, cfg Config) (*Group, error) {
 		if _, dup := g.members[m.ID]; dup {
 			return nil, ErrBadSnapshot
 		}
+		if _, taken := g.byLeaf[m.Keys.Leaf]; taken {
+			return nil, ErrBadSnapshot
+		}
+		if _, ok := shared.Member(m.Keys.Leaf); !ok {
+			return nil, ErrBadSnapshot
+		}
 		g.members[m.ID] = &member{keys: m.Keys.Clone(), joined: m.Joined}
 		g.byLeaf[m.Keys.Leaf] = m.ID
 		g.roster = append(g.roster, m.ID)
