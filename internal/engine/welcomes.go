@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"maps"
 	"sync"
 
@@ -245,31 +246,46 @@ type WelcomeKeys struct {
 	KeyPackageRef []byte
 }
 
+// ParsedWelcome is a Welcome message parsed once for the many hosted
+// members it adds ([ParseWelcome], [Installation.JoinKeys]): parsing and
+// naming it cost its size, which grows with the group.
+type ParsedWelcome struct {
+	id      [32]byte
+	welcome *group.Welcome
+}
+
+// ParseWelcome parses a Welcome MLSMessage.
+func ParseWelcome(welcomeMessage []byte) (pw *ParsedWelcome, err error) {
+	const op = "join"
+	defer recoverDecode(op, &err)
+	c, err := Classify(welcomeMessage)
+	if err != nil {
+		return nil, err
+	}
+	if c.WireFormat != WireWelcome {
+		return nil, fail(op, schema.CategoryInvalidEncoding, errors.New("not a Welcome"))
+	}
+	w, err := group.UnmarshalWelcome(welcomeMessage[4:])
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	return &ParsedWelcome{id: welcomeID(welcomeMessage), welcome: w}, nil
+}
+
 // JoinKeys is [Installation.Join] for a member whose group's state is
 // held already (internal/groupstate): when c remembers a full join of the
 // same Welcome (same joiner_secret, no PSKs, so the same GroupInfo every
-// check of which passed), it returns only the member's private part, in
-// O(log N), without a State. ok is false when c does not remember the
-// Welcome: the caller then joins in full. Like Join, it changes nothing
-// in inst.
-func (inst *Installation) JoinKeys(welcomeMessage []byte, c *WelcomeCache) (wk *WelcomeKeys, ok bool, err error) {
+// check of which passed, its signer an admin included), it returns only
+// the member's private part, in O(log N), without a State. ok is false
+// when c does not remember the Welcome: the caller then joins in full.
+// Like Join, it changes nothing in inst.
+func (inst *Installation) JoinKeys(pw *ParsedWelcome, c *WelcomeCache) (wk *WelcomeKeys, ok bool, err error) {
 	const op = "join"
 	defer recoverDecode(op, &err)
-	if c == nil {
+	if c == nil || pw.welcome.CipherSuite != inst.suite {
 		return nil, false, nil
 	}
-	cl, err := Classify(welcomeMessage)
-	if err != nil {
-		return nil, false, err
-	}
-	if cl.WireFormat != WireWelcome || cl.CipherSuite != uint16(inst.suite) {
-		return nil, false, nil
-	}
-	welcome, err := group.UnmarshalWelcome(welcomeMessage[4:])
-	if err != nil {
-		return nil, false, fail(op, schema.CategoryInvalidEncoding, err)
-	}
-	for _, s := range welcome.Secrets {
+	for _, s := range pw.welcome.Secrets {
 		entry, found := inst.keyPackages[string(s.NewMember)]
 		if !found {
 			continue
@@ -279,11 +295,11 @@ func (inst *Installation) JoinKeys(welcomeMessage []byte, c *WelcomeCache) (wk *
 		if err != nil {
 			return nil, false, fail(op, schema.CategoryInvalidEncoding, err)
 		}
-		gs, opened := openSecrets(welcome, ref, keys)
+		gs, opened := openSecrets(pw.welcome, ref, keys)
 		if !opened {
 			return nil, false, nil
 		}
-		e := c.lookup(welcomeID(welcomeMessage), welcome.CipherSuite, gs.JoinerSecret.AsSlice())
+		e := c.lookup(pw.id, pw.welcome.CipherSuite, gs.JoinerSecret.AsSlice())
 		if e == nil {
 			return nil, false, nil
 		}

@@ -111,13 +111,15 @@ func (g *Group) Join(id string, st *engine.State) error {
 // the KeyPackage it consumed (the caller removes it once the group is
 // stored, as after engine.Installation.Join). When cache remembers a full
 // join of the same Welcome into the group's current epoch, only the
-// member's private part is derived (O(log N), engine.Installation.JoinKeys);
-// else the member joins in full (and the cache remembers it for the next).
-func (g *Group) JoinWelcome(inst *engine.Installation, welcome []byte, cache *engine.WelcomeCache) (keyPackageRef []byte, err error) {
+// member's private part is derived (O(log N) beside the Welcome's parse,
+// engine.Installation.JoinKeys); else the member joins in full (and the
+// cache remembers it for the next). pw is the Welcome parsed once
+// (engine.ParseWelcome) for every hosted member it adds.
+func (g *Group) JoinWelcome(inst *engine.Installation, welcome []byte, pw *engine.ParsedWelcome, cache *engine.WelcomeCache) (keyPackageRef []byte, err error) {
 	id := inst.ClientID()
 	g.mu.Lock()
 	if g.shared != nil {
-		wk, ok, err := inst.JoinKeys(welcome, cache)
+		wk, ok, err := inst.JoinKeys(pw, cache)
 		if err != nil {
 			g.mu.Unlock()
 			return nil, err

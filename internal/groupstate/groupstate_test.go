@@ -88,6 +88,10 @@ func (w *world) invite(n int) []string {
 	if len(w.hosted) > 0 {
 		w.hostedProcess(commit.MLS, "")
 	}
+	pw, err := engine.ParseWelcome(welcome.MLS)
+	if err != nil {
+		w.t.Fatal(err)
+	}
 	var ids []string
 	for _, inst := range insts {
 		id := inst.ClientID()
@@ -98,7 +102,7 @@ func (w *world) invite(n int) []string {
 			}
 			w.solo[id] = st
 		}
-		if _, err := w.g.JoinWelcome(inst, welcome.MLS, w.wc); err != nil {
+		if _, err := w.g.JoinWelcome(inst, welcome.MLS, pw, w.wc); err != nil {
 			w.t.Fatalf("group join: %v", err)
 		}
 		w.insts[id] = inst
