@@ -215,7 +215,7 @@ func (e *joinedWelcome) memberKeys(gs *group.Secrets, kp *keypackages.KeyPackage
 	started := false
 	for _, n := range e.path {
 		if !started {
-			if !e.tree.SubtreeContainsLeaf(n, treesync.LeafIndex(own)) {
+			if !subtreeHolds(n, own) {
 				continue
 			}
 			started = true
@@ -231,6 +231,16 @@ func (e *joinedWelcome) memberKeys(gs *group.Secrets, kp *keypackages.KeyPackage
 		}
 	}
 	return mk, true
+}
+
+// subtreeHolds reports whether leaf is under node n, in the array layout
+// of RFC 9420 Appendix C: a node of level k spans the node indices within
+// 2^k - 1 of its own (treesync's SubtreeContainsLeaf walks the subtree,
+// O(N) at the root).
+func subtreeHolds(n treesync.NodeIndex, leaf uint32) bool {
+	span := int64(1)<<nodeLevel(n) - 1
+	d := 2*int64(leaf) - int64(n)
+	return -span <= d && d <= span
 }
 
 // WelcomeKeys is what [Installation.JoinKeys] learned: a hosted member's
