@@ -9,10 +9,12 @@ import (
 	"sync"
 
 	"github.com/thomas-vilte/mls-go/ciphersuite"
+	mlsext "github.com/thomas-vilte/mls-go/extensions"
 	"github.com/thomas-vilte/mls-go/group"
 	"github.com/thomas-vilte/mls-go/keypackages"
 	"github.com/thomas-vilte/mls-go/treesync"
 
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -330,3 +332,129 @@ func (s *State) IsEpoch(context []byte) bool {
 
 // welcomeID names a Welcome message in the cache.
 func welcomeID(msg []byte) [32]byte { return sha256.Sum256(msg) }
+
+// RememberWelcome makes c remember a Welcome into the epoch s holds as if
+// one of its joiners had joined in full, so that [Installation.JoinKeys]
+// serves every hosted member it adds: in a large group mls-go's full join
+// (every leaf of the GroupInfo's tree checked) costs seconds, and the
+// held state's tree was checked already when its commit was processed.
+// inst is one of the joiners. It checks what a full join of it would:
+// the GroupInfo decrypts under the joiner_secret's welcome key (RFC 9420
+// §12.4.3.1) and names s's epoch (GroupContext and confirmation tag
+// equal, and the joiner_secret leads to s's epoch_authenticator), its
+// ratchet_tree extension is the held tree (its tree hash the
+// GroupContext's), its signature verifies under its signer's leaf, and
+// the signer is an admin when the group has components (Marmot
+// joining.md step 8). ok is false, and c unchanged, when any of it does
+// not hold or the Welcome needs PSKs: the caller then joins in full,
+// which reports why.
+func (s *State) RememberWelcome(inst *Installation, pw *ParsedWelcome, c *WelcomeCache) (ok bool, err error) {
+	const op = "join"
+	defer recoverDecode(op, &err)
+	cs := s.g.CipherSuite()
+	w := pw.welcome
+	if c == nil || w.CipherSuite != cs || inst.suite != cs {
+		return false, nil
+	}
+	var gs *group.Secrets
+	for _, sec := range w.Secrets {
+		entry, found := inst.keyPackages[string(sec.NewMember)]
+		if !found {
+			continue
+		}
+		keys, err := entry.privateKeys(cs)
+		if err != nil {
+			return false, nil
+		}
+		if gs, found = openSecrets(w, sec.NewMember, keys); !found {
+			return false, nil
+		}
+		break
+	}
+	if gs == nil {
+		return false, nil
+	}
+	joiner := gs.JoinerSecret.AsSlice()
+	if c.lookup(pw.id, cs, joiner) != nil {
+		return true, nil
+	}
+	// member_secret = Extract(joiner_secret, 0): no PSKs (openSecrets).
+	member, err := ciphersuite.NewSecretForCS(cs, bytes.Clone(joiner)).HKDFExtract(ciphersuite.ZeroSecretCS(cs))
+	if err != nil {
+		return false, nil
+	}
+	defer member.SecureZero()
+	welcomeSecret, err := member.DeriveSecret(cs, "welcome")
+	if err != nil {
+		return false, nil
+	}
+	defer welcomeSecret.SecureZero()
+	key, err := welcomeSecret.KdfExpandLabel("key", []byte{}, cs.AEADKeyLength())
+	if err != nil {
+		return false, nil
+	}
+	defer key.SecureZero()
+	nonce, err := welcomeSecret.KdfExpandLabel("nonce", []byte{}, cs.AEADNonceLength())
+	if err != nil {
+		return false, nil
+	}
+	defer nonce.SecureZero()
+	plain, err := ciphersuite.DecryptWithCipherSuite(key.AsSlice(), nonce.AsSlice(), w.EncryptedGroupInfo, []byte{}, cs)
+	if err != nil {
+		return false, nil
+	}
+	info, err := group.UnmarshalGroupInfo(plain)
+	if err != nil || info.GroupContext == nil {
+		return false, nil
+	}
+	context := s.g.GroupContext().Marshal()
+	if !bytes.Equal(info.GroupContext.Marshal(), context) || !bytes.Equal(info.ConfirmationTag, s.g.ConfirmationTag()) {
+		return false, nil
+	}
+	epoch, err := member.KdfExpandLabel("epoch", context, cs.HashLength())
+	if err != nil {
+		return false, nil
+	}
+	defer epoch.SecureZero()
+	auth, err := epoch.DeriveSecret(cs, "authentication")
+	if err != nil || !bytes.Equal(auth.AsSlice(), s.g.EpochAuthenticator()) {
+		return false, nil
+	}
+	if !treeExtensionIs(info, cs) {
+		return false, nil
+	}
+	signer := s.g.GetTreeLeaf(info.Signer)
+	if signer == nil || signer.State != treesync.NodeStatePresent || signer.LeafData == nil {
+		return false, nil
+	}
+	pub := ciphersuite.NewMLSSignaturePublicKey(signer.LeafData.SigKeyBytes(), cs.SignatureScheme())
+	if err := ciphersuite.VerifyWithLabel(pub, "GroupInfoTBS", info.MarshalTBS(), ciphersuite.NewSignature(info.Signature)); err != nil {
+		return false, nil
+	}
+	set, found, err := s.Components()
+	if err != nil {
+		return false, nil
+	}
+	adder, present := s.Member(uint32(info.Signer))
+	if !present || found && components.RoleOf(set, accountOf(adder.InboxID)) < components.RoleAdmin {
+		return false, nil
+	}
+	c.remember(pw.id, cs, joiner, s.g, uint32(info.Signer))
+	return c.lookup(pw.id, cs, joiner) != nil, nil
+}
+
+// treeExtensionIs reports whether the GroupInfo carries a ratchet_tree
+// extension whose tree hash is its GroupContext's (RFC 9420 §12.4.3.1).
+func treeExtensionIs(info *group.Info, cs ciphersuite.CipherSuite) bool {
+	for _, ext := range info.Extensions {
+		if ext.Type != mlsext.ExtensionTypeRatchetTree {
+			continue
+		}
+		t, err := treesync.UnmarshalTreeFromExtension(ext.Data, cs)
+		if err != nil {
+			return false
+		}
+		return bytes.Equal(t.ExpandToPowerOf2().TreeHash(), info.GroupContext.TreeHash)
+	}
+	return false
+}

@@ -109,17 +109,24 @@ func (g *Group) Join(id string, st *engine.State) error {
 
 // JoinWelcome joins the hosted member of inst from a Welcome and returns
 // the KeyPackage it consumed (the caller removes it once the group is
-// stored, as after engine.Installation.Join). When cache remembers a full
-// join of the same Welcome into the group's current epoch, only the
-// member's private part is derived (O(log N) beside the Welcome's parse,
-// engine.Installation.JoinKeys); else the member joins in full (and the
-// cache remembers it for the next). pw is the Welcome parsed once
-// (engine.ParseWelcome) for every hosted member it adds.
+// stored, as after engine.Installation.Join). A Welcome into the group's
+// current epoch is checked once against the held state
+// (engine.State.RememberWelcome) and remembered in cache; then only the
+// member's private part is derived (engine.Installation.JoinKeys).
+// Otherwise the member joins in full (and the cache remembers it for the
+// next). pw is the Welcome parsed once (engine.ParseWelcome) for every
+// hosted member it adds.
 func (g *Group) JoinWelcome(inst *engine.Installation, welcome []byte, pw *engine.ParsedWelcome, cache *engine.WelcomeCache) (keyPackageRef []byte, err error) {
 	id := inst.ClientID()
 	g.mu.Lock()
 	if g.shared != nil {
 		wk, ok, err := inst.JoinKeys(pw, cache)
+		if err == nil && !ok {
+			// A Welcome into the held epoch needs no full join at all.
+			if ok, err = g.shared.RememberWelcome(inst, pw, cache); err == nil && ok {
+				wk, ok, err = inst.JoinKeys(pw, cache)
+			}
+		}
 		if err != nil {
 			g.mu.Unlock()
 			return nil, err

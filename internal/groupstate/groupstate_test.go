@@ -662,3 +662,51 @@ func TestSharedOnlyMemberOwnCommitWithoutItsState(t *testing.T) {
 		t.Fatal("the group moved")
 	}
 }
+
+// TestSharedJoinWelcomeOfAnotherEpoch: a Welcome whose commit the group
+// has not processed is not of the held epoch: it is not remembered from
+// the held state, and the full join it falls back to is refused as of
+// another epoch. Once the commit is processed, the same Welcome joins.
+func TestSharedJoinWelcomeOfAnotherEpoch(t *testing.T) {
+	w := newWorld(t, 2, Config{}, true)
+	account := make([]byte, engine.AccountIDLen)
+	if _, err := rand.Read(account); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := engine.CreateInstallation(account, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := inst.NewKeyPackages(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, welcome, err := w.alice.Invite(kp[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := engine.ParseWelcome(welcome.MLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := engine.NewWelcomeCache(0)
+	if ok, err := w.g.Shared().RememberWelcome(inst, pw, cache); ok || err != nil {
+		t.Fatalf("a Welcome of the next epoch remembered from the held one: %v, %v", ok, err)
+	}
+	if _, err := w.g.JoinWelcome(inst, welcome.MLS, pw, cache); !errors.Is(err, ErrEpoch) {
+		t.Fatalf("join before the commit: %v", err)
+	}
+	w.peersProcess(commit.Transport, w.alice)
+	w.hostedProcess(commit.MLS, "")
+	if _, err := w.g.JoinWelcome(inst, welcome.MLS, pw, engine.NewWelcomeCache(0)); err != nil {
+		t.Fatalf("join after the commit: %v", err)
+	}
+	st, _, err := inst.Join(welcome.MLS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.solo[inst.ClientID()], w.insts[inst.ClientID()] = st, inst
+	w.hosted = append(w.hosted, inst.ClientID())
+	w.check()
+	w.remoteCommit(w.bob, w.bob.Commit)
+}
