@@ -30,6 +30,7 @@ import (
 // KeyPackage that does not parse (400), or a client the tenant does not
 // host (404) is refused.
 func TestSDKCreatesConversationAndSends(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f := startInProcess(t, ctx)
