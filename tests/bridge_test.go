@@ -197,6 +197,7 @@ func texts(t *testing.T, ctx context.Context, s *side, group []byte) []string {
 // request, and B's client is removed with cause left (EVENT-006).
 func TestBridgedFabricsHoldOneConversation(t *testing.T) {
 	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, b := newSide(t, ctx), newSide(t, ctx)
@@ -316,6 +317,7 @@ func (c *crashingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // twice (events and read API).
 func TestBridgeDeliversOnceAcrossRestart(t *testing.T) {
 	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, b := newSide(t, ctx), newSide(t, ctx)

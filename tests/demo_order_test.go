@@ -33,6 +33,7 @@ import (
 // delivered on arrival (the talk before the rename) arrive in order.
 func TestEVENT012DemoFlowInCanonicalOrder(t *testing.T) {
 	t.Parallel()
+	oneInProcess(t)
 	const runs = 30
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -209,6 +210,7 @@ func kindList(evs []schema.ClientEvent) []schema.EventKind {
 // itself plays it, 10 conversations at once, as the command does.
 func TestDemoAtPauseZeroKeepsSendOrder(t *testing.T) {
 	t.Parallel()
+	oneInProcess(t)
 	const runs = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

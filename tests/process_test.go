@@ -59,8 +59,9 @@ func binaries(t testing.TB) string {
 // parallelTests is how many tests run at once unless -test.parallel says:
 // more than GOMAXPROCS, go test's default, because these tests mostly wait
 // on processes and on timers (JetStream's idle file close, the outbound
-// AckWait, convergence's settlement quiescence), not on this binary's CPU.
-const parallelTests = 6
+// AckWait, convergence's settlement quiescence), not on this binary's CPU;
+// those that run all-in-ones in this binary take turns (oneInProcess).
+const parallelTests = 4
 
 // TestMain sets parallelTests, and removes the built binaries after the run.
 func TestMain(m *testing.M) {
