@@ -52,6 +52,7 @@ var hostedChaos = flag.Bool("hosted-chaos", false, "run the long hosted-to-hoste
 // and ingest killed six times each, then 1,000 with the all-in-one
 // (`fabric run`) killed six times.
 func TestHostedToHostedSendsExactlyOnceAcrossKills(t *testing.T) {
+	t.Parallel()
 	t.Run("roles", func(t *testing.T) {
 		// Ingest dies with copies in hand, which come again after the
 		// outbound consumer's 30 s AckWait, behind newer ones; converge
