@@ -12,6 +12,7 @@ import (
 // naming the address, instead of a panic or a ten-second wait: the HTTP
 // listener and the embedded NATS server's client port each.
 func TestAllInOneBusyPortIsNamedAndExits(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(binaries(t), "fabric")
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,6 +45,7 @@ func TestAllInOneBusyPortIsNamedAndExits(t *testing.T) {
 // A second fabric on a data directory in use refuses to start, at once,
 // saying why; the first keeps serving.
 func TestAllInOneSecondInstanceOnOneDataDirRefuses(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(binaries(t), "fabric")
 	data := t.TempDir()
 	first := start(t, bin, nil, "run", "-data", data, "-listen", freeAddr(t), "-nats-listen", "127.0.0.1:0")

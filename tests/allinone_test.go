@@ -83,6 +83,7 @@ func next(t *testing.T, sub *client.Subscription, kind schema.EventKind) schema.
 // hosted client over HTTP, plays remote members' traffic into the transport
 // endpoint and reads the hosted client's events over a WebSocket.
 func TestAllInOneWholePath(t *testing.T) {
+	t.Parallel()
 	f := startAllInOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 // and each printed token carries exactly its scope under the fabric's
 // secret.
 func TestFabricRunPrintsATokenForEveryScope(t *testing.T) {
+	t.Parallel()
 	data := t.TempDir()
 	p := start(t, filepath.Join(binaries(t), "fabric"), nil,
 		"run", "-data", data, "-listen", freeAddr(t), "-nats-listen", "127.0.0.1:0")

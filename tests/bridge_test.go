@@ -196,6 +196,8 @@ func texts(t *testing.T, ctx context.Context, s *side, group []byte) []string {
 // the change); then B's client leaves, A's client commits the leave
 // request, and B's client is removed with cause left (EVENT-006).
 func TestBridgedFabricsHoldOneConversation(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, b := newSide(t, ctx), newSide(t, ctx)
@@ -314,6 +316,8 @@ func (c *crashingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 // duplicate, and B's client receives every text once: none missing, none
 // twice (events and read API).
 func TestBridgeDeliversOnceAcrossRestart(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a, b := newSide(t, ctx), newSide(t, ctx)

@@ -22,6 +22,7 @@ import (
 // and `fabric help <cmd>` show that command's flags, and a bad flag,
 // command or argument is reported once, with the usage, and exit status 2.
 func TestCommandLineHelpAndErrorsFollowConventions(t *testing.T) {
+	t.Parallel()
 	bin := binaries(t)
 	fabric := filepath.Join(bin, "fabric")
 	for _, args := range [][]string{{"-h"}, {"help"}, {"--help"}} {
@@ -71,6 +72,7 @@ func TestCommandLineHelpAndErrorsFollowConventions(t *testing.T) {
 // prints that event: it starts from the stream, not live. -since and
 // -from-start together are an invalid configuration, said clearly.
 func TestTailFromStartPrintsStoredEvents(t *testing.T) {
+	t.Parallel()
 	f := startAllInOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -112,6 +114,7 @@ func TestTailFromStartPrintsStoredEvents(t *testing.T) {
 // another tenant's. Without -from-data it prints the user for a
 // deployment's accounts.conf, the password only as a bcrypt hash.
 func TestProvisionTenantMakesItsNATSUser(t *testing.T) {
+	t.Parallel()
 	f := startAllInOne(t)
 	bin := filepath.Join(binaries(t), "fabric")
 	out, code := runToExit(t, bin, nil, "provision", "-tenant", "dev", "-from-data", f.data)

@@ -47,6 +47,7 @@ type chaosGroup struct {
 // duplicated, each group's messages in the order sent (EVENT-001,
 // EVENT-012).
 func TestConvergeChaos(t *testing.T) {
+	t.Parallel()
 	groups, members, perGroup, kills, pace := 4, 2, 25, 2, 40*time.Millisecond
 	if *convergeChaos {
 		groups, members, perGroup, kills, pace = 20, 3, 50, 8, 12*time.Millisecond

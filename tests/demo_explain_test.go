@@ -25,6 +25,8 @@ import (
 // (the Welcome's epoch already includes them). The test checks both the
 // words and that this is what happens to the two inputs.
 func TestDemoExplainsTheUnknownGroupOfItsFirstSteps(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	f := startInProcess(t, ctx)

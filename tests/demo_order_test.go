@@ -32,6 +32,8 @@ import (
 // removal after the message he sent in the epoch before it. Messages
 // delivered on arrival (the talk before the rename) arrive in order.
 func TestEVENT012DemoFlowInCanonicalOrder(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	const runs = 30
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -207,6 +209,8 @@ func kindList(evs []schema.ClientEvent) []schema.EventKind {
 // (TestRetainedInputIsBackfilledBeforeLaterInputOfItsGroup); here the demo
 // itself plays it, 10 conversations at once, as the command does.
 func TestDemoAtPauseZeroKeepsSendOrder(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	const runs = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

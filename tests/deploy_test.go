@@ -19,6 +19,7 @@ import (
 // same flags, user and secrets, and that each role accepts every flag it is
 // given; and that their Ingress sends each route to the role serving it.
 func TestDeployFilesAgree(t *testing.T) {
+	t.Parallel()
 	t.Run("ingress routes", checkIngressRoutes)
 	roles, files := deployRoles(t)
 	t.Logf("deploy files: %s", strings.Join(files, ", "))
@@ -116,6 +117,7 @@ func TestNATSConfigsLoad(t *testing.T) {
 
 // TestAlertRules checks deploy/prometheus/alerts.yml with promtool.
 func TestAlertRules(t *testing.T) {
+	t.Parallel()
 	promtool(t, nil, "check", "rules", filepath.Join(repoRoot(t), "deploy/prometheus/alerts.yml"))
 }
 
@@ -123,6 +125,7 @@ func TestAlertRules(t *testing.T) {
 // every process compose runs: each role on its default -listen port and the
 // NATS exporter beside each server.
 func TestPrometheusScrapesEveryProcess(t *testing.T) {
+	t.Parallel()
 	var prom struct {
 		ScrapeConfigs []struct {
 			StaticConfigs []struct {

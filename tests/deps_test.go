@@ -33,6 +33,7 @@ const busDir = "internal/bus"
 // role (directly or through another package), and only the bus spells
 // $JS. outside tests.
 func TestDependencies(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	pkgs := listPackages(t, root)
 	for _, p := range pkgs {

@@ -22,6 +22,7 @@ import (
 // inbox (EVENT-010); texts go both ways. A body that names a DM and other
 // members is refused.
 func TestHostedClientMakesADMWithAPeer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	app := startHostedApp(t, ctx)

@@ -99,6 +99,7 @@ func renderChart(t *testing.T, set map[string]any) (string, []string) {
 // the manifests. The role commands are checked against compose by
 // TestDeployFilesAgree.
 func TestHelmChartRenders(t *testing.T) {
+	t.Parallel()
 	if got, want := readDeployFile(t, helmChartDir+"/files/accounts.conf"), readDeployFile(t, "deploy/nats/accounts.conf"); !bytes.Equal(got, want) {
 		t.Errorf("%s/files/accounts.conf differs from deploy/nats/accounts.conf; copy it", helmChartDir)
 	}
@@ -194,6 +195,7 @@ func natsNodeShape(conf string) string {
 // TestKubernetesNATSIsTheNodeConfiguration checks that the Kubernetes node
 // configuration is deploy/nats/nats-1.conf apart from names.
 func TestKubernetesNATSIsTheNodeConfiguration(t *testing.T) {
+	t.Parallel()
 	want := natsNodeShape(string(readDeployFile(t, "deploy/nats/nats-1.conf")))
 	for i := 2; i <= 3; i++ {
 		if got := natsNodeShape(string(readDeployFile(t, fmt.Sprintf("deploy/nats/nats-%d.conf", i)))); got != want {

@@ -52,6 +52,7 @@ var hostedChaos = flag.Bool("hosted-chaos", false, "run the long hosted-to-hoste
 // and ingest killed six times each, then 1,000 with the all-in-one
 // (`fabric run`) killed six times.
 func TestHostedToHostedSendsExactlyOnceAcrossKills(t *testing.T) {
+	t.Parallel()
 	t.Run("roles", func(t *testing.T) {
 		// Ingest dies with copies in hand, which come again after the
 		// outbound consumer's 30 s AckWait, behind newer ones; converge
@@ -389,6 +390,10 @@ func (c hostedChaosConfig) run(t *testing.T, f *chaosFabric) {
 	waitFor(t, 3*time.Minute, "every copy decided", func() (bool, error) {
 		var err error
 		undecided, err = undecidedOf(ctx, f.outcomes, f.tenant, undecided)
+		if err == nil && len(undecided) > 0 {
+			o, oerr := outcomeRecord(ctx, f.outcomes, f.tenant, undecided[0])
+			err = fmt.Errorf("%d of %d undecided, the first %s: outcome %+v (%v)", len(undecided), len(want), undecided[0], o, oerr)
+		}
 		return len(undecided) == 0, err
 	})
 	decided := time.Since(began)

@@ -28,6 +28,7 @@ import (
 // Without the connection bound the idle connections filled the table, the
 // block file could not be reopened, and JetStream refused every later write.
 func TestDescriptorExhaustionDoesNotStopWrites(t *testing.T) {
+	t.Parallel()
 	prlimit, err := exec.LookPath("prlimit")
 	if err != nil {
 		t.Skip("prlimit is not installed")

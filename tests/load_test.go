@@ -18,6 +18,7 @@ import (
 // an app backend multiplexing its users would: every event still reaches
 // its own client's subscription.
 func TestLoadCommandDeliversEveryMessageToEverySubscriber(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		flags []string

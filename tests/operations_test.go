@@ -30,6 +30,8 @@ import (
 // KeyPackage that does not parse (400), or a client the tenant does not
 // host (404) is refused.
 func TestSDKCreatesConversationAndSends(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f := startInProcess(t, ctx)
@@ -114,6 +116,20 @@ func ok[T any](t testing.TB) func(T, error) T {
 		}
 		return v
 	}
+}
+
+// inProcess lets one test at a time run all-in-ones in this process: they
+// run under -race in the test binary and take the CPU, so several at once
+// on two cores starve each other past their timeouts, while the tests of
+// processes beside them mostly wait.
+var inProcess = make(chan struct{}, 1)
+
+// oneInProcess waits for the in-process slot and holds it until t and its
+// cleanups (the fabrics' shutdowns) end; call it before starting a clock.
+func oneInProcess(t testing.TB) {
+	t.Helper()
+	inProcess <- struct{}{}
+	t.Cleanup(func() { <-inProcess })
 }
 
 // startInProcess starts the all-in-one in this process on free loopback

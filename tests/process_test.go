@@ -6,6 +6,7 @@ package tests
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,8 +56,24 @@ func binaries(t testing.TB) string {
 	return binDir
 }
 
-// TestMain removes the built binaries after the run.
+// parallelTests is how many tests run at once unless -test.parallel says:
+// more than GOMAXPROCS, go test's default, because these tests mostly wait
+// on processes and on timers (JetStream's idle file close, the outbound
+// AckWait, convergence's settlement quiescence), not on this binary's CPU;
+// those that run all-in-ones in this binary take turns (oneInProcess).
+const parallelTests = 4
+
+// TestMain sets parallelTests, and removes the built binaries after the run.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

@@ -17,6 +17,7 @@ import (
 // table: on a fresh start every documented metric is served, so dashboards
 // and alerts work on a new system.
 func TestEachRoleRunsAloneWithEveryDocumentedMetric(t *testing.T) {
+	t.Parallel()
 	f := startAllInOne(t)
 	t.Run("all-in-one", func(t *testing.T) {
 		checkDocumentedMetrics(t, httpGet(t, f.url+"/metrics"), "ingest", "converge", "fanout", "stores", "every role")
@@ -54,6 +55,7 @@ func TestEachRoleRunsAloneWithEveryDocumentedMetric(t *testing.T) {
 // TestConfigurationIsValidatedAtStart starts each binary with bad settings
 // and checks that it refuses to run and names every bad setting.
 func TestConfigurationIsValidatedAtStart(t *testing.T) {
+	t.Parallel()
 	bin := binaries(t)
 	cases := []struct {
 		bin  string

@@ -48,6 +48,8 @@ import (
 // the change is readable once its event is out). The peer reads every
 // message the fabric sent from the outbound subject, as a bridge would.
 func TestScenarioHostedClientsAndPeerBothDirections(t *testing.T) {
+	t.Parallel()
+	oneInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	app := startHostedApp(t, ctx)

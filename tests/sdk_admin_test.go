@@ -19,6 +19,7 @@ import (
 // token it minted connects, subscribes to that client (its
 // identity.registered, from the stream) and to no other.
 func TestGoSDKRegistersClientsAndMintsConnectionTokens(t *testing.T) {
+	t.Parallel()
 	f := startAllInOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -45,6 +45,7 @@ var sendChaos = flag.Bool("send-chaos", false, "run the long send chaos test: 1,
 // sends too, from the same senders: the sends behind a pending rename wait
 // for it, and the peer, applying each accepted commit, reads every text.
 func TestSendsExactlyOnceAcrossKills(t *testing.T) {
+	t.Parallel()
 	sends, kills, senders, renameEvery := 50, 1, 4, 25
 	if *sendChaos {
 		sends, kills, senders, renameEvery = 1000, 6, 16, 100

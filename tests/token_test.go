@@ -26,6 +26,7 @@ import (
 // its admin route GET /v1/tenants/{tenant}/subscriptions answers 200 to the
 // token, 403 to the token on another tenant.
 func TestFabricTokenIsAcceptedByARealRole(t *testing.T) {
+	t.Parallel()
 	f := startAllInOne(t)
 	bin := binaries(t)
 	dir := t.TempDir()

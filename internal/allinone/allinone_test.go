@@ -55,6 +55,7 @@ func startFabric(t *testing.T, o Options) *Fabric {
 // An input answered queued is on disk: the embedded server fsyncs every
 // write unless told to trade that for speed.
 func TestAcknowledgedInputIsSyncedByDefault(t *testing.T) {
+	t.Parallel()
 	jsc := startFabric(t, Options{}).ns.NATS().JetStreamConfig()
 	if !jsc.SyncAlways {
 		t.Errorf("default all-in-one: JetStream sync_always is off (sync interval %v)", jsc.SyncInterval)
@@ -69,6 +70,7 @@ func TestAcknowledgedInputIsSyncedByDefault(t *testing.T) {
 // reason on every surface: each role's HTTP API, SSE (header and query
 // token) and the WebSocket handshake, never 503 or a later failure.
 func TestInvalidTenantInTokenIs401OnEverySurface(t *testing.T) {
+	t.Parallel()
 	secret := []byte("0123456789abcdef0123456789abcdef-allinone")
 	f := startFabric(t, Options{JWTSecret: secret})
 	all := []auth.Scope{auth.ScopeAdmin, auth.ScopeIngest, auth.ScopeEvents, auth.ScopeSignals}
@@ -235,7 +237,8 @@ func listeningPorts(t *testing.T) map[int]bool {
 }
 
 // The all-in-one listens on its HTTP and NATS addresses and nowhere else:
-// every listener is bounded and on the interface it was told.
+// every listener is bounded and on the interface it was told. It reads the
+// whole process's listeners, so it does not run in parallel.
 func TestListensOnlyWhereTold(t *testing.T) {
 	f := startFabric(t, Options{})
 	want := map[int]bool{}

@@ -17,6 +17,7 @@ import (
 // 27: a push consumer would deliver anywhere), nor ask for, read or change
 // ingest's consumer ingest-outbound.
 func TestBridgeUserReadsOnlyOutboundThroughItsOwnConsumers(t *testing.T) {
+	t.Parallel()
 	f := startFabric(t, Options{})
 	nc, errs := natsAs(t, f, UserBridge)
 	js, err := jetstream.New(nc)

@@ -75,6 +75,7 @@ func drain(t *testing.T, nc *nats.Conn, errs chan error) {
 // and replies, deleting a stream, publishing input or events it does not
 // make.
 func TestNATSRolesAreLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	f := startFabric(t, Options{})
 	if nc, err := nats.Connect(f.NATSURL); err == nil {
 		nc.Close()
@@ -150,6 +151,7 @@ func TestNATSRolesAreLeastPrivilege(t *testing.T) {
 // where the permission is the stream's own name (a stream that exists is
 // not made again).
 func TestNATSRolesAreLeastPrivilegeAgainstTheProbedAttacks(t *testing.T) {
+	t.Parallel()
 	f := startFabric(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -160,74 +162,79 @@ func TestNATSRolesAreLeastPrivilegeAgainstTheProbedAttacks(t *testing.T) {
 			return act(actx)
 		}
 	}
-	for _, user := range NATSUsers {
-		t.Run(user, func(t *testing.T) {
-			nc, errs := natsAs(t, f, user)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// converge purged every tenant's events.
-			for _, s := range []string{streams.StreamEvents, streams.StreamInput, streams.StreamOutcomes, streams.StreamRetained, streams.KVStream(streams.BucketConverge)} {
-				if !refused(t, nc, errs, func() error {
-					_, err := nc.Request(bus.PermStreamPurge+s, []byte(`{"filter":">"}`), 300*time.Millisecond)
-					return err
-				}) {
-					t.Errorf("may purge %s", s)
+	// Each user probes on its own connection, at once: a refused request
+	// waits out its timeout, which is most of this test's time.
+	t.Run("users", func(t *testing.T) {
+		for _, user := range NATSUsers {
+			t.Run(user, func(t *testing.T) {
+				t.Parallel()
+				nc, errs := natsAs(t, f, user)
+				js, err := jetstream.New(nc)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			// ingest (and the deploy's api) re-made ingest-outbound with a
-			// filter on the events and read them.
-			for _, cfg := range []jetstream.ConsumerConfig{
-				{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.ev.*.*", AckPolicy: jetstream.AckExplicitPolicy},
-				{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.op.*.*", AckPolicy: jetstream.AckExplicitPolicy},
-				{Durable: "spy", FilterSubject: "fabric.ev.*.*", AckPolicy: jetstream.AckExplicitPolicy},
-			} {
+				// converge purged every tenant's events.
+				for _, s := range []string{streams.StreamEvents, streams.StreamInput, streams.StreamOutcomes, streams.StreamRetained, streams.KVStream(streams.BucketConverge)} {
+					if !refused(t, nc, errs, func() error {
+						_, err := nc.Request(bus.PermStreamPurge+s, []byte(`{"filter":">"}`), 300*time.Millisecond)
+						return err
+					}) {
+						t.Errorf("may purge %s", s)
+					}
+				}
+				// ingest (and the deploy's api) re-made ingest-outbound with a
+				// filter on the events and read them.
+				for _, cfg := range []jetstream.ConsumerConfig{
+					{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.ev.*.*", AckPolicy: jetstream.AckExplicitPolicy},
+					{Durable: streams.ConsumerOutbound, FilterSubject: "fabric.op.*.*", AckPolicy: jetstream.AckExplicitPolicy},
+					{Durable: "spy", FilterSubject: "fabric.ev.*.*", AckPolicy: jetstream.AckExplicitPolicy},
+				} {
+					if !refused(t, nc, errs, short(func(ctx context.Context) error {
+						_, err := js.CreateOrUpdateConsumer(ctx, streams.StreamEvents, cfg)
+						return err
+					})) {
+						t.Errorf("may make consumer %s on %s", cfg.Durable, cfg.FilterSubject)
+					}
+				}
+				// admin made a mirror of the events republishing onto its own
+				// inbox.
+				for _, cfg := range []jetstream.StreamConfig{
+					{Name: "SPY", Mirror: &jetstream.StreamSource{Name: streams.StreamEvents}, RePublish: &jetstream.RePublish{Source: ">", Destination: InboxPrefix(user) + ".spy.>"}},
+					{Name: "SPY", Sources: []*jetstream.StreamSource{{Name: streams.StreamEvents}}, RePublish: &jetstream.RePublish{Source: ">", Destination: InboxPrefix(user) + ".spy.>"}},
+					{Name: "SPY", Subjects: []string{"fabric.intake.*"}},
+				} {
+					if !refused(t, nc, errs, short(func(ctx context.Context) error {
+						_, err := js.CreateStream(ctx, cfg)
+						return err
+					})) {
+						t.Errorf("may make stream %s", cfg.Name)
+					}
+				}
+				// The fabric's own stream names: refused, or refused by
+				// JetStream as made already.
+				spy := jetstream.StreamConfig{Name: streams.StreamEvents, Subjects: []string{"fabric.ev.*.*"}, RePublish: &jetstream.RePublish{Source: ">", Destination: InboxPrefix(user) + ".spy.>"}}
+				if err := short(func(ctx context.Context) error { _, err := js.CreateStream(ctx, spy); return err })(); err == nil {
+					t.Errorf("made %s again republishing onto its inbox", streams.StreamEvents)
+				}
+				drain(t, nc, errs)
+				// bridge made a push consumer delivering outbound messages onto
+				// a client's live subject. ingest makes the bridges'
+				// consumers of outbound subjects (bridge.Provisioner), which it
+				// reads whole anyway; NATS cannot tell it a push from a pull
+				// consumer, so it is the one user that could.
+				if user == UserIngest {
+					return
+				}
+				push := jetstream.ConsumerConfig{Durable: "to-b", FilterSubject: "fabric.out.dev.*", DeliverSubject: "fabric.live.dev.c0ffee", AckPolicy: jetstream.AckNonePolicy}
 				if !refused(t, nc, errs, short(func(ctx context.Context) error {
-					_, err := js.CreateOrUpdateConsumer(ctx, streams.StreamEvents, cfg)
+					_, err := js.CreateOrUpdateConsumer(ctx, streams.StreamEvents, push)
 					return err
 				})) {
-					t.Errorf("may make consumer %s on %s", cfg.Durable, cfg.FilterSubject)
+					t.Error("may make a push consumer onto fabric.live")
 				}
-			}
-			// admin made a mirror of the events republishing onto its own
-			// inbox.
-			for _, cfg := range []jetstream.StreamConfig{
-				{Name: "SPY", Mirror: &jetstream.StreamSource{Name: streams.StreamEvents}, RePublish: &jetstream.RePublish{Source: ">", Destination: InboxPrefix(user) + ".spy.>"}},
-				{Name: "SPY", Sources: []*jetstream.StreamSource{{Name: streams.StreamEvents}}, RePublish: &jetstream.RePublish{Source: ">", Destination: InboxPrefix(user) + ".spy.>"}},
-				{Name: "SPY", Subjects: []string{"fabric.intake.*"}},
-			} {
-				if !refused(t, nc, errs, short(func(ctx context.Context) error {
-					_, err := js.CreateStream(ctx, cfg)
-					return err
-				})) {
-					t.Errorf("may make stream %s", cfg.Name)
-				}
-			}
-			// The fabric's own stream names: refused, or refused by
-			// JetStream as made already.
-			spy := jetstream.StreamConfig{Name: streams.StreamEvents, Subjects: []string{"fabric.ev.*.*"}, RePublish: &jetstream.RePublish{Source: ">", Destination: InboxPrefix(user) + ".spy.>"}}
-			if err := short(func(ctx context.Context) error { _, err := js.CreateStream(ctx, spy); return err })(); err == nil {
-				t.Errorf("made %s again republishing onto its inbox", streams.StreamEvents)
-			}
-			drain(t, nc, errs)
-			// bridge made a push consumer delivering outbound messages onto
-			// a client's live subject. ingest makes the bridges'
-			// consumers of outbound subjects (bridge.Provisioner), which it
-			// reads whole anyway; NATS cannot tell it a push from a pull
-			// consumer, so it is the one user that could.
-			if user == UserIngest {
-				return
-			}
-			push := jetstream.ConsumerConfig{Durable: "to-b", FilterSubject: "fabric.out.dev.*", DeliverSubject: "fabric.live.dev.c0ffee", AckPolicy: jetstream.AckNonePolicy}
-			if !refused(t, nc, errs, short(func(ctx context.Context) error {
-				_, err := js.CreateOrUpdateConsumer(ctx, streams.StreamEvents, push)
-				return err
-			})) {
-				t.Error("may make a push consumer onto fabric.live")
-			}
-		})
-	}
+			})
+		}
+	})
 	info, err := f.nc.Request(bus.PermStreamInfo+streams.StreamEvents, nil, 5*time.Second)
 	if err != nil || !strings.Contains(string(info.Data), `"config"`) {
 		t.Fatalf("FABRIC_EVENTS after the attacks: %v %s", err, info.Data)

@@ -28,6 +28,7 @@ import (
 // whose secret is globex's public key; acme's rotation is seen without a
 // restart.
 func TestTenantKeysOnEverySurface(t *testing.T) {
+	t.Parallel()
 	_, acme1, _ := ed25519.GenerateKey(rand.Reader)
 	_, acme2, _ := ed25519.GenerateKey(rand.Reader)
 	globex, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -75,6 +75,7 @@ func TestTenantNATSUserReachesOnlyItsOwnIntake(t *testing.T) {
 // permissions as the all-in-one gives them, its password only as a bcrypt
 // hash, and the block loads.
 func TestTenantUserConfLoads(t *testing.T) {
+	t.Parallel()
 	conf, err := TenantUserConf("acme", "s3cret-password")
 	if err != nil {
 		t.Fatal(err)

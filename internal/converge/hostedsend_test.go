@@ -102,3 +102,40 @@ func (e *env) receivedIDs(clientID string) []string {
 	}
 	return ids
 }
+
+// Issue 26 chaos: a hosted member's text comes back through ingest only
+// after seven commits (an ingest died holding it, and its copy came again
+// after the outbound consumer's ack wait). The retained states no longer
+// include its epoch, yet ingest still peels its copy with the epoch's group
+// event key, and convergence, which remembers it, answers accepted: the
+// copy's outcome is written, not left transport_deferred for good.
+func TestOwnMessageComingBackAfterCommitsIsPeeledAndDecided(t *testing.T) {
+	t.Parallel()
+	e, lo, _, group := twoAdmins(t)
+	submit := e.startIngest()
+	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	n := len(e.outboundMsgs(group, 3)) // the add, its Welcome, the admins
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: lo.rec.ClientID, GroupID: group, Payload: textOf(t, "held by a dead ingest")})
+	e.operation(send, schema.OperationDone)
+	n++
+	text := e.outboundMsgs(group, n)[n-1]
+	for i := range 7 {
+		name := fmt.Sprintf("rename %d", i)
+		op := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+		n++
+		commit := e.outboundMsgs(group, n)[n-1]
+		if r := submit(commit.transport); r.Status != schema.StatusQueued {
+			t.Fatalf("rename %d's commit submitted: %+v", i, r)
+		}
+		e.operation(op, schema.OperationDone)
+	}
+	r := submit(text.transport)
+	if r.Status != schema.StatusQueued || hex.EncodeToString(r.MessageID) != text.id {
+		t.Fatalf("the text's late copy: %+v, want queued under %s", r, text.id)
+	}
+	if o := e.settledOutcome(r.MessageID); o.Disposition != schema.DispositionAccepted {
+		t.Fatalf("the text's late copy: outcome %+v, want accepted", o)
+	}
+}

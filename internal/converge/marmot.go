@@ -766,21 +766,53 @@ func forkState(t *txn, m *hostedMember, cg *convergence.Group) {
 	}
 }
 
+// maxPastKeys bounds the past group event keys a group keeps (pastKeys).
+const maxPastKeys = 32
+
+// pastKeys adds to the retained states' keys the stored keys of past epochs
+// whose inputs convergence still remembers (those 2·max_rewind_commits
+// below the anchor, convergence's prune), at most maxPastKeys of them,
+// newest first. A hosted member's own message comes back through ingest
+// sealed with its epoch's key, after the outbound consumer's ack wait when
+// an ingest died holding it: by then commits may have moved the retained
+// states past its epoch, and without the key ingest could never peel it
+// (transport_deferred for good, its outcome never written; issue 26 chaos).
+// Peeled, it is the duplicate convergence remembers.
+func pastKeys(keys, stored []epochKey, anchor uint64) []epochKey {
+	floor := uint64(0)
+	if horizon := 2 * convergence.V1.MaxRewindCommits; anchor > horizon {
+		floor = anchor - horizon
+	}
+	n := 0
+	for _, k := range slices.Backward(stored) {
+		if n == maxPastKeys || k.Epoch < floor {
+			break
+		}
+		if !slices.ContainsFunc(keys, func(e epochKey) bool { return bytes.Equal(e.Key, k.Key) }) {
+			keys = append(keys, k)
+			n++
+		}
+	}
+	return keys
+}
+
 // settle brings the group-level state in line with the members' views:
 // every member has a convergence state, the canonical epoch is the lead
 // member's, the candidate keys are those of every retained state (so
-// ingest peels sealed input of any candidate branch) and Due is the next
-// pass deadline.
+// ingest peels sealed input of any candidate branch) and of the past
+// epochs whose inputs convergence still remembers (pastKeys), and Due is
+// the next pass deadline.
 func (p marmot) settle(t *txn) error {
 	var due int64
 	var keys []epochKey
+	var anchor uint64
 	for i, m := range t.g.following() {
 		cg, err := p.group(t, m)
 		if err != nil {
 			return err
 		}
 		if i == 0 {
-			t.g.Epoch = cg.TipEpoch()
+			t.g.Epoch, anchor = cg.TipEpoch(), cg.AnchorEpoch()
 		}
 		if _, frozen := cg.Frozen(); frozen {
 			due = 1 // apply at once
@@ -798,10 +830,13 @@ func (p marmot) settle(t *txn) error {
 		}
 	}
 	t.g.Due = due
-	slices.SortStableFunc(keys, func(a, b epochKey) int { return cmpU64(a.Epoch, b.Epoch) })
 	// The stored keys are sealed: compared opened, and a stored set that
 	// does not open (sealed under another key, or unsealed) is replaced.
 	stored, err := openKeys(p.vault, t.g.Keys)
+	if err == nil {
+		keys = pastKeys(keys, stored, anchor)
+	}
+	slices.SortStableFunc(keys, func(a, b epochKey) int { return cmpU64(a.Epoch, b.Epoch) })
 	if err == nil && slices.EqualFunc(keys, stored, func(a, b epochKey) bool { return a.Epoch == b.Epoch && bytes.Equal(a.Key, b.Key) }) {
 		return nil
 	}

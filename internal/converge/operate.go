@@ -45,6 +45,10 @@ type ownCommit struct {
 	// fails the operation.
 	Intent   *commitIntent `msgpack:"intent,omitempty"`
 	Attempts int           `msgpack:"attempts,omitempty"`
+	// Retrying is set once the commit lost: its intent waits for its
+	// retry or is retried. The client's new commit operations wait until
+	// it settles (retrying), so they cannot make it lose again.
+	Retrying bool `msgpack:"retrying,omitempty"`
 }
 
 // waitingOp is an operation input that waits, in the group's state, for
@@ -111,7 +115,7 @@ func (p marmot) operate(ctx context.Context, t *txn, in input) error {
 		// Nothing to answer: the API never stores such a request.
 		return nil
 	}
-	if waits(req.Kind) && t.g.held(req.ClientID) {
+	if waits(req.Kind) && t.g.held(req.ClientID) || commits(req.Kind) && t.g.retryHeld(req.ClientID) {
 		if err := t.wait(in, req, p.hooks.waitingBound()); err != nil {
 			_, err = p.finish(t, in, req, "", nil, err)
 			return err
@@ -173,9 +177,31 @@ var errTooManyWaiting = errors.New("too many operations wait for own commits in 
 // (an mls-go peer then fails its signature), so it is made in the epoch
 // the commit makes, or, when the commit finally fails, on the canonical
 // state. A commit operation does not wait: it races and is retried
-// (ownCommitOutcomes).
+// (ownCommitOutcomes), except behind its client's retry (retryHeld).
 func waits(kind schema.OperationKind) bool {
 	return kind == schema.OpSendMessage || kind == schema.OpLeave
+}
+
+// commits reports whether an operation of kind commits in an existing
+// group. Such an operation races the client's other commits and is retried
+// when it loses, except behind a retry of the same client (retryHeld).
+func commits(kind schema.OperationKind) bool {
+	switch kind {
+	case schema.OpAddMembers, schema.OpRemoveMember, schema.OpUpdateConversation, schema.OpSelfUpdate:
+		return true
+	}
+	return false
+}
+
+// retryHeld reports whether a client's commit operation waits: a lost
+// commit of the client waits for its retry or is retried, or an earlier
+// operation of it waits still. A retried commit that raced the client's
+// newer commits could lose to them on every attempt and fail while nothing
+// but its own client competed (issue 26 chaos: a rename failed stale_epoch
+// after three losses to later renames).
+func (g *groupState) retryHeld(clientID string) bool {
+	return slices.ContainsFunc(g.OwnCommits, func(oc ownCommit) bool { return oc.ClientID == clientID && !oc.Lost && oc.Retrying }) ||
+		slices.ContainsFunc(g.Waiting, func(w waitingOp) bool { return w.ClientID == clientID })
 }
 
 // pending reports whether an own commit of a client is not settled yet: on
@@ -631,6 +657,7 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	}
 	t.g.OwnCommits = keep
 	for _, oc := range lost {
+		oc.Retrying = true
 		// One commit of a client at a time: the intent of a second lost
 		// one is made again once the first is settled, on the state after
 		// it, so the two do not race again.

@@ -692,3 +692,58 @@ func TestFailedSendIsStatusFailed(t *testing.T) {
 		t.Fatalf("outsider's events %v, want only the send's status", kinds(evs))
 	}
 }
+
+// Issue 26 (the hosted chaos test): a client's commit operations race each
+// other, but never the client's retried commit. A rename made while the
+// client's lost rename is retried waits and is made on the state the retry
+// leaves; before, each later rename of the client could win over the retry
+// and the rename failed stale_epoch after three attempts while nothing but
+// its own client committed.
+func TestCommitOperationWaitsBehindItsClientsRetry(t *testing.T) {
+	t.Parallel()
+	e, lo, hi, group := twoAdmins(t)
+	submit := e.startIngest()
+	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	back := func(m outboundMsg) {
+		if r := submit(m.transport); r.Status != schema.StatusQueued {
+			t.Fatalf("commit %s submitted: %+v", m.id, r)
+		}
+	}
+	rename := func(name string) []byte {
+		return e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
+	}
+	before := len(e.outboundMsgs(group, 3)) // the add, its Welcome, the admins
+	opA, opB := rename("a"), rename("b")
+	out := e.outboundMsgs(group, before+2)
+	back(out[before+1]) // b wins, alone: a lost and is retried on b's state
+	e.operation(opB, schema.OperationDone)
+	retry := e.outboundMsgs(group, before+3)[before+2]
+	if retry.class != string(schema.ClassCommit) || retry.opID != hex.EncodeToString(opA) {
+		t.Fatalf("after b won, outbound %+v, want a's retried commit", retry)
+	}
+
+	opC := rename("c")
+	// The group's inputs are taken in order: once hi's send is done, c was
+	// taken, and waits.
+	send := e.operate(bus.OperationRequest{Kind: schema.OpSendMessage, ClientID: hi.rec.ClientID, GroupID: group, Payload: textOf(t, "after c")})
+	e.operation(send, schema.OperationDone)
+	if m := e.outboundMsgs(group, before+4)[before+3]; m.opID != hex.EncodeToString(send) {
+		t.Fatalf("outbound %+v while a's retry is on its way, want hi's send only", m)
+	}
+	back(retry)
+	e.operation(opA, schema.OperationDone)
+	if m := e.outboundMsgs(group, before+5)[before+4]; m.class != string(schema.ClassCommit) || m.opID != hex.EncodeToString(opC) {
+		t.Fatalf("outbound %+v after a's retry settled, want c's commit", m)
+	}
+	if _, err := e.js.ResumeConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound); err != nil {
+		t.Fatal(err)
+	}
+	if rec := e.finalOperation(opC); rec.Status != schema.OperationDone || len(rec.MessageIDs) != 1 {
+		t.Fatalf("c %+v, want done with one commit", rec)
+	}
+	if set := e.conversationComponents(group, lo.rec.ClientID); set.Profile == nil || set.Profile.Name != "c" {
+		t.Fatalf("profile %+v, want the last rename", set.Profile)
+	}
+}

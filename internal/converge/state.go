@@ -82,7 +82,8 @@ type groupState struct {
 	// may still supersede them (superseded.go).
 	AcceptedCommits []ownCommit `msgpack:"accepted_commits,omitempty"`
 	// Waiting are the sends and leave requests of clients whose own
-	// commit is pending, in input order (operate.go).
+	// commit is pending, and the commit operations of clients whose lost
+	// commit is retried, in input order (operate.go).
 	Waiting []waitingOp `msgpack:"waiting,omitempty"`
 	// RosterInboxes and RosterInstallations count the canonical roster
 	// when it was last written (readable.go).

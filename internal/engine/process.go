@@ -12,6 +12,7 @@ import (
 	mlsext "github.com/thomas-vilte/mls-go/extensions"
 	"github.com/thomas-vilte/mls-go/framing"
 	"github.com/thomas-vilte/mls-go/group"
+	"github.com/thomas-vilte/mls-go/secrettree"
 	"github.com/thomas-vilte/mls-go/treesync"
 
 	"github.com/fabric-mls/fabric/internal/components"
@@ -262,8 +263,18 @@ type HandshakeResult struct {
 // own leaf returns a nil State and a result with RemovedSelf set: the copy
 // is inactive from then on (Marmot member-departure.md).
 func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *HandshakeResult, err error) {
+	return s.processHandshake(mlsMessage, nil)
+}
+
+// processHandshake is ProcessHandshake; with as set, the copy is made for
+// that member of s's group instead of s's own ([State.ProcessAs]).
+func (s *State) processHandshake(mlsMessage []byte, as *MemberKeys) (next *State, res *HandshakeResult, err error) {
 	const op = "process handshake"
 	defer recoverDecode(op, &err)
+	own := s.OwnLeaf()
+	if as != nil {
+		own = as.Leaf
+	}
 	c, pm, err := parsePublicHandshake(op, mlsMessage)
 	if err != nil {
 		return nil, nil, err
@@ -294,11 +305,11 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 			return nil, nil, err
 		}
 		res.ProposalRefs = shape.refs
-		if slices.Contains(shape.removed, s.OwnLeaf()) {
+		if slices.Contains(shape.removed, own) {
 			return s.ownRemoval(ops, shape, res)
 		}
 	}
-	if c.Class == schema.ClassCommit && pm.Content.Sender.Type == framing.SenderTypeMember && res.Sender.Leaf == s.OwnLeaf() {
+	if c.Class == schema.ClassCommit && pm.Content.Sender.Type == framing.SenderTypeMember && res.Sender.Leaf == own {
 		// An own commit: mls-go cannot process it, the state after it
 		// was kept when it was made (State.Commit).
 		if next, err = s.ownCommit(res.MessageID); err != nil {
@@ -306,7 +317,12 @@ func (s *State) ProcessHandshake(mlsMessage []byte) (next *State, res *Handshake
 		}
 	}
 	if next == nil {
-		if next, err = s.Clone(); err != nil {
+		if as != nil {
+			next, err = s.As(as)
+		} else {
+			next, err = s.Clone()
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 		if err := next.g.ProcessPublicMessage(pm); err != nil {
@@ -477,7 +493,7 @@ func (s *State) membershipDiff(next *State, res *HandshakeResult) {
 	for _, m := range before {
 		if !in(after, m) {
 			res.RemovedLeaves = append(res.RemovedLeaves, m)
-			if m.Leaf == s.OwnLeaf() {
+			if m.Leaf == next.OwnLeaf() {
 				res.RemovedSelf = true
 			}
 		}
@@ -547,44 +563,112 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if secrets == nil || secrets.SenderDataSecret == nil || tree == nil {
 		return nil, fail(op, schema.CategoryInvalidEncoding, errors.New("epoch secrets missing"))
 	}
-	gen, err := senderGeneration(pm, secrets.SenderDataSecret, s.g.CipherSuite())
+	s.changes++ // the ratchet may advance even when decryption then fails
+	s.ratchets++
+	key := openedID(s.g.EpochAuthenticator(), c.MessageID)
+	if app, ok := s.sigs.openedApp(key); ok {
+		// Another state of this epoch decrypted it (SignatureCache):
+		// this one only consumes the generation, as decrypting would.
+		if err := consumeGeneration(tree, app.Sender.Leaf, app.Generation); err != nil {
+			return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "message", Err: err})
+		}
+		return app.clone(), nil
+	}
+	app, err = openApplication(op, c, pm, epochKeys{
+		suite:      s.g.CipherSuite(),
+		senderData: secrets.SenderDataSecret,
+		tree:       tree,
+		context:    s.g.GroupContext().Marshal(),
+		sigs:       s.sigs,
+		sender: func(leaf uint32) (Member, []byte, error) {
+			node := s.g.GetTreeLeaf(group.LeafNodeIndex(leaf))
+			switch {
+			case node == nil:
+				return Member{}, nil, classifyMLSGoError(op, &group.ErrUnknownMember{LeafIndex: leaf})
+			case node.State != treesync.NodeStatePresent || node.LeafData == nil:
+				return Member{}, nil, classifyMLSGoError(op, group.ErrSenderNotActive)
+			}
+			m, ok := s.Member(leaf)
+			if !ok {
+				return Member{}, nil, fail(op, schema.CategoryInvalidSignature, errors.New("sender leaf is blank"))
+			}
+			return m, node.LeafData.SigKeyBytes(), nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.sigs.rememberOpened(key, app.clone())
+	return app, nil
+}
+
+// consumeGeneration moves the secret tree as decrypting a message of leaf
+// at generation would (framing.Decrypt): the sender's ratchet to the
+// generation, which is then marked used (RFC 9420 §9.2), so the message
+// does not decrypt again.
+func consumeGeneration(tree *secrettree.Tree, leaf, generation uint32) error {
+	ls, err := tree.LeafForIndex(leaf)
+	if err != nil {
+		return err
+	}
+	if _, err := ls.ApplicationKey(generation); err != nil {
+		return err
+	}
+	if _, err := ls.ApplicationNonce(generation); err != nil {
+		return err
+	}
+	return ls.MarkGenerationUsed(generation, false)
+}
+
+// clone returns a copy of a that shares no slice with it.
+func (a *Application) clone() *Application {
+	c := *a
+	c.Sender.InstallationKey = slices.Clone(a.Sender.InstallationKey)
+	c.Payload, c.AAD = slices.Clone(a.Payload), slices.Clone(a.AAD)
+	return &c
+}
+
+// epochKeys is what opening an application message of one epoch needs:
+// the message protection secrets (RFC 9420 §6.3, §9) and the senders'
+// signature keys.
+type epochKeys struct {
+	suite      ciphersuite.CipherSuite
+	senderData *ciphersuite.Secret
+	tree       *secrettree.Tree
+	context    []byte // the GroupContext, signed over (FramedContentTBS)
+	sigs       *SignatureCache
+	// sender returns the member at a leaf and its signature key.
+	sender func(leaf uint32) (Member, []byte, error)
+}
+
+// openApplication decrypts pm under k and checks its sender's signature.
+func openApplication(op string, c Classification, pm *framing.PrivateMessage, k epochKeys) (*Application, error) {
+	gen, err := senderGeneration(pm, k.senderData, k.suite)
 	if err != nil {
 		return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "sender data", Err: err})
 	}
-	s.changes++ // the ratchet may advance even when decryption then fails
-	s.ratchets++
 	ac, err := framing.Decrypt(pm, framing.DecryptParams{
-		CipherSuite:      s.g.CipherSuite(),
-		SenderDataSecret: secrets.SenderDataSecret,
-		SecretTree:       tree,
-		GroupContext:     s.g.GroupContext().Marshal(),
+		CipherSuite:      k.suite,
+		SenderDataSecret: k.senderData,
+		SecretTree:       k.tree,
+		GroupContext:     k.context,
 	})
 	if err != nil {
 		return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "message", Err: err})
 	}
-	leaf := ac.Content.Sender.LeafIndex
-	node := s.g.GetTreeLeaf(group.LeafNodeIndex(leaf))
-	switch {
-	case node == nil:
-		return nil, classifyMLSGoError(op, &group.ErrUnknownMember{LeafIndex: leaf})
-	case node.State != treesync.NodeStatePresent || node.LeafData == nil:
-		return nil, classifyMLSGoError(op, group.ErrSenderNotActive)
+	sender, key, err := k.sender(ac.Content.Sender.LeafIndex)
+	if err != nil {
+		return nil, err
 	}
-	key := node.LeafData.SigKeyBytes()
 	if len(key) == 0 {
 		return nil, classifyMLSGoError(op, group.ErrMissingSenderSignature)
 	}
-	scheme := s.g.CipherSuite().SignatureScheme()
-	if err := s.sigs.verify(scheme, key, ac.MarshalTBS(), ac.Auth.Signature); err != nil {
+	if err := k.sigs.verify(k.suite.SignatureScheme(), key, ac.MarshalTBS(), ac.Auth.Signature); err != nil {
 		return nil, classifyMLSGoError(op, &group.ErrInvalidSignature{Context: "private message", Err: err})
 	}
 	data, ok := ac.Content.ApplicationData()
 	if !ok {
 		return nil, classifyMLSGoError(op, group.ErrNotApplicationData)
-	}
-	sender, ok := s.Member(leaf)
-	if !ok {
-		return nil, fail(op, schema.CategoryInvalidSignature, errors.New("sender leaf is blank"))
 	}
 	return &Application{MessageID: c.MessageID, Epoch: c.Epoch, Sender: sender, Generation: gen, Payload: data, AAD: ac.Content.AuthenticatedData}, nil
 }

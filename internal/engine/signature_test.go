@@ -120,3 +120,58 @@ func TestSignatureCacheBounded(t *testing.T) {
 		}
 	}
 }
+
+// States of one epoch that share a SignatureCache decrypt a message once:
+// the others take what it decrypted to and only consume its generation in
+// their own secret tree, so for each of them it does not decrypt twice,
+// and a state of another epoch decrypts on its own (docs/shared-state.md).
+func TestSharedDecryptionsOpenedOnce(t *testing.T) {
+	w := newWorld(t)
+	cache := NewSignatureCache(0)
+	w.state.ShareSignatures(cache)
+	other := must[*State](t)(w.state.Clone())
+	third := must[*State](t)(w.state.Clone())
+	msg := must[testpeer.Message](t)(w.bob.SendText("once")).MLS
+	first, err := w.state.Decrypt(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*State{other, third} {
+		app, err := st.Decrypt(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if app.Sender.Leaf != first.Sender.Leaf || app.Generation != first.Generation || string(app.Payload) != string(first.Payload) {
+			t.Fatal("a state of the same epoch got another message")
+		}
+	}
+	if cache.hits != 2 {
+		t.Fatalf("%d decryptions saved, want 2", cache.hits)
+	}
+	for _, st := range []*State{w.state, other} {
+		if _, err := st.Decrypt(msg); err == nil {
+			t.Fatal("a message decrypted twice on one state")
+		}
+	}
+	// Restored from its snapshot, a state that took the message from the
+	// cache has its ratchet where decrypting would have left it.
+	back := must[*State](t)(Restore(must[[]byte](t)(third.Snapshot())))
+	plain := must[*State](t)(Restore(must[[]byte](t)(w.state.Snapshot())))
+	if string(must[[]byte](t)(back.Snapshot())) != string(must[[]byte](t)(plain.Snapshot())) {
+		t.Fatal("a state that took the message from the cache snapshots otherwise than one that decrypted it")
+	}
+	// Another epoch: no hit.
+	commit := must[testpeer.Message](t)(w.alice.Commit())
+	if _, err := w.bob.Process(commit.Transport); err != nil {
+		t.Fatal(err)
+	}
+	w.apply(t, commit)
+	next := must[testpeer.Message](t)(w.bob.SendText("next epoch")).MLS
+	hits := cache.hits
+	if _, err := w.state.Decrypt(next); err != nil {
+		t.Fatal(err)
+	}
+	if cache.hits != hits {
+		t.Fatal("a message of a new epoch was taken from the cache")
+	}
+}

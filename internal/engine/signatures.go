@@ -26,12 +26,31 @@ var errNoSignature = errors.New("no signature")
 // content, key or signature differs in any byte is verified afresh. Only
 // successes are kept, the oldest dropped first. It is safe for concurrent
 // use.
+//
+// It also remembers what the last application messages decrypted to, by
+// epoch and message (docs/shared-state.md): the states of one epoch hold
+// one secret tree and one GroupContext between them (the same
+// epoch_authenticator, RFC 9420 §8.7, means the same epoch secret), so a
+// message one of them decrypted decrypts to the same content and sender
+// for every other; those only consume the message's generation in their
+// own secret tree, as its decryption would ([State.Decrypt]).
 type SignatureCache struct {
 	mu   sync.Mutex
 	ok   map[[32]byte]struct{}
 	ring [][32]byte
 	next int
+	// opened are the decrypted application messages, oldest dropped
+	// first; hits counts the decryptions they saved.
+	opened     map[[32]byte]*Application
+	openedRing [][32]byte
+	openedNext int
+	hits       uint64
 }
+
+// openedCacheSize bounds the decrypted messages remembered: the hosted
+// members of a group decrypt an input in one transaction, one after
+// another or a few at once.
+const openedCacheSize = 1024
 
 // NewSignatureCache returns a cache of up to n verified signatures
 // (DefaultSignatureCacheSize when n is 0).
@@ -39,7 +58,54 @@ func NewSignatureCache(n int) *SignatureCache {
 	if n <= 0 {
 		n = DefaultSignatureCacheSize
 	}
-	return &SignatureCache{ok: make(map[[32]byte]struct{}, n), ring: make([][32]byte, 0, n)}
+	return &SignatureCache{ok: make(map[[32]byte]struct{}, n), ring: make([][32]byte, 0, n),
+		opened: make(map[[32]byte]*Application), openedRing: make([][32]byte, 0, openedCacheSize)}
+}
+
+// openedID names a message of one epoch: SHA-256 over its epoch
+// authenticator and message id.
+func openedID(epochAuthenticator []byte, id MessageID) [32]byte {
+	h := sha256.New()
+	h.Write(epochAuthenticator)
+	h.Write(id[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// openedApp returns what the message named by key decrypted to, if a state
+// of its epoch decrypted it; c may be nil.
+func (c *SignatureCache) openedApp(key [32]byte) (*Application, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	app, ok := c.opened[key]
+	if ok {
+		c.hits++
+	}
+	return app, ok
+}
+
+// rememberOpened keeps what the message named by key decrypted to.
+func (c *SignatureCache) rememberOpened(key [32]byte, app *Application) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.opened[key]; ok {
+		return
+	}
+	if len(c.openedRing) < cap(c.openedRing) {
+		c.openedRing = append(c.openedRing, key)
+	} else {
+		delete(c.opened, c.openedRing[c.openedNext])
+		c.openedRing[c.openedNext] = key
+		c.openedNext = (c.openedNext + 1) % len(c.openedRing)
+	}
+	c.opened[key] = app
 }
 
 // ShareSignatures makes s, and every state later derived from it (by

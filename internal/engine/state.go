@@ -198,7 +198,11 @@ func (s *State) Snapshot() ([]byte, error) { return s.snapshot(true) }
 
 // snapshot is Snapshot; own is false for a copy without the own commits and
 // sent ids, which Clone then shares.
-func (s *State) snapshot(own bool) ([]byte, error) {
+func (s *State) snapshot(own bool) ([]byte, error) { return s.snapshotAs(own, nil) }
+
+// snapshotAs is snapshot; with as set, the state's own leaf and private
+// keys in it are as's ([State.As]).
+func (s *State) snapshotAs(own bool, as *MemberKeys) ([]byte, error) {
 	env := snapshotEnvelope{V: 1}
 	psks := s.g.CachedPsks()
 	for _, k := range slices.Sorted(maps.Keys(psks)) {
@@ -216,6 +220,20 @@ func (s *State) snapshot(own bool) ([]byte, error) {
 	head, tail, err := envelopeAround(env)
 	if err != nil {
 		return nil, fmt.Errorf("engine: snapshot: %w", err)
+	}
+	if as != nil {
+		raw, err := s.marshalState(nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("engine: snapshot: %w", err)
+		}
+		defer clear(raw)
+		grafted, err := graftJSON(raw, as)
+		if err != nil {
+			return nil, fmt.Errorf("engine: snapshot: %w", err)
+		}
+		defer clear(grafted)
+		out := make([]byte, 0, len(head)+len(grafted)+len(tail))
+		return append(append(append(out, head...), grafted...), tail...), nil
 	}
 	b, err := s.marshalState(head, tail)
 	if err != nil {
@@ -272,6 +290,12 @@ func Restore(snapshot []byte) (st *State, err error) {
 // restore is Restore; check is false only for bytes this process's own
 // Snapshot just produced (Clone), which skip the structural pre-validation.
 func restore(snapshot []byte, check bool) (st *State, err error) {
+	return restoreAs(snapshot, check, nil)
+}
+
+// restoreAs is restore; with as set, the state's own leaf and private keys
+// are as's ([RestoreAs]).
+func restoreAs(snapshot []byte, check bool, as *MemberKeys) (st *State, err error) {
 	const op = "restore"
 	defer func() {
 		if r := recover(); r != nil {
@@ -292,6 +316,14 @@ func restore(snapshot []byte, check bool) (st *State, err error) {
 		return nil, fail(op, schema.CategoryMissingHistory, ErrBadSnapshot)
 	}
 	defer clear(state)
+	if as != nil {
+		grafted, err := graftJSON(state, as)
+		if err != nil {
+			return nil, fail(op, schema.CategoryMissingHistory, ErrBadSnapshot)
+		}
+		defer clear(grafted)
+		state = grafted
+	}
 	g, err := group.UnmarshalGroupState(state)
 	if err != nil {
 		return nil, fail(op, schema.CategoryMissingHistory, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/thomas-vilte/mls-go/group"
 	"github.com/thomas-vilte/mls-go/keypackages"
+	"github.com/thomas-vilte/mls-go/treesync"
 
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
@@ -109,4 +110,16 @@ func invitedInstallations(t testing.TB, g *testpeer.Group, n int) ([]*Installati
 		t.Fatal(err)
 	}
 	return insts, welcome
+}
+
+// subtreeHolds agrees with treesync's walk of the subtree.
+func TestSubtreeHoldsAgreesWithTreesync(t *testing.T) {
+	tree := treesync.NewRatchetTree(16)
+	for n := range treesync.NodeIndex(len(tree.Nodes)) {
+		for leaf := range uint32(16) {
+			if got, want := subtreeHolds(n, leaf), tree.SubtreeContainsLeaf(n, treesync.LeafIndex(leaf)); got != want {
+				t.Fatalf("node %d leaf %d: %v, treesync %v", n, leaf, got, want)
+			}
+		}
+	}
 }

@@ -21,6 +21,7 @@ import (
 // convergence in their arrival order after the welcome, once a hosted
 // client holds the group.
 func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -51,6 +52,7 @@ func TestLateWelcomeBackfillKeepsOrder(t *testing.T) {
 // again after its group stopped being hosted: its outcome is not replaced
 // by unknown_group.
 func TestEnteredInputStaysDuplicateWhenGroupGoes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -72,6 +74,7 @@ func TestEnteredInputStaysDuplicateWhenGroupGoes(t *testing.T) {
 // A worker told to stop answers every request it took, and every input it
 // answered queued is on FABRIC_IN: nothing acknowledged is lost.
 func TestDrainLosesNothingAcknowledged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -151,6 +154,7 @@ func TestDrainLosesNothingAcknowledged(t *testing.T) {
 // hold the inputs in the order they were sent. With two workers, the hello
 // is retained by one and the reply and reaction arrive at the other.
 func TestRetainedInputIsBackfilledBeforeLaterInputOfItsGroup(t *testing.T) {
+	t.Parallel()
 	for _, workers := range []int{1, 2} {
 		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
 			e := newEnv(t, envOpts{workers: workers})

@@ -25,6 +25,7 @@ func ackMsg(data string, status string) *nats.Msg {
 // duplicate, an API error callers branch on, no stream at all, and shapes
 // the fast path does not know, which are decoded in full.
 func TestParseAck(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		data     string
@@ -91,6 +92,7 @@ func FuzzParseAck(f *testing.F) {
 // A call that stops waiting leaves no slot behind, and the publisher keeps
 // serving later calls.
 func TestPublisherForgetsAbandonedCalls(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	p := newBatchPublisher(e.nc)
 	if err := p.start(); err != nil {

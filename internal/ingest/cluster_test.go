@@ -36,6 +36,7 @@ func newClusterEnv(t *testing.T, o envOpts) *env {
 // On R3 streams, two workers on different nodes taking the same messages
 // at once publish each exactly once, and a redelivery is a duplicate.
 func TestExactlyOnceOnR3(t *testing.T) {
+	t.Parallel()
 	e := newClusterEnv(t, envOpts{workers: 2})
 	g := newGroup(t)
 	e.hostGroup(g.ID())

@@ -18,6 +18,7 @@ import (
 // read, another that would pass the bound is refused with 503 overloaded
 // and Retry-After, and admitted once the first is done.
 func TestBytesInFlightBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{limits: Limits{MaxBytesInFlight: 1000}})
 	w := e.workers[0]
 	tok := token(t, testTenant, auth.ScopeIngest)
@@ -83,6 +84,7 @@ func TestBytesInFlightBound(t *testing.T) {
 // past its byte rate it gets 429 byte_rate_limited with Retry-After, and
 // another tenant is not affected.
 func TestTenantByteRate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{limits: Limits{MaxBodyBytes: 16 << 10, ByteRatePerTenant: 1}})
 	w := e.workers[0]
 	// 7000 bytes, 14000 in hex: two fit the burst of 16 KiB, a third not.
@@ -106,6 +108,7 @@ func TestTenantByteRate(t *testing.T) {
 // A full FABRIC_IN refuses input with 507 storage_full, not the 503 that
 // asks for a retry, and acknowledges nothing.
 func TestFullInputStreamIsStorageFull(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{inBytes: 8 << 10})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -135,6 +138,7 @@ func TestFullInputStreamIsStorageFull(t *testing.T) {
 // input_quota_exceeded with Retry-After, never a 5xx, nothing of the
 // refused request is stored, and another tenant's input is taken.
 func TestTenantInputBytesRefusedPastTheBound(t *testing.T) {
+	t.Parallel()
 	const bound = 8 << 10
 	e := newEnv(t, envOpts{tenantIn: quota.NewTally(bound, time.Hour)})
 	w := e.workers[0]

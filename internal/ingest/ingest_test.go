@@ -25,6 +25,7 @@ import (
 // An application message of a hosted group is queued on the group's input
 // subject with its class and id in headers, and its outcome is recorded.
 func TestQueuedOntoGroupSubject(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	m := text(t, g, "hello")
 
@@ -68,6 +69,7 @@ func TestQueuedOntoGroupSubject(t *testing.T) {
 // sealed and in the clear is one input (inbound-processing.md, "Message
 // identity").
 func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	e.setGroupKeys(g.ID(), g)
 	eventually.True(t, "key set loaded", func() bool {
@@ -88,6 +90,7 @@ func TestMessageIDIsStableAcrossWrapping(t *testing.T) {
 // A second delivery inside the JetStream window is a duplicate and is not
 // published again.
 func TestDuplicateInsideWindow(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	m := text(t, g, "twice")
 	res := w.submit(t, m.Transport, m.Transport)
@@ -103,6 +106,7 @@ func TestDuplicateInsideWindow(t *testing.T) {
 // a queued record is written only once the input is stored, so it proves
 // the input entered, whether or not convergence has decided yet.
 func TestDuplicateBeyondWindow(t *testing.T) {
+	t.Parallel()
 	const window = 200 * time.Millisecond
 	e := newEnv(t, envOpts{window: window})
 	w := e.workers[0]
@@ -160,6 +164,7 @@ func (e *env) converged(id []byte, class schema.InputClass) {
 // record: the outcome lookup answers queued from the stored input, and the
 // next delivery is a duplicate that is not published again.
 func TestStoredInputIsItsOwnRecord(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	m := text(t, g, "died before the answer")
 	in := &input{msg: m.Transport}
@@ -182,6 +187,7 @@ func TestStoredInputIsItsOwnRecord(t *testing.T) {
 // An admitted input costs one write: it is on FABRIC_IN, and FABRIC_OUTCOMES
 // holds nothing about it until converge decides.
 func TestAdmittedInputWritesNoRecord(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	m := text(t, g, "one write")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
@@ -203,6 +209,7 @@ func TestAdmittedInputWritesNoRecord(t *testing.T) {
 // A record written between ingest's read and its write (converge deciding
 // fast, another worker) is not overwritten by the queued record.
 func TestQueuedRecordNeverOverwritesADecision(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	m := text(t, g, "decided first")
 	e.converged(m.ID, schema.ClassApplication)
@@ -222,6 +229,7 @@ func TestQueuedRecordNeverOverwritesADecision(t *testing.T) {
 // Bytes that are not an MLSMessage fail closed with invalid_encoding, and
 // so does a sealed payload too short to hold a tag.
 func TestMalformedInput(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	junk := []byte{0x00, 0x01, 0x00}
 	res := w.submit(t,
@@ -239,6 +247,7 @@ func TestMalformedInput(t *testing.T) {
 // Input of a protocol version or wire format the fabric does not process
 // fails closed with unsupported_required_feature.
 func TestUnsupportedInput(t *testing.T) {
+	t.Parallel()
 	_, w, g := hostedGroup(t)
 	m := text(t, g, "v2")
 	v2 := slices.Clone(m.MLS)
@@ -258,6 +267,7 @@ func TestUnsupportedInput(t *testing.T) {
 
 // A group message routed under another group's id is wrong_recipient.
 func TestWrongRecipient(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g, other := newGroup(t), newGroup(t)
@@ -279,6 +289,7 @@ func TestWrongRecipient(t *testing.T) {
 // The batched dedup read asks in chunks the server can answer and finds
 // every record, whatever the number of subjects.
 func TestLastMsgsReadsInChunks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	ctx := t.Context()
 	const stored, asked = 1100, 2300 // more than two chunks, more found than one chunk holds
@@ -323,6 +334,7 @@ func TestLastMsgsReadsInChunks(t *testing.T) {
 // offered to convergence once a hosted client joins (late welcome
 // backfill).
 func TestUnknownGroupBackfilledAfterJoin(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -353,6 +365,7 @@ func TestUnknownGroupBackfilledAfterJoin(t *testing.T) {
 // fabric-groups, so an app message posted right after conversation.joined
 // is queued, not unknown_group.
 func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -388,6 +401,7 @@ func TestFreshGroupRecordBeatsLaggingWatch(t *testing.T) {
 // A read that raced a later change of the record cannot undo it: the newer
 // fabric-groups revision wins.
 func TestDirectoryKeepsNewestGroupRevision(t *testing.T) {
+	t.Parallel()
 	d := newDirectory()
 	const key = "t.aa"
 	d.setKnown(key, false, 5, true) // the watch saw the delete at revision 5
@@ -404,6 +418,7 @@ func TestDirectoryKeepsNewestGroupRevision(t *testing.T) {
 // A welcome goes to the group its hint names, known or not: it is what
 // makes a group known.
 func TestWelcomeGoesToHintedGroup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -424,6 +439,7 @@ func TestWelcomeGoesToHintedGroup(t *testing.T) {
 // and retried when the group's key set changes (inbound-processing.md,
 // "Transport-deferred input").
 func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	stranger := newGroup(t)
 	e.setGroupKeys(g.ID(), stranger) // keys that do not open g's messages
@@ -455,6 +471,7 @@ func TestSealedDeferredUntilKeySetChanges(t *testing.T) {
 // resource_refused, which is not a duplicate record: the same bytes are
 // processed afresh later.
 func TestRetentionBoundRefuses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{limits: Limits{MaxRetainedPerTenant: 1}})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -473,6 +490,7 @@ func TestRetentionBoundRefuses(t *testing.T) {
 // The outcome endpoint answers 404 for an id with no record and 400 for
 // something that is not a message id.
 func TestOutcomeNotFound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	id := sha256.Sum256([]byte("never sent"))
@@ -484,6 +502,7 @@ func TestOutcomeNotFound(t *testing.T) {
 // Metrics count inputs by class, status and category and show retained
 // objects, and no label value carries a tenant, group or message id.
 func TestMetricsCarryNoIDs(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, envOpts{reg: reg})
 	w := e.workers[0]
@@ -539,6 +558,7 @@ func TestMetricsCarryNoIDs(t *testing.T) {
 // A fabric-groups record that names no hosted member leaves the group
 // unknown.
 func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	e.putKV(streams.BucketGroups, g.ID(), msgpackBody(t, bus.GroupRecord{CheckpointSeq: 2}))
 	key := testTenant + "." + hex.EncodeToString(g.ID())
@@ -549,6 +569,7 @@ func TestGroupRecordWithoutMembersIsUnknown(t *testing.T) {
 
 // The bound holds inside one batch too.
 func TestRetentionBoundInsideBatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{limits: Limits{MaxRetainedPerTenant: 2}})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -566,6 +587,7 @@ func TestRetentionBoundInsideBatch(t *testing.T) {
 // clear (a fabric from before sealing, or a forged one) is not read, so it
 // gives no key to peel with (docs/converge.md).
 func TestUnsealedGroupKeysAreNotRead(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	plain, err := bus.EncodeGroupKeys(g.EventKeys())
 	if err != nil {

@@ -45,6 +45,7 @@ func wantError(t *testing.T, status int, body []byte, wantStatus int, wantCode, 
 
 // HTTP intake needs a token with scope ingest for the path's tenant.
 func TestAuthRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g := newGroup(t)
@@ -94,6 +95,7 @@ func TestAuthRefusals(t *testing.T) {
 
 // Limits give clear 4xx errors naming what is wrong.
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{limits: Limits{MaxBodyBytes: 64 << 10, MaxBatch: 3, MaxMessageBytes: 2048, RatePerTenant: 1, BurstPerTenant: 6}})
 	w := e.workers[0]
 	tok := token(t, testTenant, auth.ScopeIngest)
@@ -153,6 +155,7 @@ func TestLimits(t *testing.T) {
 
 // msgpack bodies work both ways, and batch results come in input order.
 func TestMsgpackBatchInInputOrder(t *testing.T) {
+	t.Parallel()
 	_, w, g := hostedGroup(t)
 	a, b := text(t, g, "a"), text(t, g, "b")
 	junk := []byte{9, 9, 9}
@@ -182,6 +185,7 @@ func TestMsgpackBatchInInputOrder(t *testing.T) {
 // NATS intake answers with the HTTP body and status; with tokens required
 // it refuses a request without one or for another tenant.
 func TestNATSIntake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{token: true})
 	g := newGroup(t)
 	e.hostGroup(g.ID())
@@ -257,6 +261,7 @@ func statusOf(t *testing.T, m *nats.Msg) int {
 // intake subscription has reached the server before it reports ready, so a
 // request right after gets an answer, not "no responders".
 func TestNATSIntakeAnswersOnceStarted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{none: true})
 	body, _ := json.Marshal(wire{V: 1, Group: []byte{1}, Kind: "mls", Payload: []byte{0}})
 	for i := range 10 {
@@ -275,6 +280,7 @@ func TestNATSIntakeAnswersOnceStarted(t *testing.T) {
 }
 
 func TestTwoWorkersExactlyOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{workers: 2})
 	g := newGroup(t)
 	e.hostGroup(g.ID())
@@ -358,6 +364,7 @@ func TestTwoWorkersExactlyOnce(t *testing.T) {
 // After Shutdown a worker refuses new requests with 503, and requests
 // finished before it are kept.
 func TestShutdownRefusesNewInput(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	m := text(t, g, "before")
 	wantResult(t, w.submitOne(t, m.Transport), m.ID, schema.StatusQueued, "")
@@ -376,6 +383,7 @@ func TestShutdownRefusesNewInput(t *testing.T) {
 // A batch large enough to be peeled on several goroutines keeps input
 // order, and its records and publishes all land.
 func TestLargeBatchInInputOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	w := e.workers[0]
 	g, stranger := newGroup(t), newGroup(t)
@@ -414,6 +422,7 @@ func TestLargeBatchInInputOrder(t *testing.T) {
 // The hand-written msgpack answer is byte for byte what the struct tags
 // give.
 func TestResponseMsgpackMatchesTags(t *testing.T) {
+	t.Parallel()
 	type tagged Response // the same fields and tags, without EncodeMsgpack
 	for _, r := range []Response{
 		{},
@@ -442,6 +451,7 @@ func TestResponseMsgpackMatchesTags(t *testing.T) {
 // refused at every level of a transport body, in both formats, never
 // decided by whichever came last.
 func TestIntakeRefusesMemberGivenTwice(t *testing.T) {
+	t.Parallel()
 	lim := Limits{}.withDefaults()
 	const msg = `"v":1,"group":"0a","kind":"mls","payload":"0001"`
 	for _, body := range []string{
@@ -481,6 +491,7 @@ func TestIntakeRefusesMemberGivenTwice(t *testing.T) {
 // Octets are bin in msgpack (docs/wire-formats.md): a group or payload
 // given as a string is refused, alone or in a batch.
 func TestIntakeRefusesOctetsAsString(t *testing.T) {
+	t.Parallel()
 	lim := Limits{}.withDefaults()
 	for _, m := range []map[string]any{
 		{"v": 1, "group": "\x01", "kind": "mls", "payload": []byte{2}},
@@ -517,6 +528,7 @@ func sizedText(t *testing.T, g *testpeer.Group, size int) testpeer.Message {
 // answered 503 for ever (issue 17 item 6); the largest payload that fits is
 // queued.
 func TestPayloadBeyondTheServerMaxPayloadIs413(t *testing.T) {
+	t.Parallel()
 	e, w, g := hostedGroup(t)
 	tok := token(t, testTenant, auth.ScopeIngest)
 	fit := int(e.nc.MaxPayload()) - payloadHeadroom

@@ -51,20 +51,29 @@ func (s *Service) runOutbound(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		batch, err := c.Fetch(outboundBatch, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				s.log.Warn("ingest: outbound fetch", "err", err)
-				_ = sleepCtx(ctx, time.Second)
-			}
-			continue
-		}
-		for msg := range batch.Messages() {
-			s.loopOutbound(ctx, msg)
-		}
-		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		s.fetchOutbound(ctx, c)
+	}
+}
+
+// fetchOutbound submits one fetch of outbound messages. The fetch waits at
+// most a second, and ends when ctx does, so Shutdown does not wait out an
+// idle pull.
+func (s *Service) fetchOutbound(ctx context.Context, c jetstream.Consumer) {
+	fctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	batch, err := c.Fetch(outboundBatch, jetstream.FetchContext(fctx))
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			s.log.Warn("ingest: outbound fetch", "err", err)
+			_ = sleepCtx(ctx, time.Second)
 		}
+		return
+	}
+	for msg := range batch.Messages() {
+		s.loopOutbound(ctx, msg)
+	}
+	if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("ingest: outbound fetch", "err", err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 // deploy run a clustered meta leader under load answered that create after
 // the API timeout, and ingest used to exit.
 func TestOutboundConsumerIsRetriedNotFatal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{none: true})
 	ctx := context.Background()
 	if err := e.js.DeleteStream(ctx, streams.StreamEvents); err != nil {

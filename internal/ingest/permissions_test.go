@@ -20,6 +20,7 @@ import (
 // publish only to its own intake subject, so it cannot submit input for
 // another tenant, while the workers' user takes every tenant's requests.
 func TestNATSPermissionsConfineGatewayToItsTenant(t *testing.T) {
+	t.Parallel()
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir(),

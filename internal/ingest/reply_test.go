@@ -13,6 +13,7 @@ import (
 // same refusal with (docs/ingest.md: gateways speaking both transports
 // branch on one set), and an error that is no refusal reveals nothing.
 func TestNATSReplyStatuses(t *testing.T) {
+	t.Parallel()
 	for _, k := range refusal.Kinds {
 		err := fmt.Errorf("wrapped: %w", &refusal.Error{Kind: k, Code: "c", Message: "m"})
 		re, st := replyRefusal(err)

@@ -16,6 +16,7 @@ import (
 // and when its context ends it drains and returns, after which nothing
 // answers intake and the worker is not ready.
 func TestRunTakesInputUntilItsContextEnds(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{none: true})
 	nc, err := e.connect()
 	if err != nil {

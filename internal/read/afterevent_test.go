@@ -293,6 +293,7 @@ func held(ctx context.Context, r *client.Reader, me, inbox string) (schema.Assoc
 // connection): of at least readAfterEventReads events, not one read may
 // miss its change.
 func TestEVENT010ReadAfterEventFromCallback(t *testing.T) {
+	t.Parallel()
 	// Converge's clock is held while a disappearing message is stored, as
 	// in TestMETA063ExpiredMessageReadsExpired, then runs to expire it.
 	var clock atomic.Int64

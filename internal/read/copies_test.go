@@ -53,6 +53,7 @@ func copyBehind(t *testing.T, js jetstream.JetStream, stream, filter string) (aw
 // event arrived still hold the change, every time, and so does the
 // conversation's consent_state, a single key of the client store.
 func TestEVENT010PagesReadPastACopyBehind(t *testing.T) {
+	t.Parallel()
 	// No role may make a mirror (issue 27): the copies are the operator's.
 	const pw = "operator-password"
 	fx := startWith(t, allinone.Options{OperatorUsers: []*server.User{{Username: "operator", Password: pw}}})

@@ -12,6 +12,7 @@ import (
 // from a browser: the preflight is answered and the answer carries the
 // origin; a page of another origin gets neither, so its browser refuses it.
 func TestReadAPICORSFollowsAllowedOrigins(t *testing.T) {
+	t.Parallel()
 	fx := startWith(t, allinone.Options{OriginPatterns: []string{"app.example.com", "localhost:*"}})
 	url := fx.f.URL + "/v1/tenants/" + allinone.DevTenant + "/clients/" + fx.hosted.ClientID + "/conversations"
 	do := func(method, origin string) *http.Response {

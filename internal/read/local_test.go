@@ -49,6 +49,7 @@ func (fx *fixture) signal(t *testing.T, key string, ev schema.ClientEvent) int {
 // as deleted_locally, without content, by id and in its page; the group's
 // other messages are as they were.
 func TestLocalSignalsChangeWhatTheReadAPIReturns(t *testing.T) {
+	t.Parallel()
 	fx := start(t)
 	ctx := context.Background()
 	ch := fx.collect(t)

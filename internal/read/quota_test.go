@@ -62,6 +62,7 @@ func sendTexts(t *testing.T, fx *fixture, ch <-chan schema.ClientEvent, b *testp
 // page goes on; a message larger than the bound is a page of its own; the
 // pages together are every message once, in order.
 func TestReadPageEndsAtItsByteBound(t *testing.T) {
+	t.Parallel()
 	const bound = 64 << 10
 	fx := startWith(t, allinone.Options{Quotas: clientapi.Quotas{Read: read.Quotas{PageBytes: bound, ByteRate: -1}}})
 	ch := fx.collect(t)
@@ -128,6 +129,7 @@ func TestReadPageEndsAtItsByteBound(t *testing.T) {
 // rate_limited past its request rate — while another tenant reads; the
 // refusals are counted in fabric_read_quota_refusals_total{code}.
 func TestTenantOverReadQuotaGets429WhileAnotherReads(t *testing.T) {
+	t.Parallel()
 	fx := startWith(t, allinone.Options{Quotas: clientapi.Quotas{Read: read.Quotas{Rate: 0.01, Burst: 2, ByteRate: 0.01, PageBytes: 1000}}})
 	ch := fx.collect(t)
 	_, a, b := joinedGroup(t, fx, ch, components.Set{})
@@ -183,6 +185,7 @@ func TestTenantOverReadQuotaGets429WhileAnotherReads(t *testing.T) {
 // (read.Quotas.InFlightBytes): a page that would hold more ends early
 // with its cursor, even below its byte bound, and the next page goes on.
 func TestReadPageEndsAtTheTenantsBytesInFlight(t *testing.T) {
+	t.Parallel()
 	fx := startWith(t, allinone.Options{Quotas: clientapi.Quotas{Read: read.Quotas{InFlightBytes: 30 << 10, ByteRate: -1}}})
 	ch := fx.collect(t)
 	_, a, b := joinedGroup(t, fx, ch, components.Set{})

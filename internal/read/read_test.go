@@ -18,6 +18,7 @@ import (
 // it back through the SDK and as JSON, message by message: what every
 // event pointed at is readable.
 func TestEVENT010DemoFlowReadBack(t *testing.T) {
+	t.Parallel()
 	fx := start(t)
 	ctx := context.Background()
 	ch := fx.collect(t)
@@ -159,6 +160,7 @@ func TestEVENT010DemoFlowReadBack(t *testing.T) {
 // Bad input is a 400 in the API's error shape; what the client does not
 // hold is a 404; neither is ever a 5xx.
 func TestReadRefusals(t *testing.T) {
+	t.Parallel()
 	fx := start(t)
 	g := hex.EncodeToString(bytes.Repeat([]byte{7}, 32))
 	m := hex.EncodeToString(bytes.Repeat([]byte{9}, 32))

@@ -64,6 +64,7 @@ func joinedGroup(t testing.TB, fx *fixture, ch <-chan schema.ClientEvent, set co
 // delivered with its content until it expires, then expired without it,
 // by id and in the conversation's pages.
 func TestMETA063ExpiredMessageReadsExpired(t *testing.T) {
+	t.Parallel()
 	// Converge's clock stops before the message is stored and runs again
 	// once it was read delivered: a busy machine processing it after its
 	// expiry (1 s from when the stream stored it) would never deliver it.
@@ -101,6 +102,7 @@ func TestMETA063ExpiredMessageReadsExpired(t *testing.T) {
 // loser's: nothing of the rolled-back branch is readable after the
 // rollback's events.
 func TestRollbackReadsInvalidatedAndWinnerState(t *testing.T) {
+	t.Parallel()
 	fx := start(t)
 	ch := fx.collect(t)
 	ctx := context.Background()
@@ -166,6 +168,7 @@ func branches(t testing.TB, alice *testpeer.Peer, a *testpeer.Group) (loser test
 // list's filters select by type, paused, consent and update time, newest
 // activity first.
 func TestConversationTypesPausedAndFilters(t *testing.T) {
+	t.Parallel()
 	fx := start(t)
 	ch := fx.collect(t)
 	ctx := context.Background()
@@ -256,6 +259,7 @@ func TestConversationTypesPausedAndFilters(t *testing.T) {
 // content key (fabric-clients <tenant>.content-key) leaves its stored
 // messages without readable content.
 func TestDroppedTenantKeyMakesContentUnreadable(t *testing.T) {
+	t.Parallel()
 	fx := start(t)
 	ch := fx.collect(t)
 	ctx := context.Background()
