@@ -21,6 +21,7 @@ import (
 // A state blob larger than one message is stored as parts behind a
 // manifest, read back whole, and purged with its parts.
 func TestLargeBlobStoredInParts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "parts", Logger: quiet()})
 	if err != nil {
@@ -81,6 +82,7 @@ func sameKeys(a, b []string) bool {
 // A worker that stored a member's state in parts hands the group over: the
 // next worker reads the parts and goes on, emitting nothing twice.
 func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "w1", LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()})
@@ -128,6 +130,7 @@ func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
 // the member's own blob stays small, and the next worker restores the
 // member from both and goes on.
 func TestMemberChunksWrittenOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	g, welcome := e.invited(peer(t, "alice"), h)

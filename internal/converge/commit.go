@@ -68,9 +68,7 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 			}
 			ckSeq, err = commitBatch(ctx, w.js, w.cfg.MaxBatch, tenant, groupHex, g.ckSeq, next, nil, first)
 		}
-		if batchAckHook != nil {
-			err = batchAckHook(t.name, err)
-		}
+		err = w.cfg.hooks.onBatchAck(t.name, err)
 		delete(part.groups, key)
 		if duplicate(err) {
 			// A duplicate event id: the fence moved when an earlier
@@ -113,11 +111,6 @@ func (w *Worker) transact(ctx context.Context, part *partition, tenant, groupHex
 	}
 	return fmt.Errorf("converge: transaction fenced %d times", commitAttempts)
 }
-
-// batchAckHook, when set by a test, is given the name of each transaction
-// whose batch was published and the publish's error, and returns the error
-// the worker sees: an error for a stored batch is an ack lost on the way.
-var batchAckHook func(txn string, err error) error
 
 // newTxn starts a transaction over a loaded group.
 func (w *Worker) newTxn(ctx context.Context, tenant string, g *loadedGroup) *txn {

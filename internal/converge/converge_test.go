@@ -2,6 +2,7 @@ package converge
 
 import (
 	"bytes"
+	"flag"
 	"slices"
 	"testing"
 	"time"
@@ -15,8 +16,22 @@ import (
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
+// testsAtOnce is how many of the package's tests run at once unless
+// -test.parallel says otherwise: they wait on NATS and on convergence
+// passes' timers (docs/convergence.md) far more than they compute, so more
+// than the CPUs (the default) keeps the package's wall time down.
+const testsAtOnce = "4"
+
 func TestMain(m *testing.M) {
 	natstest.ServeChild() // -converge-server-cpus
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", testsAtOnce); err != nil {
+			panic(err)
+		}
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"))
 }
 
@@ -67,6 +82,7 @@ func str(s string) *string { return &s }
 // this installation without membership_changed, and the removal cause left
 // exactly after a leave request of the own inbox (EVENT-006).
 func TestThreeHostedMembersEachOwnView(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	alice := peer(t, "alice")
 	u1, u2, u3 := peer(t, "u1"), peer(t, "u2"), peer(t, "u3")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // leaf did not restore, and converge panicked at every start; a worker
 // started anew restores it too.
 func TestSendAfterRemovedHostedMemberAndIdleIsDone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	clock := &testClock{}
 	w, stop := e.worker("w1", func(c *Config) { c.Metrics, c.Now, c.IdleAfter = NewMetrics(nil), clock.Now, time.Hour })
@@ -57,7 +59,15 @@ func TestSendAfterRemovedHostedMemberAndIdleIsDone(t *testing.T) {
 // resource_refused, each counted and logged, and the group's later input
 // is applied: the next send is done and the peer reads it.
 func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
+	// The inputs that panic, once the test knows them.
+	var panics atomic.Pointer[[2][]byte]
+	e.hooks.input = func(in input) {
+		if p := panics.Load(); p != nil && (bytes.Equal(in.MessageID, p[0]) || bytes.Equal(in.MessageID, p[1])) {
+			panic("injected by the test")
+		}
+	}
 	w, _ := e.worker("w1", func(c *Config) { c.Metrics = NewMetrics(nil) })
 	e.startIngest()
 	h, group, bg := e.createdWithPeer()
@@ -65,12 +75,7 @@ func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
 
 	bad := bus.OperationID(tenant, h.rec.ClientID, "panics")
 	badText := must[testpeer.Message](t)(bg.SendText("panics too"))
-	inputHook = func(in input) {
-		if bytes.Equal(in.MessageID, bad) || bytes.Equal(in.MessageID, badText.ID) {
-			panic("injected by the test")
-		}
-	}
-	t.Cleanup(func() { inputHook = nil })
+	panics.Store(&[2][]byte{bad, badText.ID})
 
 	e.operate(bus.OperationRequest{ID: bad, Kind: schema.OpSendMessage, ClientID: h.rec.ClientID, GroupID: group, Payload: textOf(t, "never")})
 	rec := e.operation(bad, schema.OperationFailed)
@@ -108,6 +113,7 @@ func TestPanickingInputFailsAndItsGroupGoesOn(t *testing.T) {
 // without end in front of its group's later input: the next send is done
 // and the peer reads it.
 func TestUnpublishableSendFailsAndItsGroupGoesOn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w, _ := e.worker("w1", func(c *Config) { c.Metrics = NewMetrics(nil) })
 	e.startIngest()
@@ -144,6 +150,7 @@ func TestUnpublishableSendFailsAndItsGroupGoesOn(t *testing.T) {
 // operation already happened, so the repeat is dropped (its id's record
 // stays the first group's), and the second group's later sends are done.
 func TestRepeatedOperationIDDoesNotWedgeItsGroup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	h := e.register(sha256.Sum256([]byte("host")), 1)
@@ -171,6 +178,7 @@ func TestRepeatedOperationIDDoesNotWedgeItsGroup(t *testing.T) {
 // the peer decrypts it from the outbound subject, and the group's other
 // hosted member receives it once the message came back through ingest.
 func TestSendAtTheBoundIsDelivered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	e.startIngest()

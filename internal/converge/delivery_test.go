@@ -21,6 +21,7 @@ import (
 // gap at the next delivery and has the lost input delivered again before
 // it, so every input is applied once, in order (EVENT-001).
 func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	alice := peer(t, "alice")
@@ -30,10 +31,9 @@ func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
 
 	helloID := hex.EncodeToString(hello.ID)
 	var lost atomic.Bool
-	deliveryHook = func(m jetstream.Msg) bool {
+	e.hooks.delivery = func(m jetstream.Msg) bool {
 		return m.Headers().Get(bus.HeaderMessageID) != helloID || !lost.CompareAndSwap(false, true)
 	}
-	t.Cleanup(func() { deliveryHook = nil })
 	metrics := NewMetrics(nil)
 	e.worker("w1", func(c *Config) { c.Metrics = metrics })
 
@@ -60,6 +60,8 @@ func TestLostDeliveryIsAppliedInOrder(t *testing.T) {
 // acknowledgement never comes (lost with a NATS node shut down, the write
 // stored or not) fails after the ack wait, so its input is retried,
 // instead of holding the partition for ever.
+//
+// It sets ackWait, a package variable, so it runs alone.
 func TestLostAcknowledgementFailsTheWrite(t *testing.T) {
 	e := newEnv(t)
 	// A subscriber takes the write and answers nothing, as a node that

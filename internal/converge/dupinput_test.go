@@ -19,6 +19,7 @@ import (
 // answered as a duplicate: the client gets the message once, and the first
 // decision stays the input's outcome.
 func TestSecondCopyOfMessageIDIsDuplicate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	e.worker("w1", nil)
@@ -60,6 +61,7 @@ func TestSecondCopyOfMessageIDIsDuplicate(t *testing.T) {
 // A wrong-hint copy that converge refuses after the genuine copy was
 // applied leaves the applied decision as the message's outcome.
 func TestRoutingRefusalKeepsAppliedWelcomeOutcome(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 2)
 	e.worker("w1", nil)

@@ -5,6 +5,7 @@ import "testing"
 // TestEmissionsKeepOrder adds emissions across several blocks and reads
 // them back in order.
 func TestEmissionsKeepOrder(t *testing.T) {
+	t.Parallel()
 	var e emissions
 	const n = 3*maxEmissionBlock + 5
 	for i := range n {

@@ -93,10 +93,6 @@ func (f *failedInputs) forget(tenant, groupHex string, seq uint64) {
 	}
 }
 
-// inputHook, when set by a test, is called with each input before it is
-// applied: a panic in it is a panic of the input's processing.
-var inputHook func(input)
-
 // apply applies one input to t, or, when it was marked, fails it. A panic
 // while applying it marks it (failPanic) and returns errInputFailed: the
 // transaction may be half-applied, so its caller drops it, and the
@@ -122,9 +118,7 @@ func (w *Worker) apply(ctx context.Context, t *txn, g *loadedGroup, in input) (e
 	if marked {
 		return w.policy().fail(t, in, why)
 	}
-	if inputHook != nil {
-		inputHook(in)
-	}
+	w.cfg.hooks.onInput(in)
 	return w.policy().run(ctx, t, in)
 }
 

@@ -19,6 +19,7 @@ import (
 // nor converge's state record holds one in the clear; they hold it sealed
 // under the master key, and ingest still peels a sealed message with it.
 func TestGroupEventKeysSealedAtRest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	submit := e.startIngest()
 	h := e.register(peer(t, "bob").AccountID(), 1)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,13 @@ const tenant = "acme"
 // docs/converge.md); empty, the server is embedded in the test process.
 var serverCPUs = flag.String("converge-server-cpus", "", "run each nats-server in its own process pinned to these CPUs (taskset -c list), e.g. 1; empty: embedded")
 
+// fileStorage puts each test's streams and buckets on file storage, as
+// deployed and as the benchmarks always do. Without it a test's are in
+// memory: converge uses them the same way, and the file store's writes (a
+// file per consumer of each worker's 64 partitions among them) cost the
+// parallel tests about 30% of their CPU.
+var fileStorage = flag.Bool("converge-file-storage", false, "put each test's streams and buckets on file storage, as deployed, not in memory")
+
 // env is one test's fabric: an embedded JetStream server with the streams
 // provisioned, a client store and the vault converge opens installations
 // with.
@@ -54,6 +62,51 @@ type env struct {
 	js     jetstream.JetStream
 	vault  *engine.Vault
 	store  *clientstore.Store
+	// hooks are given to each worker the env starts from then on.
+	hooks hooks
+	// read holds the messages of each subject of FABRIC_EV read so far
+	// (a client's events, a group's outbound messages): those subjects are
+	// only ever appended to, so each poll reads only the new ones.
+	read   map[string]*readMsgs
+	readMu sync.Mutex
+}
+
+// readMsgs are a subject's messages read so far, decoded, and the stream
+// sequence to read on from.
+type readMsgs struct {
+	msgs []any
+	next uint64
+}
+
+// stored returns the messages stored on subj of FABRIC_EV so far, each
+// decoded by decode, in order; decode drops a message when it returns
+// false. Every call for one subject must pass the same decode.
+func (e *env) stored(subj string, decode func(*jetstream.RawStreamMsg) (any, bool)) []any {
+	e.t.Helper()
+	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.readMu.Lock()
+	defer e.readMu.Unlock()
+	r := e.read[subj]
+	if r == nil {
+		r = &readMsgs{next: 1}
+		e.read[subj] = r
+	}
+	for {
+		m, err := s.GetMsg(e.ctx, r.next, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return slices.Clone(r.msgs)
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if v, ok := decode(m); ok {
+			r.msgs = append(r.msgs, v)
+		}
+		r.next = m.Sequence + 1
+	}
 }
 
 func newEnv(t testing.TB) *env {
@@ -70,7 +123,11 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	if *serverCPUs != "" {
 		opt = natstest.InChildProcess(*serverCPUs)
 	}
-	n := natstest.Start(t, opt)
+	storage := jetstream.MemoryStorage
+	if _, bench := t.(*testing.B); bench || *fileStorage {
+		storage = jetstream.FileStorage
+	}
+	n := natstest.Start(t, opt, natstest.WithStreams(streams.Config{Storage: storage}))
 	srv, nc, js := n.Server, n.Conn, n.JS
 	key := sha256.Sum256([]byte("converge test master key"))
 	vault, err := engine.NewVault(key[:])
@@ -85,7 +142,7 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: ctx, srv: srv, server: n.Process, nc: nc, js: js, vault: vault, store: store}
+	return &env{t: t, ctx: ctx, srv: srv, server: n.Process, nc: nc, js: js, vault: vault, store: store, read: map[string]*readMsgs{}}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -148,7 +205,16 @@ func (e *env) publish(m testpeer.Message) {
 // for it to drain.
 func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 	e.t.Helper()
-	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()}
+	h := e.hooks
+	// A test's worker has the default lease TTL and cleanup interval: each
+	// worker renews its 64 leases and polls its 64 partitions at their
+	// pace, and shorter ones cost CPU that tests running side by side
+	// lack. The benchmarks keep those their figures were measured with
+	// (docs/benchmarks.md).
+	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, Logger: quiet(), hooks: &h}
+	if _, bench := e.t.(*testing.B); bench {
+		c.LeaseTTL, c.CleanupInterval = 1500*time.Millisecond, 200*time.Millisecond
+	}
 	if cfg != nil {
 		cfg(&c)
 	}
@@ -222,29 +288,17 @@ func (e *env) events(clientID string) []bus.Delivered {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	s, err := e.js.Stream(e.ctx, streams.StreamEvents)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var out []bus.Delivered
-	var seq uint64 = 1
-	for {
-		m, err := s.GetMsg(e.ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out
-		}
-		if err != nil {
-			e.t.Fatal(err)
-		}
+	for _, v := range e.stored(subj, func(m *jetstream.RawStreamMsg) (any, bool) {
 		d, err := bus.DecodeStored(m)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if d.Event.Kind != schema.KindIdentityRegistered {
-			out = append(out, d)
-		}
-		seq = m.Sequence + 1
+		return d, d.Event.Kind != schema.KindIdentityRegistered
+	}) {
+		out = append(out, v.(bus.Delivered))
 	}
+	return out
 }
 
 // waitEvents waits until a client has n converge events and returns them.
@@ -357,6 +411,62 @@ func (e *env) barrier(g *testpeer.Group, clientID string, n int) {
 		e.t.Fatalf("event %d %s, want the barrier message", n, describe(evs[n-1].Event))
 	}
 	e.settledOutcome(later.ID)
+}
+
+// storedGroup reads the group state the group's checkpoint names, or nil
+// when that state is not stored.
+func (e *env) storedGroup(group []byte) *groupState {
+	e.t.Helper()
+	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(group))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := w.getBlob(e.ctx, ck.State)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	g, err := decodeGroupState(b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g
+}
+
+// quiet waits until a group is quiet: its partition's consumer holds no
+// input not yet delivered or acknowledged (every input of the group
+// published so far is applied) and the group's stored state has no
+// convergence pass open or frozen (Due, docs/convergence.md). Then no
+// event of the group's input is still to come.
+func (e *env) quiet(group []byte) {
+	e.t.Helper()
+	p, err := subject.Partition(tenant, hex.EncodeToString(group))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	eventually.NoError(e.t, func() error {
+		c, err := e.js.Consumer(e.ctx, streams.StreamInput, ConsumerName(p))
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		info, err := c.Info(e.ctx)
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("partition %d: %d inputs pending, %d unacknowledged", p, info.NumPending, info.NumAckPending)
+		}
+		if g := e.storedGroup(group); g == nil || g.Due != 0 {
+			return errors.New("a convergence pass is open or frozen")
+		}
+		return nil
+	})
 }
 
 // wantOutcomeKept fails unless an input's outcome is still was.

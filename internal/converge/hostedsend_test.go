@@ -27,6 +27,7 @@ import (
 // returning copies are accepted (no stale_epoch, no own_echo), and the read
 // API holds each message once, in that order.
 func TestHostedToHostedSendsNotLostAcrossRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_, stop := e.worker("w1", nil)
 	submit := e.startIngest()
@@ -109,6 +110,7 @@ func (e *env) receivedIDs(clientID string) []string {
 // event key, and convergence, which remembers it, answers accepted: the
 // copy's outcome is written, not left transport_deferred for good.
 func TestOwnMessageComingBackAfterCommitsIsPeeledAndDecided(t *testing.T) {
+	t.Parallel()
 	e, lo, _, group := twoAdmins(t)
 	submit := e.startIngest()
 	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {

@@ -21,6 +21,7 @@ import (
 // eviction returns the freed memory to the system, once: the worker's
 // clock passes IdleAfter only when the test moves it.
 func TestIdleGroupIsRestoredOnDemand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	m := NewMetrics(nil)
 	clock := &testClock{}
@@ -50,6 +51,7 @@ func TestIdleGroupIsRestoredOnDemand(t *testing.T) {
 // per IdleAfter (issue 21): a drop within the period of the last release
 // waits for its end, and polls with nothing dropped release nothing.
 func TestMemoryReleasedAtMostOncePerIdlePeriod(t *testing.T) {
+	t.Parallel()
 	const period = time.Minute
 	r := newMemoryRelease(period)
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)

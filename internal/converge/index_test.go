@@ -43,6 +43,7 @@ func indexed(n int) storedMessage {
 // does not hold the ordinals its place says is refused, not read into the
 // wrong place.
 func TestLegacyIndexRead(t *testing.T) {
+	t.Parallel()
 	g, refs, blobs := legacyIndex(t, 2*messageChunkLen+5)
 	get := func(k string) ([]byte, error) { return blobs[k], nil }
 	swapped := []chunkRef{{N: 0, Key: refs[1].Key}, {N: 1, Key: refs[0].Key}}
@@ -66,6 +67,7 @@ func TestLegacyIndexRead(t *testing.T) {
 // messages the group state blob holds no message, and the oldest message
 // is still found by a deletion that a fresh worker applies.
 func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	alice := peer(t, "alice")
 	h := e.register(peer(t, "bob").AccountID(), 1)
@@ -120,6 +122,7 @@ func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 // sorted by expiry, and the state keeps none of them. Moving it again (a
 // crash before the transaction that follows committed) changes nothing.
 func TestLegacyIndexMigrated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := must[*Worker](t)(New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "migrate", Logger: quiet()}))
 	const n = messageChunkLen + 3

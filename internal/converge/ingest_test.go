@@ -17,6 +17,7 @@ import (
 // them (DESIGN section 3); the hosted client receives it and its outcome
 // moves from queued to accepted.
 func TestThroughIngestSealed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	submit := e.startIngest()
 	h, alice, g, welcome := e.hostedInvite()
@@ -51,6 +52,7 @@ func TestThroughIngestSealed(t *testing.T) {
 // unknown_group. Anyone who may post to a tenant's intake could otherwise
 // block any join.
 func TestWelcomeWithWrongHintDoesNotBlockJoin(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	submit := e.startIngest()
 	h, alice, g, welcome := e.hostedInvite()
@@ -104,6 +106,7 @@ func TestWelcomeWithWrongHintDoesNotBlockJoin(t *testing.T) {
 // its outcome record says so beside invalid_encoding, so a foreign peer
 // learns what to change. A Welcome for no hosted client says that too.
 func TestRejectedWelcomeOutcomeSaysWhy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	submit := e.startIngest()
 	h := e.register(peer(t, "bob").AccountID(), 1)

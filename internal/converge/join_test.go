@@ -18,6 +18,7 @@ import (
 // installation and its index entry goes, so a second Welcome to the same
 // KeyPackage joins nobody. The client's other KeyPackages stay.
 func TestJoinRetiresItsKeyPackage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 2)
 	e.worker("w1", nil)
@@ -64,6 +65,7 @@ func TestJoinRetiresItsKeyPackage(t *testing.T) {
 // join and the client holds three fresh ones again, each routed to it; a
 // Welcome of another group to one of them joins the client too.
 func TestJoinRefillsKeyPackagePool(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	const pool = 3

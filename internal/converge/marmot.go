@@ -27,20 +27,17 @@ import (
 // so its frozen batch is persisted before the selection it leads to.
 type marmot struct {
 	vault *engine.Vault
+	hooks *hooks
 }
 
 // errBranchSelectionMLS reports a configuration of branch selection over
 // an MLS seam other than EngineMLS: convergence replays engine states.
 var errBranchSelectionMLS = errors.New("converge: branch selection needs EngineMLS")
 
-// holdFrozen, when set by a test, is asked before a frozen pass is
-// applied; true leaves it frozen, as a crash between cutoff and apply does.
-var holdFrozen func() bool
-
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
 	e, _ := w.cfg.MLS.(EngineMLS)
-	return marmot{vault: e.Vault}
+	return marmot{vault: e.Vault, hooks: w.cfg.hooks}
 }
 
 // step collects what one input or tick did to every hosted member, so the
@@ -271,7 +268,7 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 			return false, nil
 		}
 	}
-	if cg.Forked() || (holdFrozen != nil && holdFrozen()) {
+	if cg.Forked() || p.hooks.holdsFrozen() {
 		return false, nil
 	}
 	before := cg.Tip()

@@ -93,21 +93,23 @@ func wantFork(t *testing.T, evs []bus.Delivered, field string) {
 // records for both commits: the selected one accepted, the other deferred
 // on its losing branch (DESIGN section 5).
 func TestFORK040SameEpochRaceIsNoFork(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h, win, lose, field, _ := sameEpochFork(t, e)
 	evs := e.waitEvents(h.rec.ClientID, 2)
 	wantFork(t, evs, field)
-	settled(t, e, h.rec.ClientID, 2)
+	settled(t, e, win.Transport.Group, h.rec.ClientID, 2)
 	if o := e.waitOutcome(win.ID, schema.DispositionAccepted); o.Status != schema.StatusQueued {
 		t.Fatalf("winner %+v", o)
 	}
 	e.waitOutcome(lose.ID, schema.DispositionDeferred)
 }
 
-// settled checks that a client's events stay at n.
-func settled(t *testing.T, e *env, client string, n int) []bus.Delivered {
+// settled waits until the group is quiet and checks that the client's
+// events stay at n.
+func settled(t *testing.T, e *env, group []byte, client string, n int) []bus.Delivered {
 	t.Helper()
-	time.Sleep(1500 * time.Millisecond)
+	e.quiet(group)
 	return e.waitEvents(client, n)
 }
 
@@ -131,6 +133,7 @@ func (e *env) waitOutcome(id []byte, d schema.Disposition) schema.Outcome {
 // for the delivered message and the winning branch's events; a worker that
 // re-reads the whole input stream emits none of them again.
 func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
+	t.Parallel()
 	e, client, stop, alice, g := bobJoined(t)
 	other := must[*testpeer.Group](t)(g.Clone())
 
@@ -170,7 +173,7 @@ func TestLateWinnerRollsBackDeliveredBranch(t *testing.T) {
 
 	rewind(t, e)
 	e.worker("w2", nil)
-	uniqueIDs(t, settled(t, e, client, 5))
+	uniqueIDs(t, settled(t, e, g.ID(), client, 5))
 }
 
 // rewind deletes every partition consumer, as if no input was acked.
@@ -190,16 +193,16 @@ func rewind(t *testing.T, e *env) {
 // the group state; the next worker applies that batch and ends in the same
 // selection, with no event twice.
 func TestCrashBetweenCutoffAndApply(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	held := make(chan struct{}, 1)
-	holdFrozen = func() bool {
+	e.hooks.holdFrozen = func() bool {
 		select {
 		case held <- struct{}{}:
 		default:
 		}
 		return true
 	}
-	t.Cleanup(func() { holdFrozen = nil })
 	h, win, lose, field, stop := sameEpochFork(t, e)
 	select {
 	case <-held:
@@ -207,7 +210,7 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 		t.Fatal("no pass was cut off")
 	}
 	stop()
-	holdFrozen = nil
+	e.hooks.holdFrozen = nil
 	if !frozenPass(t, e, win.Transport.Group, h.rec.ClientID) {
 		t.Fatal("the checkpointed group state holds no frozen pass")
 	}
@@ -218,7 +221,7 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 	e.worker("w2", nil)
 	evs := e.waitEvents(h.rec.ClientID, 2)
 	wantFork(t, evs, field)
-	settled(t, e, h.rec.ClientID, 2)
+	settled(t, e, win.Transport.Group, h.rec.ClientID, 2)
 	e.waitOutcome(win.ID, schema.DispositionAccepted)
 	e.waitOutcome(lose.ID, schema.DispositionDeferred)
 }
@@ -268,13 +271,14 @@ func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 // again is applied again with new event ids: its events are not lost to
 // deduplication of the first application's ids.
 func TestBranchReappliedAfterRollback(t *testing.T) {
+	t.Parallel()
 	e, client, g, cA := rolledBack(t, rename(t, "a"))
 	e.waitEvents(client, 4)
 	for range 2 {
 		e.publish(must[testpeer.Message](t)(g.Commit()))
 	}
 	e.waitOutcome(cA.ID, schema.DispositionAccepted)
-	evs := settled(t, e, client, 7)
+	evs := settled(t, e, g.ID(), client, 7)
 	want := []schema.EventKind{
 		schema.KindConversationJoined, schema.KindMetadataChanged,
 		schema.KindCommitSuperseded, schema.KindMetadataChanged,
@@ -293,6 +297,7 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 // the retained anchor (tip − max_rewind_commits) is stale with the named
 // outcome BeyondAnchor, and changes nothing the client sees.
 func TestCommitBeyondAnchorIsStale(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	e.worker("w1", nil)
@@ -311,7 +316,7 @@ func TestCommitBeyondAnchorIsStale(t *testing.T) {
 	if o.NamedOutcome != schema.BeyondAnchor || o.Category != schema.CategoryStaleEpoch {
 		t.Fatalf("late commit %+v, want stale stale_epoch BeyondAnchor", o)
 	}
-	settled(t, e, h.rec.ClientID, 1)
+	settled(t, e, g.ID(), h.rec.ClientID, 1)
 }
 
 // A cleanup pass whose atomic batch is stored but whose ack is lost (the
@@ -323,19 +328,19 @@ func TestCommitBeyondAnchorIsStale(t *testing.T) {
 // a sealed message of the winner's epoch, through ingest, is delivered;
 // no event is stored twice (EVENT-001).
 func TestCleanupPassWithLostAckIsPublished(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	submit := e.startIngest()
 	// Every cleanup transaction's ack is lost: the one that cuts the
 	// pass off and the one that applies it.
 	var lost atomic.Int32
-	batchAckHook = func(txn string, err error) error {
+	e.hooks.batchAck = func(txn string, err error) error {
 		if err == nil && strings.HasPrefix(txn, cleanupTxn) {
 			lost.Add(1)
 			return fmt.Errorf("bus: publish batch: %w", nats.ErrTimeout)
 		}
 		return err
 	}
-	t.Cleanup(func() { batchAckHook = nil })
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	e.worker("w1", nil)
 	alice, g := groupWithHosted(t, e, components.Set{}, h)

@@ -16,6 +16,7 @@ import (
 // TestMetrics: processing shows in the metrics, which lint clean and carry
 // no id in a label.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)

@@ -116,7 +116,7 @@ func (p marmot) operate(ctx context.Context, t *txn, in input) error {
 		return nil
 	}
 	if waits(req.Kind) && t.g.held(req.ClientID) || commits(req.Kind) && t.g.retryHeld(req.ClientID) {
-		if err := t.wait(in, req); err != nil {
+		if err := t.wait(in, req, p.hooks.waitingBound()); err != nil {
 			_, err = p.finish(t, in, req, "", nil, err)
 			return err
 		}
@@ -160,8 +160,8 @@ func (p marmot) finish(t *txn, in input, req bus.OperationRequest, status schema
 
 // Bounds of the operations a group's state keeps waiting for own commits:
 // past either, an operation that would wait fails with resource_refused.
-// maxWaiting is a variable for a test to lower.
-var maxWaiting = 1024
+// A test lowers maxWaiting with hooks.maxWaiting.
+const maxWaiting = 1024
 
 const maxWaitingBytes = 8 << 20
 
@@ -221,12 +221,12 @@ func (g *groupState) held(clientID string) bool {
 // own commit settles. Its record stays queued. Stored with the state, in
 // the transaction's fenced batch like everything else, a waiting operation
 // is neither lost nor repeated by a crash.
-func (t *txn) wait(in input, req bus.OperationRequest) error {
+func (t *txn) wait(in input, req bus.OperationRequest, bound int) error {
 	size := len(in.Data)
 	for _, w := range t.g.Waiting {
 		size += len(w.Data)
 	}
-	if len(t.g.Waiting) >= maxWaiting || size > maxWaitingBytes {
+	if len(t.g.Waiting) >= bound || size > maxWaitingBytes {
 		return refuse(schema.CategoryResourceRefused, errTooManyWaiting)
 	}
 	t.g.Waiting = append(t.g.Waiting, waitingOp{ClientID: req.ClientID, Seq: in.Seq, MessageID: in.MessageID, Data: in.Data, Time: in.Time})

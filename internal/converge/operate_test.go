@@ -102,22 +102,16 @@ func (e *env) outboundMsgs(group []byte, n int) []outboundMsg {
 	}
 	var out []outboundMsg
 	eventually.NoError(e.t, func() error {
-		c, err := e.js.OrderedConsumer(e.ctx, streams.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		batch, err := c.FetchNoWait(1000)
-		if err != nil {
-			e.t.Fatal(err)
-		}
 		out = out[:0]
-		for m := range batch.Messages() {
+		for _, v := range e.stored(subj, func(m *jetstream.RawStreamMsg) (any, bool) {
 			var tm schema.TransportMessage
-			if err := tm.UnmarshalMsgpack(m.Data()); err != nil {
+			if err := tm.UnmarshalMsgpack(m.Data); err != nil {
 				e.t.Fatal(err)
 			}
-			h := m.Headers()
-			out = append(out, outboundMsg{transport: tm, id: h.Get(bus.HeaderMessageID), class: h.Get(bus.HeaderClass), opID: h.Get(bus.HeaderOperationID)})
+			h := m.Header
+			return outboundMsg{transport: tm, id: h.Get(bus.HeaderMessageID), class: h.Get(bus.HeaderClass), opID: h.Get(bus.HeaderOperationID)}, true
+		}) {
+			out = append(out, v.(outboundMsg))
 		}
 		if len(out) < n {
 			return fmt.Errorf("%d outbound messages, want %d", len(out), n)
@@ -143,6 +137,7 @@ func textOf(t testing.TB, s string) []byte {
 // is accepted (the operation is done), the own text comes back as own_echo
 // and is no message.received, and the peer's reply is.
 func TestHostedClientCreatesGroupAndSends(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	e.startIngest()
@@ -226,6 +221,7 @@ func TestHostedClientCreatesGroupAndSends(t *testing.T) {
 // commits the leave request (conversation.removed cause left, EVENT-006),
 // and the admin removes the peer. The peer follows every commit.
 func TestHostedClientsCommitAndAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	e.startIngest()
@@ -319,6 +315,7 @@ func TestHostedClientsCommitAndAreRefused(t *testing.T) {
 // changes on both admins' conversations, and a send after it reaches the
 // other admin.
 func TestRacingOwnCommitsOneWinsTheOtherIsRetried(t *testing.T) {
+	t.Parallel()
 	e, a, b, group := twoAdmins(t)
 	name, description := "by a", "by b"
 	// Both are stored before either commit comes back: each is made from
@@ -393,6 +390,7 @@ func twoAdmins(t *testing.T, kps ...[]byte) (e *env, lo, hi hosted, group []byte
 // is no admin: the operation is failed with authorization_failed, and
 // nothing more is sent for it.
 func TestRacingOwnCommitLosesAdminRightsIsRefused(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	name := "by the former admin"
 	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}})
@@ -414,6 +412,7 @@ func TestRacingOwnCommitLosesAdminRightsIsRefused(t *testing.T) {
 // loser's intent is held by the winner's state: its operation is done
 // without another commit.
 func TestRacingOwnCommitAlreadyHeldIsDone(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	name := "the same"
 	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Name: &name}})
@@ -440,6 +439,7 @@ func TestRacingOwnCommitAlreadyHeldIsDone(t *testing.T) {
 // they do not race again: all three are done, and the final components
 // hold the three changes.
 func TestOwnCommitsOfOneClientAreRetriedOneAtATime(t *testing.T) {
+	t.Parallel()
 	e, lo, _, group := twoAdmins(t)
 	name, description, image := "name", "description", "https://example.com/a.png"
 	patches := []bus.ComponentsPatch{{Name: &name}, {Description: &description}, {ImageURL: &image}}
@@ -474,6 +474,7 @@ func TestOwnCommitsOfOneClientAreRetriedOneAtATime(t *testing.T) {
 // operation done holds its change in the final components. The
 // outbound consumer is paused so the commits come back in this order.
 func TestOwnCommitWinningBehindItsClientsRetryIsNotDoneByIt(t *testing.T) {
+	t.Parallel()
 	e, lo, _, group := twoAdmins(t)
 	submit := e.startIngest()
 	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {
@@ -611,8 +612,10 @@ func (e *env) lastOperation(id []byte) schema.Operation {
 // used twice), with the member state written every transaction and every
 // fourth.
 func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
+	t.Parallel()
 	for _, every := range []int{1, 4} {
 		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			snap := func(c *Config) { c.SnapshotEvery = every }
 			_, stop := e.worker("w1", snap)
@@ -661,6 +664,7 @@ func TestOperationsSentOnceAcrossRedelivery(t *testing.T) {
 // answer), and the operation record says why (unknown_group), naming no
 // message and sending nothing.
 func TestFailedSendIsStatusFailed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.worker("w1", nil)
 	h := e.register(sha256.Sum256([]byte("host")), 1)
@@ -696,6 +700,7 @@ func TestFailedSendIsStatusFailed(t *testing.T) {
 // and the rename failed stale_epoch after three attempts while nothing but
 // its own client committed.
 func TestCommitOperationWaitsBehindItsClientsRetry(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	submit := e.startIngest()
 	if _, err := e.js.PauseConsumer(e.ctx, streams.StreamEvents, streams.ConsumerOutbound, time.Now().Add(time.Hour)); err != nil {

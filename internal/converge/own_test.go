@@ -92,6 +92,7 @@ func (d *device) send(t *testing.T, text string) testpeer.Message {
 // (from the app's copy of it) gives no message.received to that
 // installation, and does to the other hosted members.
 func TestOwnMessagesSkipped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	alice := peer(t, "alice")
 	u1, u2 := peer(t, "u1"), peer(t, "u2")

@@ -68,7 +68,9 @@ func (e *env) awaitDeleted(clientID string, group, target []byte) ([]bus.Deliver
 // message.status_changed (EVENT-012, kind-table order); with another
 // hosted member, when the deletion comes back and is delivered.
 func TestDeletingClientGetsMessageDeleted(t *testing.T) {
+	t.Parallel()
 	t.Run("alone", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t)
 		e.worker("w1", nil)
 		e.startIngest()
@@ -96,6 +98,7 @@ func TestDeletingClientGetsMessageDeleted(t *testing.T) {
 		}
 	})
 	t.Run("beside another hosted member", func(t *testing.T) {
+		t.Parallel()
 		e, lo, hi, group := twoAdmins(t)
 		target := e.sendAndWait(hi.rec.ClientID, group, textOf(t, "oops"))
 		e.sendAndWait(hi.rec.ClientID, group, deletionOf(t, target))

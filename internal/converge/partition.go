@@ -206,7 +206,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 				sleep(ctx, backoff)
 				continue
 			}
-			seen = deliveries{next: 1, last: start - 1}
+			seen = deliveries{next: 1, last: start - 1, hooks: w.cfg.hooks}
 			restart = 0
 		}
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(part.wait(lastCleanup, w.cfg.Now(), w.cfg.CleanupInterval)))
@@ -335,6 +335,7 @@ type deliveries struct {
 	next   uint64 // the consumer sequence expected next
 	last   uint64 // the stream sequence of the last delivery received
 	resume uint64 // set at a gap: the stream sequence to deliver from again
+	hooks  *hooks
 }
 
 // take reports whether m is the delivery expected next. After a gap it
@@ -343,7 +344,7 @@ func (d *deliveries) take(m jetstream.Msg) bool {
 	if d.resume != 0 {
 		return false
 	}
-	if deliveryHook != nil && !deliveryHook(m) {
+	if !d.hooks.delivered(m) {
 		return false // lost on the way: the worker never sees it
 	}
 	meta, err := m.Metadata()
@@ -359,10 +360,6 @@ func (d *deliveries) take(m jetstream.Msg) bool {
 	d.last = meta.Sequence.Stream
 	return true
 }
-
-// deliveryHook, when set by a test, is asked about each delivery the
-// worker receives; false drops it, as a delivery lost on the way does.
-var deliveryHook func(jetstream.Msg) bool
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

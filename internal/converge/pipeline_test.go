@@ -16,10 +16,14 @@ import (
 // applied while the one before is stored); every message is delivered
 // once, in stream order, and every input's outcome is recorded.
 func TestPipelinedRunOnceInOrder_EVENT001(t *testing.T) {
+	t.Parallel()
 	// A backlog waiting when the worker starts, and a burst arriving while
 	// it runs (taken from the fetch while a batch is in flight).
 	for _, running := range []bool{false, true} {
-		t.Run(fmt.Sprintf("worker-running=%v", running), func(t *testing.T) { pipelinedRun(t, running) })
+		t.Run(fmt.Sprintf("worker-running=%v", running), func(t *testing.T) {
+			t.Parallel()
+			pipelinedRun(t, running)
+		})
 	}
 }
 

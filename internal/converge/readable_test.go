@@ -20,6 +20,7 @@ import (
 // MessageRetention the records carry it as their TTL; the conversation
 // record keeps none.
 func TestReadableRecordsOfADeletedMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	_, g := groupWithHosted(t, e, components.Set{}, h)

@@ -57,10 +57,14 @@ func uniqueIDs(t *testing.T, evs []bus.Delivered) {
 // consumer rewound to the start of the stream (a crash before any ack)
 // re-reads every input, and the checkpoints make each one count once.
 func TestRedeliveryEmitsNothingTwice_EVENT001(t *testing.T) {
+	t.Parallel()
 	// With SnapshotEvery 4 the member state read back is older than the
 	// checkpoint and ratchets forward to the next message.
 	for _, every := range []int{1, 4} {
-		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) { redelivery(t, every) })
+		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			t.Parallel()
+			redelivery(t, every)
+		})
 	}
 }
 
@@ -81,9 +85,9 @@ func redelivery(t *testing.T, every int) {
 		e.publish(must[testpeer.Message](t)(g.SendText("y")))
 	}
 	e.worker("w2", snap)
+	e.waitEvents(h.rec.ClientID, 6)
+	e.quiet(g.ID())
 	evs := e.waitEvents(h.rec.ClientID, 6)
-	time.Sleep(300 * time.Millisecond)
-	evs = e.waitEvents(h.rec.ClientID, len(evs))
 	uniqueIDs(t, evs)
 	if evs[0].Event.Kind != schema.KindConversationJoined {
 		t.Fatalf("first event %s", evs[0].Event.Kind)
@@ -93,6 +97,7 @@ func redelivery(t *testing.T, every int) {
 // TestStaleWorkerCannotEmit: a commit against a checkpoint another worker
 // has moved past is refused as a whole; none of its events is stored.
 func TestStaleWorkerCannotEmit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	_, stop := e.worker("w1", nil)
@@ -125,6 +130,8 @@ func TestStaleWorkerCannotEmit(t *testing.T) {
 // TestFailoverToSecondWorker: a worker that dies holding every partition
 // (its leases stay until they expire) is replaced by a second one within
 // 10 s, which carries on with the group in order.
+//
+// It bounds a time, so it runs alone, not beside the parallel tests.
 func TestFailoverToSecondWorker(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
@@ -158,6 +165,7 @@ func TestFailoverToSecondWorker(t *testing.T) {
 // TestDMJoinedWithConversationKey_EVENT020: a DM's events carry its
 // conversation key header, the same for every group of the DM.
 func TestDMJoinedWithConversationKey_EVENT020(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	bob := peer(t, "bob")
 	h := e.register(bob.AccountID(), 2)
@@ -188,6 +196,7 @@ func TestDMJoinedWithConversationKey_EVENT020(t *testing.T) {
 // is received, then expired by the cleanup pass; one whose expiry passed
 // before it was processed is never received.
 func TestDisappearingMessages_META063(t *testing.T) {
+	t.Parallel()
 	const disappearing = 1
 	e := newEnv(t)
 	clock := &testClock{}
@@ -239,6 +248,7 @@ func TestDisappearingMessages_META063(t *testing.T) {
 // changing components is a terminal authorization_failed with no event; a
 // Welcome for no hosted KeyPackage is wrong_recipient.
 func TestOutcomeDispositions(t *testing.T) {
+	t.Parallel()
 	outcomeDispositions(t, nil, dispositionsWant{
 		aheadCategory: "", // deferred waiting for its epoch; missing_history is for lost retained state
 		old:           schema.DispositionAccepted,
@@ -321,6 +331,7 @@ func outcomeDispositions(t *testing.T, cfg func(*Config), want dispositionsWant)
 // drained before its message expired runs on the next owner, with no new
 // input to the group.
 func TestExpiryAfterTakeover_META063(t *testing.T) {
+	t.Parallel()
 	const disappearing = 1
 	e := newEnv(t)
 	clock := &testClock{}
@@ -346,14 +357,20 @@ func TestExpiryAfterTakeover_META063(t *testing.T) {
 // TestEveryPartitionOwned: workers with different partition sets (one may
 // own all, the other half) still leave no partition to nobody, and no
 // partition has two owners.
+//
+// A balance round slowed past the lease TTL lets a lease expire while it
+// is held, so it runs alone, not beside the parallel tests.
 func TestEveryPartitionOwned(t *testing.T) {
 	e := newEnv(t)
 	var half []int
 	for p := range subject.Partitions / 2 {
 		half = append(half, p)
 	}
-	wa, _ := e.worker("all", nil)
-	wb, _ := e.worker("half", func(c *Config) { c.Partitions = half })
+	// Leases balance every third of the TTL, and a free partition is
+	// adopted after four rounds: short leases settle the two quickly.
+	short := func(c *Config) { c.LeaseTTL = 1500 * time.Millisecond }
+	wa, _ := e.worker("all", short)
+	wb, _ := e.worker("half", func(c *Config) { short(c); c.Partitions = half })
 	eventually.NoError(t, func() error {
 		a, b := wa.Owned(), wb.Owned()
 		overlap := false
@@ -375,6 +392,7 @@ func TestEveryPartitionOwned(t *testing.T) {
 // batches, each behind its own checkpoint fence, and every client still
 // gets exactly its group's events in order.
 func TestSharedBatchAcrossGroups(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	alice := peer(t, "alice")
 	ga, gb := groupsOfOnePartition(t, alice)
@@ -415,6 +433,7 @@ func TestSharedBatchAcrossGroups(t *testing.T) {
 // TestSharedBatchFencedAsAWhole: one stale checkpoint in a shared batch
 // refuses the whole batch; the other group's events are not stored either.
 func TestSharedBatchFencedAsAWhole(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
 	_, stop := e.worker("w1", nil)
@@ -452,6 +471,7 @@ func TestSharedBatchFencedAsAWhole(t *testing.T) {
 // after several commits and an expiry the group's checkpoint subject holds
 // one checkpoint, and its expiry pages only the page not yet consumed.
 func TestCheckpointsAndConsumedPagesGoWithoutPurge(t *testing.T) {
+	t.Parallel()
 	const disappearing = 1
 	e := newEnv(t)
 	clock := &testClock{}

@@ -55,6 +55,7 @@ func receivedOf(t *testing.T, evs []bus.Delivered, id []byte) bus.Delivered {
 // reply does not reference an own message (EVENT-021: "names a message
 // that the client holds at emission"); a reply to one not deleted does.
 func TestEVENT021ReplyToDeletedOwnMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ga, phone, h, welcome := ownGroup(t, e, components.Set{})
 	e.worker("w1", nil)
@@ -90,6 +91,7 @@ func TestEVENT021ReplyToDeletedOwnMessage(t *testing.T) {
 // of its time and prove nothing more); the reply, the deletion and the
 // expiry come through the running worker.
 func TestEVENT021AndMETA063PastTenThousandMessages(t *testing.T) {
+	t.Parallel()
 	const n, perTxn = 10_000, 4000
 	const secs = 3600
 	// About 27 s of CPU with -race; the waits allow for a loaded machine.

@@ -83,6 +83,7 @@ func wantWithdrawn(t *testing.T, sup *schema.CommitSuperseded, commit testpeer.M
 // commits add no one), and fabric.commit_superseded names the commit and
 // the membership_changed it withdraws.
 func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
+	t.Parallel()
 	carol := peer(t, "carol")
 	e, client, _, cA := rolledBack(t, func(_ *testpeer.Peer, g *testpeer.Group) testpeer.Message {
 		add, _, err := g.Add(carol)
@@ -91,7 +92,7 @@ func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
 		}
 		return add
 	})
-	evs := settled(t, e, client, 4)
+	evs := settled(t, e, cA.Transport.Group, client, 4)
 	uniqueIDs(t, evs)
 	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMembershipChanged, schema.KindCommitSuperseded, schema.KindMembershipChanged}
 	if !slices.Equal(kinds(evs), want) {
@@ -111,8 +112,9 @@ func TestRollbackOfAddReportsTheMemberGone(t *testing.T) {
 // against the winning branch), and fabric.commit_superseded names the
 // rename and the metadata_changed it withdraws.
 func TestRollbackOfRenameReportsTheNameBack(t *testing.T) {
+	t.Parallel()
 	e, client, _, cA := rolledBack(t, rename(t, "renamed"))
-	evs := settled(t, e, client, 4)
+	evs := settled(t, e, cA.Transport.Group, client, 4)
 	uniqueIDs(t, evs)
 	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged, schema.KindCommitSuperseded, schema.KindMetadataChanged}
 	if !slices.Equal(kinds(evs), want) {
@@ -141,6 +143,7 @@ func removeBob(t *testing.T) func(*testpeer.Peer, *testpeer.Group) testpeer.Mess
 // EVENT-005/023: welcomed, by the adder it first joined by), and the next
 // message of the winning branch reaches it.
 func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
+	t.Parallel()
 	r := changed(t, removeBob(t), 2)
 	// The removed member's retained state is stored: a restarted worker
 	// brings it back as well.
@@ -151,7 +154,7 @@ func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
 	e.waitOutcome(cA.ID, schema.DispositionDeferred)
 	msg := must[testpeer.Message](t)(r.other.SendText("after the rollback"))
 	e.publish(msg)
-	evs := settled(t, e, client, 6)
+	evs := settled(t, e, cA.Transport.Group, client, 6)
 	uniqueIDs(t, evs)
 	want := []schema.EventKind{
 		schema.KindConversationJoined, schema.KindConversationRemoved, schema.KindMembershipChanged,
@@ -174,6 +177,7 @@ func TestRollbackOfOwnRemovalRejoins(t *testing.T) {
 // wins over a competing ordinary commit of the same epoch: the client
 // stays removed and is told no conversation.joined.
 func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
+	t.Parallel()
 	r := changed(t, removeBob(t), 2)
 	e, client, g, cA := r.e, r.client, r.g, r.cA
 	rival := must[testpeer.Message](t)(r.other.Commit())
@@ -183,7 +187,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 	if o := e.outcome(cA.ID); o.Disposition != schema.DispositionAccepted {
 		t.Fatalf("the removal is %s, want accepted", o.Disposition)
 	}
-	evs := settled(t, e, client, 3)
+	evs := settled(t, e, cA.Transport.Group, client, 3)
 	if want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationRemoved, schema.KindMembershipChanged}; !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}
@@ -227,6 +231,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 // its client gets conversation.fork_detected, once, however much input
 // follows, and its readable conversation record says forked.
 func TestFORK040LostRetainedStateIsForked(t *testing.T) {
+	t.Parallel()
 	e, client, stop, _, g := bobJoined(t)
 	c := must[testpeer.Message](t)(g.Commit())
 	e.publish(c)
@@ -238,7 +243,7 @@ func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 	for _, text := range []string{"one", "two"} {
 		e.publish(must[testpeer.Message](t)(g.SendText(text)))
 	}
-	evs := settled(t, e, client, 2)
+	evs := settled(t, e, c.Transport.Group, client, 2)
 	if want := []schema.EventKind{schema.KindConversationJoined, schema.KindConversationForkDetected}; !slices.Equal(kinds(evs), want) {
 		t.Fatalf("events %v, want %v", kinds(evs), want)
 	}

@@ -18,6 +18,7 @@ import (
 // accepted; the peer follows it. The renewed leaf is due again one period
 // later, and not before: over two periods there are exactly two.
 func TestScheduledSelfUpdateOncePerPeriod(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const period = 7 * 24 * time.Hour
 	clock := &testClock{}

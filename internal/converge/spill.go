@@ -116,10 +116,6 @@ func (w *Worker) spill(ctx context.Context, tenant, groupHex string, next *check
 	return msgs[:cut], written, nil
 }
 
-// drainHook, when set by a test, is asked before each batch of a pending
-// rest is stored; an error stops the drain there, as a crash does.
-var drainHook func() error
-
 // drain stores the rest of a group's last transaction, batch after batch,
 // each fenced on the checkpoint before; g is brought up to the last. A
 // failure leaves g to be loaded again, and the next load goes on where
@@ -142,11 +138,9 @@ func (w *Worker) drain(ctx context.Context, part *partition, g *loadedGroup) err
 		return err
 	}
 	for done := p.Done; done < len(msgs); {
-		if drainHook != nil {
-			if err := drainHook(); err != nil {
-				delete(part.groups, key)
-				return err
-			}
+		if err := w.cfg.hooks.beforeDrain(); err != nil {
+			delete(part.groups, key)
+			return err
 		}
 		end := min(done+w.cfg.MaxBatch-1, len(msgs))
 		ck := g.ck

@@ -40,6 +40,7 @@ var (
 // the cost grows with the square of the members (docs/converge.md, Many
 // hosted members in one group).
 func TestOneInputNeverHoldsAPartition(t *testing.T) {
+	t.Parallel()
 	n, maxBatch, within := 24, 10, time.Minute
 	if *groupMembers > 0 {
 		n, maxBatch, within = *groupMembers, *groupMaxBatch, 3*time.Hour
@@ -70,14 +71,13 @@ func TestOneInputNeverHoldsAPartition(t *testing.T) {
 
 	var failed atomic.Bool
 	var later atomic.Int64 // batches after an input's first
-	drainHook = func() error {
+	e.hooks.drain = func() error {
 		later.Add(1)
 		if failed.CompareAndSwap(false, true) {
 			return errors.New("crash between two batches of one input")
 		}
 		return nil
 	}
-	t.Cleanup(func() { drainHook = nil })
 	metrics := NewMetrics(nil)
 	e.worker("w1", func(c *Config) { c.MaxBatch, c.Metrics = maxBatch, metrics })
 	for _, in := range []testpeer.Message{welcome, m, otherWelcome, otherMsg} {

@@ -24,6 +24,7 @@ import (
 // second is accepted, and the client's conversation and the peer, applying
 // the winning branch and the retried commit, hold the name.
 func TestRolledBackOwnCommitDoesNotReadDone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	h, bg, group, _ := hostWithPeer(t, e, nil)
 	name := "renamed"

@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
@@ -163,12 +160,14 @@ func appIDs(out []outboundMsg) []string {
 // message.status_changed events and the read API's messages name them in
 // that order.
 func TestSendsBehindAnOwnCommitWaitForIt(t *testing.T) {
+	t.Parallel()
 	name := "renamed"
 	for _, req := range []bus.OperationRequest{
 		{Kind: schema.OpUpdateConversation, Patch: &bus.ComponentsPatch{Name: &name}},
 		{Kind: schema.OpSelfUpdate},
 	} {
 		t.Run(string(req.Kind), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			h, bg, group, _ := hostWithPeer(t, e, nil)
 			req.ClientID, req.GroupID = h.rec.ClientID, group
@@ -196,6 +195,7 @@ func TestSendsBehindAnOwnCommitWaitForIt(t *testing.T) {
 // following the accepted commits, decrypts every text in the epoch that
 // commit made, in order, each once.
 func TestSendsWaitForARetriedOwnCommit(t *testing.T) {
+	t.Parallel()
 	bob := peer(t, "bob")
 	e, lo, hi, group := twoAdmins(t, must[[]byte](t)(bob.KeyPackage()))
 	bg := must[*testpeer.Group](t)(bob.Join(e.outboundMsgs(group, 4)[2].transport))
@@ -234,12 +234,13 @@ func TestSendsWaitForARetriedOwnCommit(t *testing.T) {
 // once, in order, in the epoch the commit made, with the member state
 // written every transaction and every fourth.
 func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
+	t.Parallel()
 	for _, every := range []int{1, 4} {
 		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			var hold atomic.Bool
-			holdFrozen = hold.Load
-			t.Cleanup(func() { holdFrozen = nil })
+			e.hooks.holdFrozen = hold.Load
 			snap := func(c *Config) { c.SnapshotEvery = every }
 			h, bg, group, stop := hostWithPeer(t, e, snap)
 			hold.Store(true)
@@ -275,12 +276,11 @@ func TestWaitingSendsSentOnceAcrossRedelivery(t *testing.T) {
 // naming the operation, nothing sent), and the sends that waited are sent
 // once the commit is accepted.
 func TestSendPastTheWaitingBoundIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	was := maxWaiting
-	maxWaiting = 2
+	e.hooks.maxWaiting = 2
 	var hold atomic.Bool
-	holdFrozen = hold.Load
-	t.Cleanup(func() { maxWaiting, holdFrozen = was, nil })
+	e.hooks.holdFrozen = hold.Load
 	h, bg, group, _ := hostWithPeer(t, e, nil)
 	hold.Store(true)
 	name := "renamed"
@@ -309,24 +309,9 @@ func TestSendPastTheWaitingBoundIsRefused(t *testing.T) {
 // replaced it while it was read).
 func (e *env) storedWaiting(group []byte) int {
 	e.t.Helper()
-	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(group))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	b, err := w.getBlob(e.ctx, ck.State)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	g := e.storedGroup(group)
+	if g == nil {
 		return -1
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	g, err := decodeGroupState(b)
-	if err != nil {
-		e.t.Fatal(err)
 	}
 	return len(g.Waiting)
 }
@@ -336,6 +321,7 @@ func (e *env) storedWaiting(group []byte) int {
 // is authorization_failed), the sends are made on the client's canonical
 // state, the winner's epoch, in order: the other admin receives each.
 func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	name := "by the former admin"
 	opLo := e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}})
@@ -369,6 +355,7 @@ func TestSendsBehindAFailedOwnCommitAreSent(t *testing.T) {
 // with cause left (EVENT-006). A request of the update's parent epoch
 // could not be committed there.
 func TestLeaveBehindAnOwnCommitWaitsForIt(t *testing.T) {
+	t.Parallel()
 	e, lo, hi, group := twoAdmins(t)
 	e.operation(e.operate(bus.OperationRequest{Kind: schema.OpUpdateConversation, ClientID: lo.rec.ClientID, GroupID: group, Patch: &bus.ComponentsPatch{Admins: []string{lo.rec.InboxID}}}), schema.OperationDone)
 	update := e.operate(bus.OperationRequest{Kind: schema.OpSelfUpdate, ClientID: hi.rec.ClientID, GroupID: group})

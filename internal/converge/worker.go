@@ -96,6 +96,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// hooks are the package's tests' seams; nil otherwise.
+	hooks *hooks
 }
 
 // Worker is one converge process's share of the work: it owns some input
