@@ -42,13 +42,6 @@ const tenant = "acme"
 // docs/converge.md); empty, the server is embedded in the test process.
 var serverCPUs = flag.String("converge-server-cpus", "", "run each nats-server in its own process pinned to these CPUs (taskset -c list), e.g. 1; empty: embedded")
 
-// fileStorage puts each test's streams and buckets on file storage, as
-// deployed and as the benchmarks always do. Without it a test's are in
-// memory: converge uses them the same way, and the file store's writes (a
-// file per consumer of each worker's 64 partitions among them) cost the
-// parallel tests about 30% of their CPU.
-var fileStorage = flag.Bool("converge-file-storage", false, "put each test's streams and buckets on file storage, as deployed, not in memory")
-
 // env is one test's fabric: an embedded JetStream server with the streams
 // provisioned, a client store and the vault converge opens installations
 // with.
@@ -123,11 +116,7 @@ func newEnvWithin(t testing.TB, d time.Duration) *env {
 	if *serverCPUs != "" {
 		opt = natstest.InChildProcess(*serverCPUs)
 	}
-	storage := jetstream.MemoryStorage
-	if _, bench := t.(*testing.B); bench || *fileStorage {
-		storage = jetstream.FileStorage
-	}
-	n := natstest.Start(t, opt, natstest.WithStreams(streams.Config{Storage: storage}))
+	n := natstest.Start(t, opt)
 	srv, nc, js := n.Server, n.Conn, n.JS
 	key := sha256.Sum256([]byte("converge test master key"))
 	vault, err := engine.NewVault(key[:])
@@ -206,15 +195,10 @@ func (e *env) publish(m testpeer.Message) {
 func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 	e.t.Helper()
 	h := e.hooks
-	// A test's worker has the default lease TTL and cleanup interval: each
-	// worker renews its 64 leases and polls its 64 partitions at their
-	// pace, and shorter ones cost CPU that tests running side by side
-	// lack. The benchmarks keep those their figures were measured with
-	// (docs/benchmarks.md).
+	// The lease TTL and cleanup interval are the defaults: each worker
+	// renews its 64 leases and polls its 64 partitions at their pace, so
+	// shorter ones cost CPU that tests running side by side lack.
 	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, Logger: quiet(), hooks: &h}
-	if _, bench := e.t.(*testing.B); bench {
-		c.LeaseTTL, c.CleanupInterval = 1500*time.Millisecond, 200*time.Millisecond
-	}
 	if cfg != nil {
 		cfg(&c)
 	}
