@@ -104,20 +104,11 @@ func graftJSON(raw []byte, k *MemberKeys) ([]byte, error) {
 // key and the keys of the present nodes of its direct path. It encodes the
 // state (O(N)); a shared group asks once per join and once per commit.
 func (s *State) MemberKeys() (*MemberKeys, error) {
-	raw, err := s.marshalState(nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("engine: member keys: %w", err)
-	}
-	defer clear(raw)
-	priv, err := privateOf(raw)
-	if err != nil {
-		return nil, err
-	}
 	shape, err := s.TreeShape()
 	if err != nil {
 		return nil, err
 	}
-	return shape.keep(s.OwnLeaf(), priv), nil
+	return s.MemberKeysIn(shape)
 }
 
 // MemberKeysIn is [State.MemberKeys] with s's tree shape at hand.
