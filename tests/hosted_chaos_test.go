@@ -27,6 +27,7 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/bus/streams"
 	"github.com/fabric-mls/fabric/internal/bus/subject"
+	"github.com/fabric-mls/fabric/internal/eventually"
 	"github.com/fabric-mls/fabric/internal/demo"
 	"github.com/fabric-mls/fabric/internal/natsserver/natstest"
 	"github.com/fabric-mls/fabric/pkg/client"
@@ -243,9 +244,12 @@ func (c hostedChaosConfig) run(t *testing.T, f *chaosFabric) {
 	created := ok[schema.OperationAccepted](t)(ops.CreateConversation(ctx, sender.ClientID, "create", schema.CreateConversation{Name: &name, KeyPackages: []schema.Bytes{receiver.KeyPackages[0]}}))
 	group := []byte(created.GroupID)
 	waitOperationsDone(t, ctx, f.events, f.tenant, [][]byte{created.OperationID}, time.Minute)
-	waitFor(t, time.Minute, "the receiver joined", func() (bool, error) {
+	eventually.NoErrorWithin(t, time.Minute, func() error {
 		evs, err := clientEventsOf(ctx, f.events, f.tenant, receiver.ClientID)
-		return len(evs) > 0 && evs[0].Event.Kind == schema.KindConversationJoined, err
+		if err == nil && (len(evs) == 0 || evs[0].Event.Kind != schema.KindConversationJoined) {
+			err = fmt.Errorf("the receiver has not joined: %d events", len(evs))
+		}
+		return err
 	})
 	outSubj := ok[string](t)(subject.Outbound(f.tenant, hex.EncodeToString(group)))
 	events := ok[jetstream.Stream](t)(f.events.Stream(ctx, streams.StreamEvents))
@@ -387,14 +391,14 @@ func (c hostedChaosConfig) run(t *testing.T, f *chaosFabric) {
 	// Once every copy came back and was decided, the receiver's events
 	// are final: a copy that comes back later could still deliver.
 	undecided := want
-	waitFor(t, 3*time.Minute, "every copy decided", func() (bool, error) {
+	eventually.NoErrorWithin(t, 3*time.Minute, func() error {
 		var err error
 		undecided, err = undecidedOf(ctx, f.outcomes, f.tenant, undecided)
 		if err == nil && len(undecided) > 0 {
 			o, oerr := outcomeRecord(ctx, f.outcomes, f.tenant, undecided[0])
-			err = fmt.Errorf("%d of %d undecided, the first %s: outcome %+v (%v)", len(undecided), len(want), undecided[0], o, oerr)
+			err = fmt.Errorf("%d of %d copies undecided, the first %s: outcome %+v (%v)", len(undecided), len(want), undecided[0], o, oerr)
 		}
-		return len(undecided) == 0, err
+		return err
 	})
 	decided := time.Since(began)
 	notAccepted := map[string]int{}
@@ -464,23 +468,6 @@ func orderDiff(got, want []string) string {
 		}
 	}
 	return fmt.Sprintf("%d missing, %d more than once, first out of place at %d", missing, twice, first)
-}
-
-// waitFor polls cond until it holds; an error is retried (the fabric may
-// be restarting) and reported when time runs out.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		done, err := cond()
-		if done && err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last error %v)", what, within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // clientEventsOf reads every converge event stored for a client.
