@@ -598,24 +598,24 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	if len(t.g.OwnCommits) == 0 && len(lost) == 0 {
 		return p.sendWaiting(ctx, t)
 	}
-	// The commits this input accepted are settled: none is in flight for
-	// a commit waiting behind it (newerOf).
+	// Each commit's last outcome in this input. The commits it accepted
+	// are settled: none is in flight for a commit waiting behind it
+	// (newerOf).
+	notes := make([]*outcomeNote, len(t.g.OwnCommits))
 	var inFlight []ownCommit
-	for _, oc := range t.g.OwnCommits {
-		if !slices.ContainsFunc(t.notes, func(n outcomeNote) bool {
-			return n.Disposition == schema.DispositionAccepted && bytes.Equal(n.MessageID, oc.CommitID)
-		}) {
+	for i, oc := range t.g.OwnCommits {
+		for j := range t.notes {
+			if bytes.Equal(t.notes[j].MessageID, oc.CommitID) {
+				notes[i] = &t.notes[j]
+			}
+		}
+		if notes[i] == nil || notes[i].Disposition != schema.DispositionAccepted {
 			inFlight = append(inFlight, oc)
 		}
 	}
 	var keep []ownCommit
-	for _, oc := range t.g.OwnCommits {
-		var note *outcomeNote
-		for i := range t.notes {
-			if bytes.Equal(t.notes[i].MessageID, oc.CommitID) {
-				note = &t.notes[i]
-			}
-		}
+	for i, oc := range t.g.OwnCommits {
+		note := notes[i]
 		// The committer's own canonical state, not the group's lead
 		// member's: another member may be ahead (a joiner of the commit).
 		epoch, holds, err := p.tipEpoch(t, oc.ClientID)
