@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/thomas-vilte/mls-go/ciphersuite"
-	"github.com/thomas-vilte/mls-go/framing"
 	"github.com/thomas-vilte/mls-go/secrettree"
 
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -62,12 +61,9 @@ func (p *PastEpoch) Epoch() uint64 { return p.epoch }
 func (p *PastEpoch) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	const op = "decrypt"
 	defer recoverDecode(op, &err)
-	c, err := Classify(mlsMessage)
+	c, err := classifyApplication(op, mlsMessage)
 	if err != nil {
 		return nil, err
-	}
-	if c.WireFormat != WirePrivateMessage || c.Class != schema.ClassApplication {
-		return nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrNotApplication)
 	}
 	if !slices.Equal(c.GroupID, p.groupID) {
 		return nil, fail(op, schema.CategoryWrongRecipient, ErrWrongGroup)
@@ -78,13 +74,9 @@ func (p *PastEpoch) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if p.senderData == nil || p.tree == nil {
 		return nil, fail(op, schema.CategoryInvalidEncoding, errors.New("epoch secrets missing"))
 	}
-	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
+	pm, err := parsePrivate(op, mlsMessage)
 	if err != nil {
-		return nil, fail(op, schema.CategoryInvalidEncoding, err)
-	}
-	pm, ok := msg.AsPrivate()
-	if !ok {
-		return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotApplication)
+		return nil, err
 	}
 	return openApplication(op, c, pm, epochKeys{
 		suite:      p.suite,

@@ -523,6 +523,32 @@ type Application struct {
 	AAD        []byte // authenticated_data
 }
 
+// classifyApplication classifies an input that must be an application
+// PrivateMessage, refusing any other.
+func classifyApplication(op string, mlsMessage []byte) (Classification, error) {
+	c, err := Classify(mlsMessage)
+	if err != nil {
+		return c, err
+	}
+	if c.WireFormat != WirePrivateMessage || c.Class != schema.ClassApplication {
+		return c, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrNotApplication)
+	}
+	return c, nil
+}
+
+// parsePrivate decodes a classified application PrivateMessage.
+func parsePrivate(op string, mlsMessage []byte) (*framing.PrivateMessage, error) {
+	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
+	if err != nil {
+		return nil, fail(op, schema.CategoryInvalidEncoding, err)
+	}
+	pm, ok := msg.AsPrivate()
+	if !ok {
+		return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotApplication)
+	}
+	return pm, nil
+}
+
 // Decrypt decrypts an application PrivateMessage of this epoch (RFC 9420
 // §6.3) and checks its sender's signature, as mls-go's
 // group.ReceiveApplicationMessage does, but through s's signature cache
@@ -532,12 +558,9 @@ type Application struct {
 func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	const op = "decrypt"
 	defer recoverDecode(op, &err)
-	c, err := Classify(mlsMessage)
+	c, err := classifyApplication(op, mlsMessage)
 	if err != nil {
 		return nil, err
-	}
-	if c.WireFormat != WirePrivateMessage || c.Class != schema.ClassApplication {
-		return nil, fail(op, schema.CategoryUnsupportedRequiredFeature, ErrNotApplication)
 	}
 	if err := s.checkGroup(op, c); err != nil {
 		return nil, err
@@ -548,13 +571,9 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if s.isSent(c.MessageID) {
 		return nil, fail(op, schema.CategoryOwnEcho, ErrOwnEcho)
 	}
-	msg, err := framing.UnmarshalMLSMessage(mlsMessage)
+	pm, err := parsePrivate(op, mlsMessage)
 	if err != nil {
-		return nil, fail(op, schema.CategoryInvalidEncoding, err)
-	}
-	pm, ok := msg.AsPrivate()
-	if !ok {
-		return nil, fail(op, schema.CategoryInvalidEncoding, ErrNotApplication)
+		return nil, err
 	}
 	if s.g.State() != group.StateOperational {
 		return nil, classifyMLSGoError(op, group.ErrGroupNotOperational)

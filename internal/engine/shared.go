@@ -160,13 +160,7 @@ func (s *State) As(k *MemberKeys) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer clear(b)
-	c, err := restore(b, false)
-	if err != nil {
-		return nil, err
-	}
-	c.sigs = s.sigs
-	return c, nil
+	return s.restoreCopy(b)
 }
 
 // ProcessAs is [State.ProcessHandshake] for the member of k: the copy it

@@ -106,7 +106,7 @@ func TestSignatureCacheBounded(t *testing.T) {
 		if _, err := w.state.Decrypt(must[testpeer.Message](t)(w.bob.SendText(fmt.Sprintf("hello %d", i))).MLS); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, cache.ring[(cache.next+len(cache.ring)-1)%len(cache.ring)])
+		ids = append(ids, cache.order.keys[(cache.order.next+len(cache.order.keys)-1)%len(cache.order.keys)])
 	}
 	if len(cache.ok) != 2 {
 		t.Fatalf("cache of 2 holds %d", len(cache.ok))

@@ -35,16 +35,33 @@ var errNoSignature = errors.New("no signature")
 // for every other; those only consume the message's generation in their
 // own secret tree, as its decryption would ([State.Decrypt]).
 type SignatureCache struct {
-	mu   sync.Mutex
-	ok   map[[32]byte]struct{}
-	ring [][32]byte
-	next int
+	mu    sync.Mutex
+	ok    map[[32]byte]struct{}
+	order fifo
 	// opened are the decrypted application messages, oldest dropped
 	// first; hits counts the decryptions they saved.
-	opened     map[[32]byte]*Application
-	openedRing [][32]byte
-	openedNext int
-	hits       uint64
+	opened      map[[32]byte]*Application
+	openedOrder fifo
+	hits        uint64
+}
+
+// fifo is the insertion order of a bounded map's keys.
+type fifo struct {
+	keys [][32]byte
+	next int
+}
+
+// push adds key and returns the oldest key when the bound is reached: the
+// caller deletes it from its map.
+func (f *fifo) push(key [32]byte) (oldest [32]byte, full bool) {
+	if len(f.keys) < cap(f.keys) {
+		f.keys = append(f.keys, key)
+		return oldest, false
+	}
+	oldest = f.keys[f.next]
+	f.keys[f.next] = key
+	f.next = (f.next + 1) % len(f.keys)
+	return oldest, true
 }
 
 // openedCacheSize bounds the decrypted messages remembered: the hosted
@@ -58,8 +75,8 @@ func NewSignatureCache(n int) *SignatureCache {
 	if n <= 0 {
 		n = DefaultSignatureCacheSize
 	}
-	return &SignatureCache{ok: make(map[[32]byte]struct{}, n), ring: make([][32]byte, 0, n),
-		opened: make(map[[32]byte]*Application), openedRing: make([][32]byte, 0, openedCacheSize)}
+	return &SignatureCache{ok: make(map[[32]byte]struct{}, n), order: fifo{keys: make([][32]byte, 0, n)},
+		opened: make(map[[32]byte]*Application), openedOrder: fifo{keys: make([][32]byte, 0, openedCacheSize)}}
 }
 
 // openedID names a message of one epoch: SHA-256 over its epoch
@@ -98,12 +115,8 @@ func (c *SignatureCache) rememberOpened(key [32]byte, app *Application) {
 	if _, ok := c.opened[key]; ok {
 		return
 	}
-	if len(c.openedRing) < cap(c.openedRing) {
-		c.openedRing = append(c.openedRing, key)
-	} else {
-		delete(c.opened, c.openedRing[c.openedNext])
-		c.openedRing[c.openedNext] = key
-		c.openedNext = (c.openedNext + 1) % len(c.openedRing)
+	if oldest, full := c.openedOrder.push(key); full {
+		delete(c.opened, oldest)
 	}
 	c.opened[key] = app
 }
@@ -140,12 +153,8 @@ func (c *SignatureCache) verify(scheme ciphersuite.SignatureScheme, key, tbs []b
 	if _, seen := c.ok[id]; seen {
 		return nil // verified meanwhile by another state
 	}
-	if len(c.ring) < cap(c.ring) {
-		c.ring = append(c.ring, id)
-	} else {
-		delete(c.ok, c.ring[c.next])
-		c.ring[c.next] = id
-		c.next = (c.next + 1) % len(c.ring)
+	if oldest, full := c.order.push(id); full {
+		delete(c.ok, oldest)
 	}
 	c.ok[id] = struct{}{}
 	return nil

@@ -360,18 +360,28 @@ func withoutCachedPSKs(state []byte) ([]byte, error) {
 	return append(append(append(out, state[:from]...), "null"...), state[end:]...), nil
 }
 
-// Clone returns an independent copy of s, through a snapshot round trip.
-func (s *State) Clone() (*State, error) {
-	b, err := s.snapshot(false)
-	if err != nil {
-		return nil, err
-	}
+// restoreCopy restores b, an in-memory snapshot of s (cleared after), as a
+// state that shares s's signature cache.
+func (s *State) restoreCopy(b []byte) (*State, error) {
 	defer clear(b)
 	c, err := restore(b, false)
 	if err != nil {
 		return nil, err
 	}
 	c.sigs = s.sigs
+	return c, nil
+}
+
+// Clone returns an independent copy of s, through a snapshot round trip.
+func (s *State) Clone() (*State, error) {
+	b, err := s.snapshot(false)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.restoreCopy(b)
+	if err != nil {
+		return nil, err
+	}
 	// Pending snapshots are never changed in place, so copies share them.
 	c.pending, c.sent = slices.Clone(s.pending), slices.Clone(s.sent)
 	return c, nil
