@@ -102,14 +102,7 @@ func BenchmarkSharedCommit(b *testing.B) {
 			b.StopTimer()
 			// State at rest: the group's one blob against one member's
 			// snapshot.
-			snap, err := bw.g.Snapshot()
-			if err != nil {
-				b.Fatal(err)
-			}
-			blob, err := snap.Marshal()
-			if err != nil {
-				b.Fatal(err)
-			}
+			blob := blobOf(b, bw.g)
 			oneSnap, err := bw.one.Snapshot()
 			if err != nil {
 				b.Fatal(err)
@@ -342,4 +335,18 @@ func BenchmarkSharedJoin(b *testing.B) {
 			b.ReportMetric(float64(joins.Microseconds())/float64(n-b.N)/1e3, "keys-join-ms/member")
 		})
 	}
+}
+
+// blobOf is a group's snapshot as its one blob at rest.
+func blobOf(tb testing.TB, g *Group) []byte {
+	tb.Helper()
+	snap, err := g.Snapshot()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	blob, err := snap.Marshal()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return blob
 }

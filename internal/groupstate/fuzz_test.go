@@ -10,15 +10,7 @@ import (
 // activation).
 func FuzzRestore(f *testing.F) {
 	w := newWorld(f, 3, Config{}, false)
-	snap, err := w.g.Snapshot()
-	if err != nil {
-		f.Fatal(err)
-	}
-	blob, err := snap.Marshal()
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(blob)
+	f.Add(blobOf(f, w.g))
 	f.Add([]byte(`{"v":1,"carrier":"a","members":[{"id":"a","keys":{}}]}`))
 	f.Add([]byte(`{"v":1,"carrier":"a","members":[{"id":"a"}],"pending":[{"committer":"a","id":"AA=="}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
