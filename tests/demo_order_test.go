@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -129,7 +131,7 @@ func demoRun(ctx context.Context, api *demo.API, c *client.Client, rng *mrand.Ra
 		return err
 	}
 	if err := read(len(want)); err != nil {
-		return err
+		return fmt.Errorf("%w (events %v; the settle inputs' outcomes, in posting order: %s)", err, kindList(got), settleOutcomes(api, settle))
 	}
 	ids := make(map[string]bool, len(got))
 	for i := range want {
@@ -151,6 +153,45 @@ func demoRun(ctx context.Context, api *demo.API, c *client.Client, rng *mrand.Ra
 		return fmt.Errorf("an extra event %s %s", ev.Kind, payload(ev))
 	}
 	return nil
+}
+
+// settleOutcomes reads each settle input's outcome from the intake, so a
+// run that stops short says whether converge decided its inputs (an event
+// lost on the way) or not (a pass never applied).
+func settleOutcomes(api *demo.API, steps []demo.Step) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	for _, st := range steps {
+		o, err := readOutcome(ctx, api, st.Msg.ID)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", st.Name, err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %s/%s%s", st.Name, o.Status, o.Disposition, o.Category))
+	}
+	return strings.Join(out, "; ")
+}
+
+func readOutcome(ctx context.Context, api *demo.API, id []byte) (schema.Outcome, error) {
+	var o schema.Outcome
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.BaseURL+"/v1/tenants/"+api.Tenant+"/outcomes/"+hex.EncodeToString(id), nil)
+	if err != nil {
+		return o, err
+	}
+	req.Header.Set("Authorization", "Bearer "+api.IngestToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return o, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return o, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return o, fmt.Errorf("outcome: %s", resp.Status)
+	}
+	return o, json.NewDecoder(resp.Body).Decode(&o)
 }
 
 // wantDemoEvents is the hosted client's full event list of the demo
