@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -183,24 +184,54 @@ func (l *leases) tryAcquire(ctx context.Context, p int) (bool, error) {
 	return true, nil
 }
 
-// renew extends partition p's lease. It reports false when the lease was
-// lost to another worker (the revision moved), in which case p is no
-// longer held.
-func (l *leases) renew(ctx context.Context, p int) (bool, error) {
-	rev, ok := l.held[p]
-	if !ok {
-		return false, nil
+// renewAtOnce bounds the lease renewals in flight at once: a round renews
+// up to 64 leases, and one after another on a slow store (a starved
+// machine, a cluster electing) it could outlast the TTL, letting the last
+// leases lapse while they are held.
+const renewAtOnce = 8
+
+// renewAll extends the leases of ps, up to renewAtOnce at a time. It
+// returns the partitions whose lease was lost to another worker (the
+// revision moved, or the key is gone); those are no longer held. An error
+// other than a lost lease is returned after every renewal has ended, and
+// leaves the lease held: the next round tries again.
+func (l *leases) renewAll(ctx context.Context, ps []int) (lost []int, err error) {
+	type renewal struct {
+		rev  uint64
+		held bool
+		err  error
 	}
-	nrev, err := l.kv.Update(ctx, leaseKey(p), l.record(), rev)
-	if err != nil {
-		if isConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
-			delete(l.held, p)
-			return false, nil
+	results := make([]renewal, len(ps))
+	sem := make(chan struct{}, renewAtOnce)
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		rev, ok := l.held[p]
+		results[i] = renewal{held: ok}
+		if !ok {
+			continue
 		}
-		return true, fmt.Errorf("renew lease: %w", err)
+		b := l.record()
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i].rev, results[i].err = l.kv.Update(ctx, leaseKey(p), b, rev)
+		})
 	}
-	l.held[p] = nrev
-	return true, nil
+	wg.Wait()
+	var errs []error
+	for i, r := range results {
+		p := ps[i]
+		switch {
+		case !r.held, r.err != nil && (isConflict(r.err) || errors.Is(r.err, jetstream.ErrKeyNotFound)):
+			delete(l.held, p)
+			lost = append(lost, p)
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("renew lease %d: %w", p, r.err))
+		default:
+			l.held[p] = r.rev
+		}
+	}
+	return lost, errors.Join(errs...)
 }
 
 // release gives partition p up so another worker can take it at once.

@@ -312,16 +312,14 @@ func (w *Worker) balance(ctx context.Context) error {
 	if err := w.leases.heartbeat(ctx); err != nil {
 		return err
 	}
-	for _, p := range w.Owned() {
-		ok, err := w.leases.renew(ctx, p)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			w.log.Warn("converge: partition lease lost", "partition", p)
-			w.stop(p)
-			delete(w.adopted, p)
-		}
+	lost, err := w.leases.renewAll(ctx, w.Owned())
+	for _, p := range lost {
+		w.log.Warn("converge: partition lease lost", "partition", p)
+		w.stop(p)
+		delete(w.adopted, p)
+	}
+	if err != nil {
+		return err
 	}
 	n, contested, err := w.leases.liveWorkers(ctx)
 	if err != nil {
