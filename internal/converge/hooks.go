@@ -24,6 +24,9 @@ type hooks struct {
 	drain func() error
 	// maxWaiting, when positive, replaces maxWaiting.
 	maxWaiting int
+	// fetchBatch, when positive, replaces fetchBatch: a test fills a fetch
+	// with a few inputs.
+	fetchBatch int
 }
 
 func (h *hooks) onInput(in input) {
@@ -59,4 +62,11 @@ func (h *hooks) waitingBound() int {
 		return h.maxWaiting
 	}
 	return maxWaiting
+}
+
+func (h *hooks) fetchSize() int {
+	if h != nil && h.fetchBatch > 0 {
+		return h.fetchBatch
+	}
+	return fetchBatch
 }

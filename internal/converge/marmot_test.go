@@ -368,3 +368,36 @@ func TestCleanupPassWithLostAckIsPublished(t *testing.T) {
 	}
 	uniqueIDs(t, evs)
 }
+
+// TestPassHoldsInputStoredBeforeItsDeadlineBehindABacklog: a convergence
+// pass is cut off at its deadline in stream time, not when the worker's
+// clock passes it while inputs stored before the deadline still wait in
+// the partition's backlog. Alice renames the group twice (epochs e+1 and
+// e+2) and sends a message in e+1 between them; a fetch holds two inputs,
+// so her message comes in the next one, and the worker's clock is past
+// every deadline. The message, stored before the pass's deadline, is in
+// the pass, and the client's events follow the order the changes were
+// made (EVENT-012): first rename, message, second rename.
+func TestPassHoldsInputStoredBeforeItsDeadlineBehindABacklog(t *testing.T) {
+	t.Parallel()
+	e, client, stop, alice, g := bobJoined(t)
+	stop()
+	rename := func(name string) testpeer.Message {
+		return must[testpeer.Message](t)(setProfile(components.ProfileState{Name: name}, alice.AccountID())(g))
+	}
+	first := rename("first")
+	hi := must[testpeer.Message](t)(g.SendText("hi"))
+	second := rename("second")
+	e.publish(first)
+	e.publish(second)
+	e.publish(hi)
+
+	e.hooks.fetchBatch = 2
+	e.worker("w2", func(c *Config) { c.Now = func() time.Time { return time.Now().Add(time.Minute) } })
+	evs := e.waitEvents(client, 4)
+	got := kinds(evs)
+	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged, schema.KindMessageReceived, schema.KindMetadataChanged}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+}

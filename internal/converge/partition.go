@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
@@ -209,12 +210,13 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			seen = deliveries{next: 1, last: start - 1, hooks: w.cfg.hooks}
 			restart = 0
 		}
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(part.wait(lastCleanup, w.cfg.Now(), w.cfg.CleanupInterval)))
+		batch, err := cons.Fetch(w.cfg.hooks.fetchSize(), jetstream.FetchMaxWait(part.wait(lastCleanup, w.cfg.Now(), w.cfg.CleanupInterval)))
 		if err != nil {
 			cons = nil
 			sleep(ctx, backoff)
 			continue
 		}
+		seen.taken = 0
 		msgs := batch.Messages()
 		open := true
 		// carry is a message a pipelined run pulled but did not take (of
@@ -291,6 +293,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 				return
 			}
 		}
+		fetchErr := batch.Error()
 		if restart != 0 {
 			cons = nil
 			w.metrics.Retries.Inc()
@@ -315,7 +318,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 		retry = minRetryBackoff
 		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval || part.due(lastCleanup, now) {
 			lastCleanup = now
-			w.cleanup(ctx, part)
+			w.cleanup(ctx, part, seen.clock(now, fetchErr))
 		}
 		w.saveExpiry(ctx, part)
 		now := w.cfg.Now()
@@ -336,6 +339,26 @@ type deliveries struct {
 	last   uint64 // the stream sequence of the last delivery received
 	resume uint64 // set at a gap: the stream sequence to deliver from again
 	hooks  *hooks
+	// taken counts the deliveries of the current fetch; lastTime is the
+	// stream time of the last delivery received.
+	taken    int
+	lastTime time.Time
+}
+
+// clock is the time a cleanup round after the fetch may act at: now when
+// the fetch ended without filling (everything stored before it ended was
+// delivered), else the stream time of the last input received. A
+// convergence pass is cut off at its deadline in stream time, so the
+// inputs it holds are those stored before it, however far behind the
+// partition runs; a round at now would cut off a pass while inputs stored
+// before its deadline still wait behind a full fetch (docs/converge.md,
+// "Passes without input").
+func (d *deliveries) clock(now time.Time, fetchErr error) time.Time {
+	ended := fetchErr == nil || errors.Is(fetchErr, jetstream.ErrNoMessages) || errors.Is(fetchErr, nats.ErrTimeout) || errors.Is(fetchErr, context.DeadlineExceeded)
+	if (d.taken < d.hooks.fetchSize() && ended) || now.Before(d.lastTime) {
+		return now
+	}
+	return d.lastTime
 }
 
 // take reports whether m is the delivery expected next. After a gap it
@@ -357,7 +380,9 @@ func (d *deliveries) take(m jetstream.Msg) bool {
 		return false
 	}
 	d.next++
+	d.taken++
 	d.last = meta.Sequence.Stream
+	d.lastTime = meta.Timestamp
 	return true
 }
 
@@ -579,8 +604,8 @@ const cleanupRounds = 2
 // disappearing-messages pass (META-063), under branch selection the
 // convergence passes whose deadline has passed, and the scheduled
 // self-updates (selfupdate.go).
-func (w *Worker) cleanup(ctx context.Context, part *partition) {
-	now := w.cfg.Now().UnixMilli()
+func (w *Worker) cleanup(ctx context.Context, part *partition, clock time.Time) {
+	now := clock.UnixMilli()
 	pol := w.policy()
 	for _, key := range slices.Sorted(maps.Keys(part.expiry)) {
 		tenant, groupHex, ok := splitGroupKey(key)
