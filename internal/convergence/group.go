@@ -134,8 +134,10 @@ type node struct {
 	carrier string
 	roster  []string
 	keys    map[string]*engine.MemberKeys
-	// pending are hosted members' own commits made at the node (Commit).
+	// pending are hosted members' own commits made at the node (Commit);
+	// sent their app messages encrypted at it (Encrypt) not yet come back.
 	pending []ownCommit
+	sent    map[ID]*engine.Application
 	// Commit facts for branch order; unset on the root.
 	committer  string // inbox id (hex of the 32-byte account id)
 	privileged bool
@@ -546,7 +548,7 @@ func (g *Group) tryApp(r *record, now time.Time, res *Result) {
 		return
 	}
 	for _, n := range g.candidates(r.epoch) {
-		app, err := n.state.Decrypt(r.in.Data)
+		app, err := n.open(r.in.ID, r.in.Data)
 		if engine.CategoryOf(err) == schema.CategoryOwnEcho {
 			// The member's own message, encrypted on this state: its key
 			// is used, and it is accounted for already (issue 19).

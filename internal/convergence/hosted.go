@@ -113,6 +113,40 @@ func (g *Group) Commit(id string, inst *engine.Installation, req engine.CommitRe
 	return out, nil
 }
 
+// Encrypt encrypts payload as an application message of the canonical tip
+// from hosted member id, signed by inst, on the tip's one secret tree
+// (engine.State.EncryptAs): the leaf's sending generation moves in the
+// tree every hosted member shares, so it is never used twice (RFC 9420
+// §9.1). The tip remembers the message: when it comes back it is the
+// others' delivery, not its sender's (its own view's own echo, issue 19).
+func (g *Group) Encrypt(id string, inst *engine.Installation, payload []byte) ([]byte, error) {
+	n := g.tip
+	if _, ok := slices.BinarySearch(n.roster, id); !ok || n.state == nil {
+		return nil, ErrNoMember
+	}
+	msg, gen, err := n.state.EncryptAs(inst, leafOf(n, id), payload)
+	if err != nil {
+		return nil, err
+	}
+	sender, _ := n.state.Member(leafOf(n, id))
+	if n.sent == nil {
+		n.sent = map[ID]*engine.Application{}
+	}
+	mid := engine.NewMessageID(msg)
+	n.sent[mid] = &engine.Application{MessageID: mid, Epoch: n.epoch, Sender: sender, Generation: gen, Payload: slices.Clone(payload)}
+	return msg, nil
+}
+
+// open decrypts an app message at n: once for every hosted member at it,
+// or, for one a hosted member sent (Encrypt), from what it sent.
+func (n *node) open(id ID, msg []byte) (*engine.Application, error) {
+	if app, ok := n.sent[id]; ok {
+		delete(n.sent, id)
+		return app, nil
+	}
+	return n.state.Decrypt(msg)
+}
+
 // Join adds a hosted member to the view from its own state (a join by
 // Welcome): its keys at the retained node of that state's epoch, and at
 // the nodes retained below it by replaying their commits as it, so a
@@ -230,8 +264,12 @@ func (g *Group) follow(n *node, parent *engine.State, commit []byte) (*node, err
 		hr      *engine.HandshakeResult
 		err     error
 	)
-	id := engine.NewMessageID(commit)
-	switch i := slices.IndexFunc(n.pending, func(p ownCommit) bool { return p.id == id }); {
+	i := -1
+	if len(n.pending) > 0 {
+		id := engine.NewMessageID(commit)
+		i = slices.IndexFunc(n.pending, func(p ownCommit) bool { return p.id == id })
+	}
+	switch {
 	case i >= 0:
 		// A hosted member's own commit: the state after it is its own.
 		carrier = n.pending[i].committer
@@ -392,6 +430,10 @@ func persistHosted(n *node, pn *pNode) error {
 		}
 		pn.Pending = append(pn.Pending, pPending{ID: p.id[:], Committer: p.committer, State: b})
 	}
+	for _, id := range slices.SortedFunc(maps.Keys(n.sent), func(a, b ID) int { return bytes.Compare(a[:], b[:]) }) {
+		a := n.sent[id]
+		pn.Sent = append(pn.Sent, pSent{ID: id[:], Leaf: a.Sender.Leaf, Inbox: a.Sender.InboxID, Key: a.Sender.InstallationKey, Generation: a.Generation, Payload: a.Payload})
+	}
 	return nil
 }
 
@@ -399,7 +441,7 @@ func persistHosted(n *node, pn *pNode) error {
 // node with no state has none.
 func restoreHosted(n *node, pn pNode) error {
 	if pn.State == nil {
-		if pn.Carrier != "" || pn.Members != nil || pn.Pending != nil {
+		if pn.Carrier != "" || pn.Members != nil || pn.Pending != nil || pn.Sent != nil {
 			return fmt.Errorf("%w: hosted members of a node without state", ErrCorrupt)
 		}
 		return nil
@@ -432,6 +474,17 @@ func restoreHosted(n *node, pn pNode) error {
 			return fmt.Errorf("%w: own commit: %v", ErrCorrupt, err)
 		}
 		n.pending = append(n.pending, ownCommit{id: engine.MessageID(id), committer: pp.Committer, state: st})
+	}
+	for _, ps := range pn.Sent {
+		id, ok := toID(ps.ID)
+		if !ok || n.sent[id] != nil {
+			return fmt.Errorf("%w: sent message", ErrCorrupt)
+		}
+		if n.sent == nil {
+			n.sent = map[ID]*engine.Application{}
+		}
+		n.sent[id] = &engine.Application{MessageID: id, Epoch: n.epoch, Generation: ps.Generation, Payload: ps.Payload,
+			Sender: engine.Member{Leaf: ps.Leaf, InboxID: ps.Inbox, InstallationKey: ps.Key}}
 	}
 	return nil
 }

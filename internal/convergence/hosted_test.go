@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/apppayload"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
@@ -322,6 +323,36 @@ func TestSharedViewRestore_KeepsEveryMembersKeys(t *testing.T) {
 		}
 	}
 	wantRecipients(t, admit(t, g, t0.Add(time.Minute), m), "h0", "h1", "h2")
+}
+
+// TestHostedSend_DeliveredToTheOthers: a hosted member's app message, sent
+// through the view on the one secret tree of its hosted members, takes a
+// new generation each time (the peers decrypt each), survives a restore,
+// and when it comes back is delivered to every other hosted member and
+// not to its sender.
+func TestHostedSend_DeliveredToTheOthers(t *testing.T) {
+	w := newWorldOf(t, 3)
+	g := w.fresh()
+	payload := must[[]byte](t)(apppayload.Encode(apppayload.NewText("from h1")))
+	var sent [][]byte
+	for range 2 {
+		msg := must[[]byte](t)(g.Encrypt("h1", w.insts["h1"], payload))
+		if got, err := w.bob.Process(transport(w.alice.ID(), msg)); err != nil || got.Kind != testpeer.KindApplication {
+			t.Fatalf("a peer does not decrypt the hosted member's message: %v", err)
+		}
+		sent = append(sent, msg)
+	}
+	g = restarted(t, g)
+	for _, msg := range sent {
+		r, err := g.Admit(Input{ID: idFor(msg), Class: schema.ClassApplication, Data: msg}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRecipients(t, r, "h0", "h2")
+		if r.Delivered[0].Sender.Leaf != w.hosted["h1"].OwnLeaf() || !bytes.Equal(r.Delivered[0].Payload, payload) {
+			t.Fatal("the delivery is not the hosted member's message")
+		}
+	}
 }
 
 // invite has g invite one KeyPackage.

@@ -83,10 +83,22 @@ type pNode struct {
 	Witnesses  []string `msgpack:"witnesses,omitempty"`
 	// Carrier is the hosted member whose keys State holds; Members the
 	// other hosted members at the node, sorted; Pending their own commits
-	// made at it. A view of one member made by New has none of them.
+	// made at it, Sent their app messages sent at it not yet come back. A
+	// view of one member made by New has none of them.
 	Carrier string     `msgpack:"carrier,omitempty"`
 	Members []pMember  `msgpack:"members,omitempty"`
 	Pending []pPending `msgpack:"pending,omitempty"`
+	Sent    []pSent    `msgpack:"sent,omitempty"`
+}
+
+// pSent is an app message a hosted member sent at a node (Encrypt), by id.
+type pSent struct {
+	ID         []byte `msgpack:"id"`
+	Leaf       uint32 `msgpack:"leaf"`
+	Inbox      string `msgpack:"inbox"`
+	Key        []byte `msgpack:"key"`
+	Generation uint32 `msgpack:"generation,omitempty"`
+	Payload    []byte `msgpack:"payload"`
 }
 
 // pMember is a hosted member's private part at a node (engine.MemberKeys),
