@@ -55,6 +55,9 @@ func NewHosted(p Policy, hosted map[string]*engine.State) (*Group, error) {
 		return nil, errors.New("convergence: no hosted member")
 	}
 	first := hosted[ids[0]]
+	if first == nil {
+		return nil, errors.New("convergence: nil hosted state")
+	}
 	root := &node{epoch: first.Epoch(), state: first, carrier: ids[0], roster: ids, keys: map[string]*engine.MemberKeys{},
 		proposals: map[string]ID{}, witnesses: map[string]bool{}}
 	leaves := map[uint32]bool{}
