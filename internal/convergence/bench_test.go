@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/engine"
@@ -173,4 +174,78 @@ func BenchmarkAdmitMarshalAfter(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAdmitHosted measures one app message and one commit (a peer's
+// self-update, which changes every hosted member's path) admitted, the
+// commit's pass applied, for H hosted members of a group of H+1: one view
+// for all of them (shared) against one view per member (per-member, as
+// internal/converge runs them today, their states sharing one signature
+// cache). docs/shared-state.md, Step 1, holds the figures.
+//
+//	go test -run '^$' -bench AdmitHosted -benchmem -benchtime 10x ./internal/convergence/
+func BenchmarkAdmitHosted(b *testing.B) {
+	const h = 100
+	alice := must[*testpeer.Peer](b)(testpeer.NewWithAccount("alice", account(0x80)))
+	ag := must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	insts := make([]*engine.Installation, h)
+	var kps [][]byte
+	for i := range insts {
+		insts[i] = newHostedInstallation(b)
+		kps = append(kps, must[[][]byte](b)(insts[i].NewKeyPackages(1))...)
+	}
+	_, welcome, err := ag.Invite(kps...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	joined := map[string]*engine.State{}
+	for i, inst := range insts {
+		st, _, err := inst.Join(welcome.MLS, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		joined[fmt.Sprintf("h%03d", i)] = st
+	}
+	states := func() map[string]*engine.State {
+		sigs := engine.NewSignatureCache(0)
+		out := map[string]*engine.State{}
+		for id, st := range joined {
+			out[id] = must[*engine.State](b)(st.Clone())
+			out[id].ShareSignatures(sigs)
+		}
+		return out
+	}
+	run := func(b *testing.B, views []*Group) {
+		send := clone(b, ag)
+		now := t0
+		b.ReportAllocs()
+		for b.Loop() {
+			b.StopTimer()
+			m, c := input(text(b, send, "hello")), input(commit(b, send))
+			now = now.Add(time.Minute)
+			b.StartTimer()
+			for _, g := range views {
+				if r, err := g.Admit(m, now); err != nil || len(r.Delivered) != 1 {
+					b.Fatalf("message not delivered: %v", err)
+				}
+				if _, err := g.Admit(c, now); err != nil {
+					b.Fatal(err)
+				}
+				d, _ := g.Deadline()
+				if r, err := g.Tick(d); err != nil || len(r.Applied) != 1 {
+					b.Fatalf("commit not applied: %v", err)
+				}
+			}
+		}
+	}
+	b.Run(fmt.Sprintf("H=%d/shared", h), func(b *testing.B) {
+		run(b, []*Group{must[*Group](b)(NewHosted(V1, states()))})
+	})
+	b.Run(fmt.Sprintf("H=%d/per-member", h), func(b *testing.B) {
+		var views []*Group
+		for _, st := range states() {
+			views = append(views, must[*Group](b)(New(V1, st)))
+		}
+		run(b, views)
+	})
 }

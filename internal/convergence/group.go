@@ -46,10 +46,16 @@ type AppliedCommit struct {
 	// Result is what the commit changed (membership, components, privilege).
 	Result *engine.HandshakeResult
 	// State is the resulting state; nil when the commit removed the hosted
-	// member (Result.RemovedSelf).
+	// member (Result.RemovedSelf). In a view of several hosted members it
+	// is the shared state, whose own member is one of them (StateOf gives
+	// a member's own), and nil only when it removed every one.
 	State *engine.State
 	// Proposals are the proposals the commit consumed by reference.
 	Proposals []ID
+	// Removed are the hosted members the commit left without keys: those
+	// it removed and a committer whose own commit came back without the
+	// state that made it (docs/shared-state.md, Step 1).
+	Removed []string
 }
 
 // Delivery is an app payload to hand to the application: its MLS
@@ -62,6 +68,11 @@ type Delivery struct {
 	// epoch: the sender's send order.
 	Generation uint32
 	Payload    []byte // the app payload; internal/apppayload decodes it
+	// Recipients are the hosted members it is for: those of its epoch's
+	// node (joined at or before it, not removed by then) but its sender,
+	// decrypted once for all of them (docs/shared-state.md). A view made
+	// by New hosts one member, named "".
+	Recipients []string
 }
 
 // Superseded is a previously applied commit that branch selection replaced
@@ -114,7 +125,19 @@ type node struct {
 	parent   *node
 	children []*node // by id
 	epoch    uint64
-	state    *engine.State // nil when the commit removed the hosted member
+	// state is the node's one state for every hosted member at it, its
+	// own member the carrier; nil when no hosted member is left at it.
+	state *engine.State
+	// carrier is the hosted member whose keys state holds; roster the
+	// hosted members at the node, sorted, never changed in place; keys
+	// their private parts, the carrier's only once asked (keysOf).
+	carrier string
+	roster  []string
+	keys    map[string]*engine.MemberKeys
+	// pending are hosted members' own commits made at the node (Commit);
+	// sent their app messages encrypted at it (Encrypt) not yet come back.
+	pending []ownCommit
+	sent    map[ID]*engine.Application
 	// Commit facts for branch order; unset on the root.
 	committer  string // inbox id (hex of the 32-byte account id)
 	privileged bool
@@ -167,8 +190,9 @@ type Cutoff struct {
 	Batch     []ID
 }
 
-// Group is the convergence state of one hosted member in one group. It is
-// not safe for concurrent use.
+// Group is the convergence state of one group for its hosted members: one
+// view, whose node states are shared by every hosted member at them
+// (docs/shared-state.md, Step 1). It is not safe for concurrent use.
 type Group struct {
 	policy    Policy
 	nodes     map[ID]*node
@@ -193,7 +217,11 @@ func New(p Policy, canonical *engine.State) (*Group, error) {
 	if canonical == nil {
 		return nil, errors.New("convergence: nil canonical state")
 	}
-	root := &node{epoch: canonical.Epoch(), state: canonical, proposals: map[string]ID{}, witnesses: map[string]bool{}}
+	root := &node{epoch: canonical.Epoch(), state: canonical, roster: []string{""}, proposals: map[string]ID{}, witnesses: map[string]bool{}}
+	return newGroup(p, root), nil
+}
+
+func newGroup(p Policy, root *node) *Group {
 	return &Group{
 		policy:    p,
 		nodes:     map[ID]*node{root.id: root},
@@ -202,7 +230,7 @@ func New(p Policy, canonical *engine.State) (*Group, error) {
 		inputs:    map[ID]*record{},
 		live:      map[ID]*record{},
 		lifecycle: Stable,
-	}, nil
+	}
 }
 
 // Lifecycle returns the lifecycle state.
@@ -413,7 +441,7 @@ func (g *Group) tryCommit(r *record, now time.Time, res *Result) bool {
 		if known && !parent {
 			continue // another epoch's secrets: not this parent
 		}
-		next, hr, consumed, err := g.replay(n, r.in.Data, refs, known)
+		child, err := g.replay(n, r.in.Data, refs, known)
 		if !known && notParent(err) {
 			continue
 		}
@@ -426,11 +454,9 @@ func (g *Group) tryCommit(r *record, now time.Time, res *Result) bool {
 			g.reject(r, categoryOr(err, schema.CategoryInvalidEncoding), res)
 			return false
 		}
-		child := &node{
-			id: r.in.ID, parent: n, epoch: n.epoch + 1, state: next,
-			committer: hr.Sender.InboxID, privileged: hr.Privileged, consumed: consumed, result: hr,
-			proposals: map[string]ID{}, witnesses: map[string]bool{},
-		}
+		child.id, child.parent, child.epoch = r.in.ID, n, n.epoch+1
+		child.committer, child.privileged = child.result.Sender.InboxID, child.result.Privileged
+		child.proposals, child.witnesses = map[string]ID{}, map[string]bool{}
 		g.attach(child)
 		r.node, r.hasNode = child.id, true
 		g.set(r, schema.DispositionDeferred, "", "", res)
@@ -444,9 +470,10 @@ func (g *Group) tryCommit(r *record, now time.Time, res *Result) bool {
 var errMissingProposal = errors.New("convergence: a referenced proposal is not retained at the parent")
 
 // replay processes commit bytes against node n with the proposals it
-// references, without touching n. identified says n's membership key
-// already authenticated the commit.
-func (g *Group) replay(n *node, commit []byte, refs [][]byte, identified bool) (*engine.State, *engine.HandshakeResult, []ID, error) {
+// references, without touching n, and returns the child node's state,
+// hosted members, result and consumed proposals. identified says n's
+// membership key already authenticated the commit.
+func (g *Group) replay(n *node, commit []byte, refs [][]byte, identified bool) (*node, error) {
 	parent := n.state
 	var consumed []ID
 	missing := false
@@ -459,28 +486,29 @@ func (g *Group) replay(n *node, commit []byte, refs [][]byte, identified bool) (
 		consumed = append(consumed, pid)
 	}
 	if missing && identified {
-		return nil, nil, nil, errMissingProposal
+		return nil, errMissingProposal
 	}
 	if !missing {
 		for _, pid := range consumed {
 			next, _, err := parent.ProcessHandshake(g.inputs[pid].in.Data)
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("convergence: stored proposal: %w", err)
+				return nil, fmt.Errorf("convergence: stored proposal: %w", err)
 			}
 			parent = next
 		}
 	}
-	next, hr, err := parent.ProcessHandshake(commit)
+	child, err := g.follow(n, parent, commit)
 	if err != nil {
 		if missing && !notParent(err) {
-			return nil, nil, nil, errMissingProposal
+			return nil, errMissingProposal
 		}
-		return nil, nil, nil, err
+		return nil, err
 	}
-	if hr.Class != schema.ClassCommit {
-		return nil, nil, nil, &engine.Error{Op: "replay", Category: schema.CategoryInvalidEncoding, Err: ErrClass}
+	if child.result.Class != schema.ClassCommit {
+		return nil, &engine.Error{Op: "replay", Category: schema.CategoryInvalidEncoding, Err: ErrClass}
 	}
-	return next, hr, consumed, nil
+	child.consumed = consumed
+	return child, nil
 }
 
 func (g *Group) tryProposal(r *record, res *Result) bool {
@@ -520,7 +548,7 @@ func (g *Group) tryApp(r *record, now time.Time, res *Result) {
 		return
 	}
 	for _, n := range g.candidates(r.epoch) {
-		app, err := n.state.Decrypt(r.in.Data)
+		app, err := n.open(r.in.ID, r.in.Data)
 		if engine.CategoryOf(err) == schema.CategoryOwnEcho {
 			// The member's own message, encrypted on this state: its key
 			// is used, and it is accounted for already (issue 19).
@@ -584,7 +612,10 @@ func (g *Group) decideApp(r *record, res *Result) {
 		g.set(r, schema.DispositionAccepted, "", "", res)
 		if !r.delivered {
 			r.delivered = true
-			res.Delivered = append(res.Delivered, Delivery{ID: r.in.ID, Epoch: r.epoch, Sender: r.sender, Generation: r.gen, Payload: slices.Clone(r.payload)})
+			res.Delivered = append(res.Delivered, Delivery{
+				ID: r.in.ID, Epoch: r.epoch, Sender: r.sender, Generation: r.gen, Payload: slices.Clone(r.payload),
+				Recipients: g.recipients(n, r.sender),
+			})
 		}
 	}
 	g.freezeIfSettled(r)

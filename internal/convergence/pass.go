@@ -70,6 +70,7 @@ func (g *Group) Apply(c Cutoff, now time.Time) (Result, error) {
 		}
 		res.Applied = append(res.Applied, AppliedCommit{
 			ID: n.id, SourceEpoch: n.epoch - 1, Result: n.result, State: n.state, Proposals: slices.Clone(n.consumed),
+			Removed: left(n),
 		})
 	}
 	g.tip = best
@@ -129,11 +130,11 @@ func (g *Group) rebuildResult(n *node) error {
 	if err != nil {
 		return err
 	}
-	_, hr, _, err := g.replay(n.parent, r.in.Data, refs, true)
+	c, err := g.replay(n.parent, r.in.Data, refs, true)
 	if err != nil {
 		return err
 	}
-	n.result = hr
+	n.result = c.result
 	return nil
 }
 

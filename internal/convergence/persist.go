@@ -81,6 +81,42 @@ type pNode struct {
 	Consumed   [][]byte `msgpack:"consumed,omitempty"`
 	Proposals  [][]byte `msgpack:"proposals,omitempty"` // ref, id pairs flattened
 	Witnesses  []string `msgpack:"witnesses,omitempty"`
+	// Carrier is the hosted member whose keys State holds; Members the
+	// other hosted members at the node, sorted; Pending their own commits
+	// made at it, Sent their app messages sent at it not yet come back. A
+	// view of one member made by New has none of them.
+	Carrier string     `msgpack:"carrier,omitempty"`
+	Members []pMember  `msgpack:"members,omitempty"`
+	Pending []pPending `msgpack:"pending,omitempty"`
+	Sent    []pSent    `msgpack:"sent,omitempty"`
+}
+
+// pSent is an app message a hosted member sent at a node (Encrypt), by id.
+type pSent struct {
+	ID         []byte `msgpack:"id"`
+	Leaf       uint32 `msgpack:"leaf"`
+	Inbox      string `msgpack:"inbox"`
+	Key        []byte `msgpack:"key"`
+	Generation uint32 `msgpack:"generation,omitempty"`
+	Payload    []byte `msgpack:"payload"`
+}
+
+// pMember is a hosted member's private part at a node (engine.MemberKeys),
+// its path keys by node index in order.
+type pMember struct {
+	ID      string   `msgpack:"id"`
+	Leaf    uint32   `msgpack:"leaf"`
+	LeafKey []byte   `msgpack:"leaf_key"`
+	Nodes   []uint32 `msgpack:"nodes,omitempty"`
+	Keys    [][]byte `msgpack:"keys,omitempty"`
+}
+
+// pPending is an own commit made at a node: its committer's state
+// (engine.State.Snapshot, which holds the state after it).
+type pPending struct {
+	ID        []byte `msgpack:"id"`
+	Committer string `msgpack:"committer"`
+	State     []byte `msgpack:"state"`
 }
 
 type pInput struct {
@@ -184,6 +220,9 @@ func (g *Group) marshal(settled bool) ([]byte, error) {
 			pn.Proposals = append(pn.Proposals, []byte(ref), id[:])
 		}
 		pn.Witnesses = sortedKeys(n.witnesses)
+		if err := persistHosted(n, &pn); err != nil {
+			return nil, err
+		}
 		p.Nodes = append(p.Nodes, pn)
 	}
 	for _, r := range g.sortedLive() {
@@ -349,6 +388,9 @@ func restore(p Policy, in persisted) (g *Group, err error) {
 			return nil, fmt.Errorf("%w: node", ErrCorrupt)
 		}
 		n := &node{id: id, epoch: pn.Epoch, committer: pn.Committer, privileged: pn.Privileged, proposals: map[string]ID{}, witnesses: map[string]bool{}}
+		if err := restoreHosted(n, pn); err != nil {
+			return nil, err
+		}
 		if pn.State != nil {
 			st, err := engine.Restore(pn.State)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -101,6 +102,8 @@ type outcomeOf struct {
 	authenticator []byte
 	accepted      []ID
 	delivered     []ID
+	// keys are every hosted member's keys at the canonical tip.
+	keys []*engine.MemberKeys
 	// What the run went through, to show the test reaches forks.
 	forks, superseded, withdrawn, proposals int
 }
@@ -159,6 +162,12 @@ func runPermutation(t testing.TB, w *world, in []testpeer.Message, rng *rand.Ran
 		t.Fatalf("ended %s", g.Lifecycle())
 	}
 	o.authenticator = g.Tip().EpochAuthenticator()
+	for _, id := range g.Hosted() {
+		o.keys = append(o.keys, must[*engine.MemberKeys](t)(must[*engine.State](t)(g.StateOf(id)).MemberKeys()))
+	}
+	if len(o.keys) != len(w.hosted) {
+		t.Fatalf("%d hosted members at the tip, want %d", len(o.keys), len(w.hosted))
+	}
 	for _, m := range in {
 		out, ok := g.Outcome(idOf(m))
 		if !ok {
@@ -187,12 +196,20 @@ func runPermutation(t testing.TB, w *world, in []testpeer.Message, rng *rand.Ran
 // same accepted set and the same delivered set (DESIGN §5: the result must
 // not depend on stream order). The last run of each history restarts from
 // its persisted state after every input (durability.md: a restart changes
-// no decision). -convergence.histories=N runs more.
+// no decision). It holds for a view of one hosted member (New) and for one
+// view of three (NewHosted, docs/shared-state.md Step 1), whose members'
+// keys at the tip are the same in every run too. -convergence.histories=N
+// runs more.
 func TestPermutationInvariance(t *testing.T) {
 	if testing.Short() {
 		*histories = min(*histories, 20)
 	}
-	w := newWorld(t)
+	for _, h := range []int{1, 3} {
+		t.Run(fmt.Sprintf("hosted=%d", h), func(t *testing.T) { permutationInvariance(t, newWorldOf(t, h)) })
+	}
+}
+
+func permutationInvariance(t *testing.T, w *world) {
 	const runs = 3
 	var forks, superseded, withdrawn, proposals int
 	for h := range *histories {
@@ -209,7 +226,8 @@ func TestPermutationInvariance(t *testing.T) {
 				}
 				continue
 			}
-			if !bytes.Equal(got.authenticator, first.authenticator) || !slices.Equal(got.accepted, first.accepted) || !slices.Equal(got.delivered, first.delivered) {
+			if !bytes.Equal(got.authenticator, first.authenticator) || !slices.Equal(got.accepted, first.accepted) || !slices.Equal(got.delivered, first.delivered) ||
+				!slices.EqualFunc(got.keys, first.keys, (*engine.MemberKeys).Equal) {
 				t.Fatalf("history %d run %d: %s", h, run, diff(first, got))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -26,14 +27,18 @@ func account(b byte) components.AccountID {
 	return a
 }
 
-// world is a group of remote testpeer members and one hosted member whose
+// world is a group of remote testpeer members and hosted members whose
 // convergence the test drives. alice (0x80…) is the admin; bob (0x20…) and
 // carol (0x40…) are ordinary, so bob < carol < alice by committer order.
 type world struct {
 	t                 testing.TB
 	alice, bob, carol *testpeer.Group
-	joined            *engine.State // the hosted member's state at join
-	conv              *Group
+	joined            *engine.State // the first hosted member's state at join
+	// hosted are the hosted members' states at join, by id (h0, h1, …),
+	// insts their installations.
+	hosted map[string]*engine.State
+	insts  map[string]*engine.Installation
+	conv   *Group
 }
 
 func must[T any](t testing.TB) func(T, error) T {
@@ -46,7 +51,15 @@ func must[T any](t testing.TB) func(T, error) T {
 	}
 }
 
+// newWorld is a world of one hosted member, whose view New makes.
 func newWorld(t testing.TB) *world {
+	t.Helper()
+	return newWorldOf(t, 1)
+}
+
+// newWorldOf is a world of h hosted members, joined by one Welcome; with
+// more than one, fresh gives one view for all of them (NewHosted).
+func newWorldOf(t testing.TB, h int) *world {
 	t.Helper()
 	alice := must[*testpeer.Peer](t)(testpeer.NewWithAccount("alice", account(0x80)))
 	bob := must[*testpeer.Peer](t)(testpeer.NewWithAccount("bob", account(0x20)))
@@ -59,33 +72,54 @@ func newWorld(t testing.TB) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, alice: ag, bob: joined[0], carol: joined[1]}
-	acct := make([]byte, engine.AccountIDLen)
-	if _, err := rand.Read(acct); err != nil {
-		t.Fatal(err)
+	w := &world{t: t, alice: ag, bob: joined[0], carol: joined[1], hosted: map[string]*engine.State{}, insts: map[string]*engine.Installation{}}
+	var kps [][]byte
+	for i := range h {
+		inst := newHostedInstallation(t)
+		w.insts[fmt.Sprintf("h%d", i)] = inst
+		kps = append(kps, must[[][]byte](t)(inst.NewKeyPackages(1))...)
 	}
-	acct[0] = 0xF0 // the hosted member commits nothing here; keep it last
-	hosted := must[*engine.Installation](t)(engine.CreateInstallation(acct, 0))
-	kps := must[[][]byte](t)(hosted.NewKeyPackages(1))
-	commit, welcome, err := ag.Invite(kps[0])
+	commit, welcome, err := ag.Invite(kps...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.deliverPeers(commit, w.bob, w.carol)
-	st, _, err := hosted.Join(welcome.MLS, nil)
-	if err != nil {
-		t.Fatal(err)
+	for id, inst := range w.insts {
+		st, _, err := inst.Join(welcome.MLS, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.hosted[id] = st
 	}
-	w.joined = st
+	w.joined = w.hosted["h0"]
 	w.conv = w.fresh()
 	return w
 }
 
-// fresh returns a new convergence instance from the joined state.
+// newHostedInstallation is a hosted member's installation whose account
+// orders last: the hosted members commit nothing here but by Group.Commit.
+func newHostedInstallation(t testing.TB) *engine.Installation {
+	t.Helper()
+	acct := make([]byte, engine.AccountIDLen)
+	if _, err := rand.Read(acct); err != nil {
+		t.Fatal(err)
+	}
+	acct[0] = 0xF0
+	return must[*engine.Installation](t)(engine.CreateInstallation(acct, 0))
+}
+
+// fresh returns a new convergence instance from the joined states: New
+// for one hosted member, NewHosted for several.
 func (w *world) fresh() *Group {
 	w.t.Helper()
-	st := must[*engine.State](w.t)(w.joined.Clone())
-	return must[*Group](w.t)(New(V1, st))
+	if len(w.hosted) == 1 {
+		return must[*Group](w.t)(New(V1, must[*engine.State](w.t)(w.joined.Clone())))
+	}
+	states := map[string]*engine.State{}
+	for id, st := range w.hosted {
+		states[id] = must[*engine.State](w.t)(st.Clone())
+	}
+	return must[*Group](w.t)(NewHosted(V1, states))
 }
 
 // deliverPeers has remote members process a message.
