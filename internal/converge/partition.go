@@ -210,6 +210,7 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			seen = deliveries{next: 1, last: start - 1, hooks: w.cfg.hooks}
 			restart = 0
 		}
+		fetched := w.cfg.Now()
 		batch, err := cons.Fetch(w.cfg.hooks.fetchSize(), jetstream.FetchMaxWait(part.wait(lastCleanup, w.cfg.Now(), w.cfg.CleanupInterval)))
 		if err != nil {
 			cons = nil
@@ -317,8 +318,8 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 		}
 		retry = minRetryBackoff
 		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval || part.due(lastCleanup, now) {
-			lastCleanup = now
-			w.cleanup(ctx, part, seen.clock(now, fetchErr))
+			lastCleanup = seen.clock(fetched, now, fetchErr)
+			w.cleanup(ctx, part, lastCleanup)
 		}
 		w.saveExpiry(ctx, part)
 		now := w.cfg.Now()
@@ -345,20 +346,26 @@ type deliveries struct {
 	lastTime time.Time
 }
 
-// clock is the time a cleanup round after the fetch may act at: now when
-// the fetch ended without filling (everything stored before it ended was
-// delivered), else the stream time of the last input received. A
-// convergence pass is cut off at its deadline in stream time, so the
-// inputs it holds are those stored before it, however far behind the
-// partition runs; a round at now would cut off a pass while inputs stored
-// before its deadline still wait behind a full fetch (docs/converge.md,
-// "Passes without input").
-func (d *deliveries) clock(now time.Time, fetchErr error) time.Time {
+// clock is the stream time a cleanup round after a fetch may act at: every
+// input stored before it has been received. For a fetch that ended
+// without filling, that is when it was asked for (anything stored before
+// was delivered to it); for a full one, or one that failed, the stream
+// time of the last input received. A convergence pass is cut off at its
+// deadline in stream time, so the inputs it holds are those stored before
+// the deadline however far behind the partition runs: a round at the
+// worker's clock would cut off a pass while inputs stored before its
+// deadline still wait behind a full fetch, or arrived as the fetch ended
+// (docs/converge.md, "Passes without input").
+func (d *deliveries) clock(fetched, now time.Time, fetchErr error) time.Time {
 	ended := fetchErr == nil || errors.Is(fetchErr, jetstream.ErrNoMessages) || errors.Is(fetchErr, nats.ErrTimeout) || errors.Is(fetchErr, context.DeadlineExceeded)
-	if (d.taken < d.hooks.fetchSize() && ended) || now.Before(d.lastTime) {
+	at := d.lastTime
+	if d.taken < d.hooks.fetchSize() && ended && fetched.After(at) {
+		at = fetched
+	}
+	if now.Before(at) {
 		return now
 	}
-	return d.lastTime
+	return at
 }
 
 // take reports whether m is the delivery expected next. After a gap it
