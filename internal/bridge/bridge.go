@@ -176,22 +176,31 @@ func (b *Bridge) Run(ctx context.Context) error {
 	close(b.started)
 	b.log.Info("bridge started", "destination", b.url)
 	for ctx.Err() == nil {
-		batch, err := c.Fetch(b.cfg.MaxBatch, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				b.log.Warn("bridge: fetch", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			continue
-		}
-		if err := b.drain(ctx, batch); err != nil {
+		if err := b.fetch(ctx, c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fetch forwards one fetch of messages. The fetch waits at most a second
+// and ends when ctx does, so a bridge stops without waiting out an idle
+// pull; what it received but did not forward is delivered again.
+func (b *Bridge) fetch(ctx context.Context, c jetstream.Consumer) error {
+	fctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	batch, err := c.Fetch(b.cfg.MaxBatch, jetstream.FetchContext(fctx))
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			b.log.Warn("bridge: fetch", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+		return nil
+	}
+	return b.drain(ctx, batch)
 }
 
 // consumer asks the source for the bridge's durable consumer and binds it
@@ -248,7 +257,7 @@ func (b *Bridge) drain(ctx context.Context, batch jetstream.MessageBatch) error 
 		}
 		held = append(held, msg)
 	}
-	if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) {
+	if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 		b.log.Warn("bridge: fetch", "err", err)
 	}
 	return b.forward(ctx, held)
