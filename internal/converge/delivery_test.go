@@ -3,6 +3,7 @@ package converge
 import (
 	"encoding/hex"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fabric-mls/fabric/internal/bus"
+	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/testpeer"
+	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
 // TestLostDeliveryIsAppliedInOrder: a delivery the server sent that never
@@ -80,5 +83,52 @@ func TestLostAcknowledgementFailsTheWrite(t *testing.T) {
 	}
 	if err := awaitAck(e.ctx, f); !errors.Is(err, errAckTimeout) {
 		t.Fatalf("awaitAck: %v, want %v", err, errAckTimeout)
+	}
+}
+
+// TestLastDeliveryLostIsAppliedBeforeItsPassIsCutOff: a delivery lost at
+// the tail of a partition's input, with no later delivery to reveal the
+// gap (a fetch the client gave up on as the server answered it), would
+// come back only after AckWait, a minute, while its pass is cut off
+// without it. Alice renames the group, sends a message and renames it
+// again; the message's delivery is lost and the worker's clock is past
+// every deadline. Before a pass is cut off the worker asks the consumer
+// what it delivered, finds the loss and has the message delivered again:
+// it is in its pass, and the client's events follow the order the changes
+// were made (EVENT-012).
+func TestLastDeliveryLostIsAppliedBeforeItsPassIsCutOff(t *testing.T) {
+	t.Parallel()
+	e, client, stop, alice, g := bobJoined(t)
+	stop()
+	rename := func(name string) testpeer.Message {
+		return must[testpeer.Message](t)(setProfile(components.ProfileState{Name: name}, alice.AccountID())(g))
+	}
+	first := rename("first")
+	hi := must[testpeer.Message](t)(g.SendText("hi"))
+	second := rename("second")
+	hiID := hex.EncodeToString(hi.ID)
+	var lost atomic.Bool
+	e.hooks.delivery = func(m jetstream.Msg) bool {
+		return m.Headers().Get(bus.HeaderMessageID) != hiID || !lost.CompareAndSwap(false, true)
+	}
+	e.publish(first)
+	e.publish(second)
+	e.publish(hi)
+	metrics := NewMetrics(nil)
+	e.worker("w2", func(c *Config) {
+		c.Metrics = metrics
+		c.Now = func() time.Time { return time.Now().Add(time.Minute) }
+	})
+	evs := e.waitEvents(client, 4)
+	if !lost.Load() {
+		t.Fatal("the message's delivery was never dropped")
+	}
+	got := kinds(evs)
+	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged, schema.KindMessageReceived, schema.KindMetadataChanged}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	if n := testutil.ToFloat64(metrics.LostDeliveries); n != 1 {
+		t.Fatalf("fabric_converge_lost_deliveries_total %v, want 1", n)
 	}
 }

@@ -121,6 +121,16 @@ const (
 // transaction keeps in the past does not spin the partition.
 const minFetchWait = 50 * time.Millisecond
 
+// dueBy reports whether a group of the partition is due at or before at.
+func (p *partition) dueBy(at time.Time) bool {
+	for _, x := range p.expiry {
+		if x > 0 && x <= at.UnixMilli() {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *partition) setExpiry(key string, at int64) {
 	if p.expiry[key] != at {
 		p.expiry[key] = at
@@ -306,6 +316,15 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			retry = min(2*retry, maxRetryBackoff)
 			continue
 		}
+		now := w.cfg.Now()
+		cleanup := now.Sub(lastCleanup) >= w.cfg.CleanupInterval || part.due(lastCleanup, now)
+		var clock time.Time
+		if cleanup {
+			clock = seen.clock(fetched, now, fetchErr)
+			if seen.resume == 0 && part.dueBy(clock) {
+				clock = confirmReceived(ctx, cons, &seen, clock)
+			}
+		}
 		if seen.resume != 0 {
 			w.log.Warn("converge: a delivery went missing; delivering again from the input after the last received", "partition", p, "from", seen.resume)
 			w.metrics.LostDeliveries.Inc()
@@ -317,12 +336,12 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 			w.metrics.Stalled.Dec()
 		}
 		retry = minRetryBackoff
-		if now := w.cfg.Now(); now.Sub(lastCleanup) >= w.cfg.CleanupInterval || part.due(lastCleanup, now) {
-			lastCleanup = seen.clock(fetched, now, fetchErr)
-			w.cleanup(ctx, part, lastCleanup)
+		if cleanup {
+			lastCleanup = clock
+			w.cleanup(ctx, part, clock)
 		}
 		w.saveExpiry(ctx, part)
-		now := w.cfg.Now()
+		now = w.cfg.Now()
 		w.release.poll(now, part.evictIdle(now, w.cfg.IdleAfter, w.metrics.Resident))
 	}
 }
@@ -366,6 +385,26 @@ func (d *deliveries) clock(fetched, now time.Time, fetchErr error) time.Time {
 		return now
 	}
 	return at
+}
+
+// confirmReceived asks the consumer, before a cleanup round acts at clock,
+// whether the worker has received everything: a delivery lost at the tail
+// of the input (a fetch the client gave up on as the server answered it)
+// has no later delivery to reveal its gap, and would come back only after
+// AckWait while its pass is cut off without it. A loss sets seen.resume;
+// input stored but not yet delivered, or no answer, moves the clock back
+// to the last input received.
+func confirmReceived(ctx context.Context, cons jetstream.Consumer, seen *deliveries, clock time.Time) time.Time {
+	info, err := cons.Info(ctx)
+	switch {
+	case err != nil:
+		return seen.lastTime
+	case info.Delivered.Consumer >= seen.next:
+		seen.resume = seen.last + 1
+	case info.NumPending > 0:
+		return seen.lastTime
+	}
+	return clock
 }
 
 // take reports whether m is the delivery expected next. After a gap it
