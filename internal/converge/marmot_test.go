@@ -380,22 +380,37 @@ func TestCleanupPassWithLostAckIsPublished(t *testing.T) {
 // made (EVENT-012): first rename, message, second rename.
 func TestPassHoldsInputStoredBeforeItsDeadlineBehindABacklog(t *testing.T) {
 	t.Parallel()
+	e, client, _, _, _ := renamesAroundMessage(t)
+	e.hooks.fetchBatch = 2
+	e.worker("w2", func(c *Config) { c.Now = func() time.Time { return time.Now().Add(time.Minute) } })
+	wantRenameMessageRename(t, e, client)
+}
+
+// renamesAroundMessage stops bob's worker and publishes, in this order,
+// alice's rename of the group (epoch e+1), her second rename (e+2) and
+// the message she sent in e+1 between them, all before any deadline.
+func renamesAroundMessage(t *testing.T) (e *env, client string, first, hi, second testpeer.Message) {
+	t.Helper()
 	e, client, stop, alice, g := bobJoined(t)
 	stop()
 	rename := func(name string) testpeer.Message {
 		return must[testpeer.Message](t)(setProfile(components.ProfileState{Name: name}, alice.AccountID())(g))
 	}
-	first := rename("first")
-	hi := must[testpeer.Message](t)(g.SendText("hi"))
-	second := rename("second")
-	e.publish(first)
-	e.publish(second)
-	e.publish(hi)
+	first = rename("first")
+	hi = must[testpeer.Message](t)(g.SendText("hi"))
+	second = rename("second")
+	for _, m := range []testpeer.Message{first, second, hi} {
+		e.publish(m)
+	}
+	return e, client, first, hi, second
+}
 
-	e.hooks.fetchBatch = 2
-	e.worker("w2", func(c *Config) { c.Now = func() time.Time { return time.Now().Add(time.Minute) } })
-	evs := e.waitEvents(client, 4)
-	got := kinds(evs)
+// wantRenameMessageRename waits for bob's events after his join and
+// checks they follow the order the changes were made (EVENT-012): the
+// message between the renames.
+func wantRenameMessageRename(t *testing.T, e *env, client string) {
+	t.Helper()
+	got := kinds(e.waitEvents(client, 4))
 	want := []schema.EventKind{schema.KindConversationJoined, schema.KindMetadataChanged, schema.KindMessageReceived, schema.KindMetadataChanged}
 	if !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
