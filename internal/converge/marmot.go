@@ -28,6 +28,8 @@ import (
 type marmot struct {
 	vault *engine.Vault
 	hooks *hooks
+	// shared: the hosted members share one view (Config.SharedView).
+	shared bool
 }
 
 // errBranchSelectionMLS reports a configuration of branch selection over
@@ -37,7 +39,7 @@ var errBranchSelectionMLS = errors.New("converge: branch selection needs EngineM
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
 	e, _ := w.cfg.MLS.(EngineMLS)
-	return marmot{vault: e.Vault, hooks: w.cfg.hooks}
+	return marmot{vault: e.Vault, hooks: w.cfg.hooks, shared: w.cfg.SharedView}
 }
 
 // step collects what one input or tick did to every hosted member, so the
@@ -147,26 +149,25 @@ func (p marmot) admit(s *step, in input, now time.Time, closePasses bool) (*conv
 	// replay, the costly part, in parallel: every view is its own state);
 	// what the views did is then taken in members' order.
 	type admission struct {
-		m      *hostedMember
-		cg     *convergence.Group
+		unit
 		lead   bool
-		before *engine.State // the tip before the input
+		before before // the view before the input
 		res    convergence.Result
 		err    error
 	}
+	units, err := p.units(t)
+	if err != nil {
+		return nil, err
+	}
 	var ads []*admission
-	for i, m := range t.g.following() {
+	for i, u := range units {
 		s.isLead = i == 0
-		cg, err := p.group(t, m)
-		if err != nil {
-			return nil, err
-		}
 		if closePasses {
-			if _, err := p.pass(s, m, cg, now); err != nil {
+			if _, err := p.pass(s, u.m, u.cg, now); err != nil {
 				return nil, err
 			}
 		}
-		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: cg.Tip()})
+		ads = append(ads, &admission{unit: u, lead: i == 0, before: u.before()})
 	}
 	parallel(len(ads), func(i int) {
 		a := ads[i]
@@ -185,7 +186,7 @@ func (p marmot) admit(s *step, in input, now time.Time, closePasses bool) (*conv
 		if a.lead {
 			lead = a.cg
 		}
-		s.effects(a.m, a.before, a.res)
+		s.record(a.m, a.before, a.res)
 		if a.res.Duplicate {
 			if o, ok := a.cg.Outcome(id); ok {
 				s.note(noteOf(o, t.g.LastTime))
@@ -207,12 +208,13 @@ func (p marmot) tick(ctx context.Context, t *txn) (bool, error) {
 	now := time.UnixMilli(t.now)
 	s := p.newStep(t)
 	changed := false
-	for i, m := range t.g.following() {
+	units, err := p.units(t)
+	if err != nil {
+		return false, err
+	}
+	for i, u := range units {
 		s.isLead = i == 0
-		cg, err := p.group(t, m)
-		if err != nil {
-			return false, err
-		}
+		m, cg := u.m, u.cg
 		if _, frozen := cg.Frozen(); frozen {
 			applied, err := p.pass(s, m, cg, now)
 			if err != nil || !applied {
@@ -255,8 +257,9 @@ func (p marmot) leaveRequest(ctx context.Context, t *txn, cg *convergence.Group,
 	}
 }
 
-// pass applies a member's frozen pass, or, when a pass is due at now, cuts
-// it off and applies it. It reports whether it applied one.
+// pass applies a view's frozen pass, or, when a pass is due at now, cuts
+// it off and applies it; m is the view's member, nil for the shared view.
+// It reports whether it applied one.
 func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.Time) (bool, error) {
 	c, frozen := cg.Frozen()
 	if !frozen {
@@ -271,12 +274,12 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 	if cg.Forked() || p.hooks.holdsFrozen() {
 		return false, nil
 	}
-	before := cg.Tip()
+	before := unit{m: m, cg: cg}.before()
 	res, err := cg.Apply(c, now)
 	if err != nil {
 		return false, fmt.Errorf("apply pass: %w", err)
 	}
-	s.effects(m, before, res)
+	s.record(m, before, res)
 	return true, nil
 }
 
@@ -695,6 +698,9 @@ func (w *Worker) loadChunks(ctx context.Context, keys []string) ([]storedChunk, 
 // snapshot (written by the removed linear mode), one started from its
 // canonical state.
 func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
+	if p.shared {
+		return p.view(t)
+	}
 	switch st := t.members[m.ClientID].(type) {
 	case *branchState:
 		return st.cg, nil
@@ -711,11 +717,15 @@ func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
 }
 
 // save makes a member's convergence tip its canonical state, to be
-// written with the transaction. A member whose tip is gone was removed: its
+// written with the transaction; m nil saves the shared view (saveShared). A member whose tip is gone was removed: its
 // convergence state is Retained until the removal settles
 // (settleRemovals); one whose tip is back was brought back by a winning
 // branch.
 func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
+	if m == nil {
+		p.saveShared(t, cg)
+		return nil
+	}
 	tip := cg.Tip()
 	switch {
 	case tip == nil && !m.Removed:
@@ -806,11 +816,12 @@ func (p marmot) settle(t *txn) error {
 	var due int64
 	var keys []epochKey
 	var anchor uint64
-	for i, m := range t.g.following() {
-		cg, err := p.group(t, m)
-		if err != nil {
-			return err
-		}
+	units, err := p.units(t)
+	if err != nil {
+		return err
+	}
+	for i, u := range units {
+		cg := u.cg
 		if i == 0 {
 			t.g.Epoch, anchor = cg.TipEpoch(), cg.AnchorEpoch()
 		}
