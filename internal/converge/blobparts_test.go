@@ -107,7 +107,7 @@ func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ck.Parts[ck.Members[h.rec.ClientID]] < 2 {
+	if ck.Parts[ck.Members[stateOf(h.rec.ClientID)]] < 2 {
 		t.Fatalf("the member's state was not stored in parts: %v", ck.Parts)
 	}
 	cancel()
@@ -146,7 +146,7 @@ func TestMemberChunksWrittenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := ck1.MemberChunks[h.rec.ClientID]
+	first := ck1.MemberChunks[stateOf(h.rec.ClientID)]
 	if len(first) < 2 {
 		t.Fatalf("member chunks %v for %d settled messages", first, n)
 	}
@@ -158,7 +158,7 @@ func TestMemberChunksWrittenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	later := ck2.MemberChunks[h.rec.ClientID]
+	later := ck2.MemberChunks[stateOf(h.rec.ClientID)]
 	if len(later) < len(first) || !slices.Equal(later[:len(first)-1], first[:len(first)-1]) {
 		t.Fatalf("full chunks stored again: %v then %v", first, later)
 	}
@@ -166,7 +166,7 @@ func TestMemberChunksWrittenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, err := w.getBlob(e.ctx, ck2.Members[h.rec.ClientID])
+	head, err := w.getBlob(e.ctx, ck2.Members[stateOf(h.rec.ClientID)])
 	if err != nil {
 		t.Fatal(err)
 	}

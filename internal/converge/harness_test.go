@@ -45,6 +45,15 @@ var serverCPUs = flag.String("converge-server-cpus", "", "run each nats-server i
 // sharedView runs every worker the tests start with Config.SharedView.
 var sharedView = flag.Bool("converge-shared-view", false, "run the workers with one convergence view per group (Config.SharedView)")
 
+// stateOf names the checkpoint's Members entry that holds client's state:
+// its own, or the group's one view under -converge-shared-view.
+func stateOf(client string) string {
+	if *sharedView {
+		return sharedKey
+	}
+	return client
+}
+
 // env is one test's fabric: an embedded JetStream server with the streams
 // provisioned, a client store and the vault converge opens installations
 // with.
