@@ -23,7 +23,7 @@ import (
 func TestLargeBlobStoredInParts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, SharedView: *sharedView, WorkerID: "parts", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "parts", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
-	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, SharedView: *sharedView, WorkerID: "w1", LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()})
+	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "w1", LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestMemberChunksWrittenOnce(t *testing.T) {
 	if len(later) < len(first) || !slices.Equal(later[:len(first)-1], first[:len(first)-1]) {
 		t.Fatalf("full chunks stored again: %v then %v", first, later)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, SharedView: *sharedView, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

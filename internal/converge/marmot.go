@@ -19,8 +19,9 @@ import (
 )
 
 // marmot is the policy of Marmot branch selection (DESIGN sections 5 and
-// 6): every hosted member keeps a convergence.Group, its view of the group's
-// candidate branches, and its canonical state is that group's tip. Input
+// 6): a group's hosted members share one convergence.Group, their view of
+// the group's candidate branches (shared.go), or under Config.OwnViews each
+// keeps its own; a member's canonical state is at that view's tip. Input
 // is admitted in stream order at its stream time, so a replayed stream
 // reproduces the same passes; a pass that falls due without input is cut
 // off by the partition's cleanup round and applied in the next transaction,
@@ -28,7 +29,7 @@ import (
 type marmot struct {
 	vault *engine.Vault
 	hooks *hooks
-	// shared: the hosted members share one view (Config.SharedView).
+	// shared: the hosted members share one view (not Config.OwnViews).
 	shared bool
 }
 
@@ -39,7 +40,7 @@ var errBranchSelectionMLS = errors.New("converge: branch selection needs EngineM
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
 	e, _ := w.cfg.MLS.(EngineMLS)
-	return marmot{vault: e.Vault, hooks: w.cfg.hooks, shared: w.cfg.SharedView}
+	return marmot{vault: e.Vault, hooks: w.cfg.hooks, shared: !w.cfg.OwnViews}
 }
 
 // step collects what one input or tick did to every hosted member, so the
@@ -71,6 +72,9 @@ type step struct {
 	// are indexed with: the newest input's.
 	seq uint64
 	at  int64
+	// inboxes are the member inboxes of the states applied, read once
+	// for all members of a shared view (inboxesOf); never changed.
+	inboxes map[*engine.State][]string
 }
 
 // change is one applied commit or delivery of a step.
@@ -372,7 +376,7 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		// told conversation.removed and now holds the group again, the
 		// ended state replaced by the winner's (JOIN-042), so it is told
 		// conversation.joined, not what changed since.
-		after.inboxes = a.State.InboxIDs()
+		after.inboxes = s.inboxesOf(a.State)
 		s.add(change{commit: true, id: a.ID})
 		s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, rejoined: true, c: project.Commit{After: r.Components}})
 		if _, ok := s.lead[a.ID]; !ok && s.isLead {
@@ -381,7 +385,7 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		return after
 	}
 	if a.State != nil {
-		after.inboxes = a.State.InboxIDs()
+		after.inboxes = s.inboxesOf(a.State)
 	} else {
 		// The commit removed the member: its inbox list is what the
 		// commit changed of the one before.
@@ -402,6 +406,18 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		s.lead[a.ID] = a
 	}
 	return after
+}
+
+// inboxesOf returns st's member inboxes, sorted.
+func (s *step) inboxesOf(st *engine.State) []string {
+	if in, ok := s.inboxes[st]; ok {
+		return in
+	}
+	if s.inboxes == nil {
+		s.inboxes = map[*engine.State][]string{}
+	}
+	s.inboxes[st] = st.InboxIDs()
+	return s.inboxes[st]
 }
 
 // missing returns the entries of a (sorted) that b (sorted) lacks.

@@ -234,7 +234,7 @@ func memberBlob(t *testing.T, e *env, groupID []byte, client string) (*Worker, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, SharedView: *sharedView, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

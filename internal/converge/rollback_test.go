@@ -200,7 +200,7 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if *sharedView {
+		if !*ownViews {
 			// Its keys are retained in the group's one view while the
 			// group state says so.
 			w, _, _ := memberBlob(t, e, cA.Transport.Group, client)

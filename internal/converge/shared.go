@@ -12,12 +12,12 @@ import (
 	"github.com/fabric-mls/fabric/internal/engine"
 )
 
-// Under Config.SharedView a group's hosted members share one convergence
-// view (convergence.NewHosted, docs/shared-state.md, Step 1): input is
-// admitted and passes applied once for all of them, and the view is stored
-// as one blob. It is held in the transaction's member states and the
-// checkpoint's Members under sharedKey; a member's own entry there is only
-// a state waiting to join the view (view).
+// A group's hosted members share one convergence view
+// (convergence.NewHosted, docs/shared-state.md, Step 1): input is admitted
+// and passes applied once for all of them, and the view is stored as one
+// blob. It is held in the transaction's member states and the checkpoint's
+// Members under sharedKey; a member's own entry there is only a state
+// waiting to join the view (view), or, under Config.OwnViews, its own view.
 
 // sharedKey names the group's view among the member states: client ids are
 // hex, so none is this word.
@@ -58,7 +58,7 @@ func (p marmot) units(t *txn) ([]unit, error) {
 // member whose Welcome is ahead of every state the view retains
 // (convergence.ErrNoNode: the commit that adds it is not in yet) keeps its
 // own state and joins once the view reaches its epoch. A member's own view
-// stored before Config.SharedView joins by its tip.
+// (Config.OwnViews, or stored before views were shared) joins by its tip.
 func (p marmot) view(t *txn) (*convergence.Group, error) {
 	b, _ := t.members[sharedKey].(*branchState)
 	for _, m := range t.g.following() {
@@ -268,12 +268,12 @@ func (p marmot) ownState(cg *convergence.Group, m *hostedMember) (*engine.State,
 }
 
 // storedStates returns the ids of the states a transaction stores: every
-// following member's own; under Config.SharedView the group's one view
+// following member's own under Config.OwnViews, else the group's one view
 // (sharedKey) and the states of members waiting to join it.
 func (w *Worker) storedStates(t *txn) []string {
 	var out []string
 	for _, m := range t.g.following() {
-		if !w.cfg.SharedView || !t.inView(m) {
+		if w.cfg.OwnViews || !t.inView(m) {
 			out = append(out, m.ClientID)
 		}
 	}
