@@ -106,7 +106,15 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		return p.operate(ctx, t, in)
 	}
 	if in.Class == schema.ClassWelcome {
-		note, _, err := t.welcome(ctx, in)
+		note, _, err := t.welcome(ctx, in, func() error {
+			// Into the group's view at once: a Welcome to many hosted
+			// members holds one full state at a time, not one each.
+			if !p.shared {
+				return nil
+			}
+			_, err := p.view(t)
+			return err
+		})
 		if err != nil {
 			return err
 		}
