@@ -132,24 +132,26 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	if t.inputSeq != 0 {
 		next.InputSeq = t.inputSeq
 	}
-	var save []*hostedMember
-	for _, m := range t.g.following() {
-		bk, ok := g.ck.Members[m.ClientID]
-		dirty := t.dirty[m.ClientID] || !ok
-		if !dirty && t.ratchet[m.ClientID] {
+	var save []string
+	for _, id := range w.storedStates(t) {
+		bk, ok := g.ck.Members[id]
+		dirty := t.dirty[id] || !ok
+		if m := t.g.Members[id]; m != nil && !dirty && t.ratchet[id] {
 			// A ratchet advance alone may wait: an older snapshot ratchets
 			// forward to any later message (RFC 9420 section 9.1).
 			m.Unsaved++
 			dirty = m.Unsaved >= w.cfg.SnapshotEvery
 		}
 		if dirty {
-			m.Unsaved = 0
-			save = append(save, m)
+			if m := t.g.Members[id]; m != nil {
+				m.Unsaved = 0
+			}
+			save = append(save, id)
 			continue
 		}
-		next.Members[m.ClientID] = bk
-		if keys := g.ck.MemberChunks[m.ClientID]; len(keys) > 0 {
-			next.setMemberChunks(m.ClientID, keys)
+		next.Members[id] = bk
+		if keys := g.ck.MemberChunks[id]; len(keys) > 0 {
+			next.setMemberChunks(id, keys)
 		}
 	}
 	// Members' snapshots are independent of each other: taken and sealed
@@ -157,7 +159,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 	snaps := make([]memberSnapshot, len(save))
 	errs := make([]error, len(save))
 	parallel(len(save), func(i int) {
-		c := save[i].ClientID
+		c := save[i]
 		if snaps[i], errs[i] = w.snapshotMember(g, c, t.members[c], t.chunks[c]); errs[i] != nil {
 			errs[i] = fmt.Errorf("snapshot member: %w", errs[i])
 		}
@@ -166,19 +168,19 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		return checkpoint{}, nil, nil, nil, err
 	}
 	blobs := make(map[string][]byte, len(save)+1)
-	for i, m := range save {
+	for i, id := range save {
 		s := snaps[i]
-		next.Members[m.ClientID] = s.key
+		next.Members[id] = s.key
 		maps.Copy(blobs, s.blobs)
 		if len(s.chunks) > 0 {
-			t.chunks[m.ClientID] = s.chunks
+			t.chunks[id] = s.chunks
 			keys := make([]string, len(s.chunks))
 			for k, c := range s.chunks {
 				keys[k] = c.key
 			}
-			next.setMemberChunks(m.ClientID, keys)
+			next.setMemberChunks(id, keys)
 		} else {
-			delete(t.chunks, m.ClientID)
+			delete(t.chunks, id)
 		}
 	}
 	t.stampLeaves()

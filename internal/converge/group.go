@@ -198,8 +198,9 @@ func (t *txn) setComponents(s components.Set) {
 	}
 }
 
-// welcome joins every hosted client the Welcome is addressed to (JOIN-045).
-func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) {
+// welcome joins every hosted client the Welcome is addressed to (JOIN-045),
+// calling adopt after each join.
+func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcomeNote, bool, error) {
 	at := in.Time
 	refs, err := t.mls.WelcomeRefs(in.Data)
 	if err != nil {
@@ -248,6 +249,9 @@ func (t *txn) welcome(ctx context.Context, in input) (outcomeNote, bool, error) 
 		t.emit(clientID, in.MessageID, project.Joined(t.g.GroupID, comps, schema.OriginWelcomed, info.AdderInboxID))
 		if info.KeyPackageRef != nil {
 			t.consumed = append(t.consumed, consumedKeyPackage{ClientID: clientID, Ref: info.KeyPackageRef})
+		}
+		if err := adopt(); err != nil {
+			return outcomeNote{}, false, err
 		}
 		joined = true
 	}

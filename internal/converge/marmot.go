@@ -19,8 +19,9 @@ import (
 )
 
 // marmot is the policy of Marmot branch selection (DESIGN sections 5 and
-// 6): every hosted member keeps a convergence.Group, its view of the group's
-// candidate branches, and its canonical state is that group's tip. Input
+// 6): a group's hosted members share one convergence.Group, their view of
+// the group's candidate branches (shared.go), or under Config.OwnViews each
+// keeps its own; a member's canonical state is at that view's tip. Input
 // is admitted in stream order at its stream time, so a replayed stream
 // reproduces the same passes; a pass that falls due without input is cut
 // off by the partition's cleanup round and applied in the next transaction,
@@ -28,6 +29,8 @@ import (
 type marmot struct {
 	vault *engine.Vault
 	hooks *hooks
+	// shared: the hosted members share one view (not Config.OwnViews).
+	shared bool
 }
 
 // errBranchSelectionMLS reports a configuration of branch selection over
@@ -37,7 +40,7 @@ var errBranchSelectionMLS = errors.New("converge: branch selection needs EngineM
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
 	e, _ := w.cfg.MLS.(EngineMLS)
-	return marmot{vault: e.Vault, hooks: w.cfg.hooks}
+	return marmot{vault: e.Vault, hooks: w.cfg.hooks, shared: !w.cfg.OwnViews}
 }
 
 // step collects what one input or tick did to every hosted member, so the
@@ -69,6 +72,9 @@ type step struct {
 	// are indexed with: the newest input's.
 	seq uint64
 	at  int64
+	// inboxes are the member inboxes of the states applied, read once
+	// for all members of a shared view (inboxesOf); never changed.
+	inboxes map[*engine.State][]string
 }
 
 // change is one applied commit or delivery of a step.
@@ -100,7 +106,15 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		return p.operate(ctx, t, in)
 	}
 	if in.Class == schema.ClassWelcome {
-		note, _, err := t.welcome(ctx, in)
+		note, _, err := t.welcome(ctx, in, func() error {
+			// Into the group's view at once: a Welcome to many hosted
+			// members holds one full state at a time, not one each.
+			if !p.shared {
+				return nil
+			}
+			_, err := p.view(t)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -147,26 +161,25 @@ func (p marmot) admit(s *step, in input, now time.Time, closePasses bool) (*conv
 	// replay, the costly part, in parallel: every view is its own state);
 	// what the views did is then taken in members' order.
 	type admission struct {
-		m      *hostedMember
-		cg     *convergence.Group
+		unit
 		lead   bool
-		before *engine.State // the tip before the input
+		before before // the view before the input
 		res    convergence.Result
 		err    error
 	}
+	units, err := p.units(t)
+	if err != nil {
+		return nil, err
+	}
 	var ads []*admission
-	for i, m := range t.g.following() {
+	for i, u := range units {
 		s.isLead = i == 0
-		cg, err := p.group(t, m)
-		if err != nil {
-			return nil, err
-		}
 		if closePasses {
-			if _, err := p.pass(s, m, cg, now); err != nil {
+			if _, err := p.pass(s, u.m, u.cg, now); err != nil {
 				return nil, err
 			}
 		}
-		ads = append(ads, &admission{m: m, cg: cg, lead: i == 0, before: cg.Tip()})
+		ads = append(ads, &admission{unit: u, lead: i == 0, before: u.before()})
 	}
 	parallel(len(ads), func(i int) {
 		a := ads[i]
@@ -185,7 +198,7 @@ func (p marmot) admit(s *step, in input, now time.Time, closePasses bool) (*conv
 		if a.lead {
 			lead = a.cg
 		}
-		s.effects(a.m, a.before, a.res)
+		s.record(a.m, a.before, a.res)
 		if a.res.Duplicate {
 			if o, ok := a.cg.Outcome(id); ok {
 				s.note(noteOf(o, t.g.LastTime))
@@ -207,12 +220,13 @@ func (p marmot) tick(ctx context.Context, t *txn) (bool, error) {
 	now := time.UnixMilli(t.now)
 	s := p.newStep(t)
 	changed := false
-	for i, m := range t.g.following() {
+	units, err := p.units(t)
+	if err != nil {
+		return false, err
+	}
+	for i, u := range units {
 		s.isLead = i == 0
-		cg, err := p.group(t, m)
-		if err != nil {
-			return false, err
-		}
+		m, cg := u.m, u.cg
 		if _, frozen := cg.Frozen(); frozen {
 			applied, err := p.pass(s, m, cg, now)
 			if err != nil || !applied {
@@ -255,8 +269,9 @@ func (p marmot) leaveRequest(ctx context.Context, t *txn, cg *convergence.Group,
 	}
 }
 
-// pass applies a member's frozen pass, or, when a pass is due at now, cuts
-// it off and applies it. It reports whether it applied one.
+// pass applies a view's frozen pass, or, when a pass is due at now, cuts
+// it off and applies it; m is the view's member, nil for the shared view.
+// It reports whether it applied one.
 func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.Time) (bool, error) {
 	c, frozen := cg.Frozen()
 	if !frozen {
@@ -271,12 +286,12 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 	if cg.Forked() || p.hooks.holdsFrozen() {
 		return false, nil
 	}
-	before := cg.Tip()
+	before := unit{m: m, cg: cg}.before()
 	res, err := cg.Apply(c, now)
 	if err != nil {
 		return false, fmt.Errorf("apply pass: %w", err)
 	}
-	s.effects(m, before, res)
+	s.record(m, before, res)
 	return true, nil
 }
 
@@ -369,7 +384,7 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		// told conversation.removed and now holds the group again, the
 		// ended state replaced by the winner's (JOIN-042), so it is told
 		// conversation.joined, not what changed since.
-		after.inboxes = a.State.InboxIDs()
+		after.inboxes = s.inboxesOf(a.State)
 		s.add(change{commit: true, id: a.ID})
 		s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, rejoined: true, c: project.Commit{After: r.Components}})
 		if _, ok := s.lead[a.ID]; !ok && s.isLead {
@@ -378,7 +393,7 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		return after
 	}
 	if a.State != nil {
-		after.inboxes = a.State.InboxIDs()
+		after.inboxes = s.inboxesOf(a.State)
 	} else {
 		// The commit removed the member: its inbox list is what the
 		// commit changed of the one before.
@@ -399,6 +414,18 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		s.lead[a.ID] = a
 	}
 	return after
+}
+
+// inboxesOf returns st's member inboxes, sorted.
+func (s *step) inboxesOf(st *engine.State) []string {
+	if in, ok := s.inboxes[st]; ok {
+		return in
+	}
+	if s.inboxes == nil {
+		s.inboxes = map[*engine.State][]string{}
+	}
+	s.inboxes[st] = st.InboxIDs()
+	return s.inboxes[st]
 }
 
 // missing returns the entries of a (sorted) that b (sorted) lacks.
@@ -695,6 +722,9 @@ func (w *Worker) loadChunks(ctx context.Context, keys []string) ([]storedChunk, 
 // snapshot (written by the removed linear mode), one started from its
 // canonical state.
 func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
+	if p.shared {
+		return p.view(t)
+	}
 	switch st := t.members[m.ClientID].(type) {
 	case *branchState:
 		return st.cg, nil
@@ -711,11 +741,15 @@ func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
 }
 
 // save makes a member's convergence tip its canonical state, to be
-// written with the transaction. A member whose tip is gone was removed: its
+// written with the transaction; m nil saves the shared view (saveShared). A member whose tip is gone was removed: its
 // convergence state is Retained until the removal settles
 // (settleRemovals); one whose tip is back was brought back by a winning
 // branch.
 func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
+	if m == nil {
+		p.saveShared(t, cg)
+		return nil
+	}
 	tip := cg.Tip()
 	switch {
 	case tip == nil && !m.Removed:
@@ -806,11 +840,12 @@ func (p marmot) settle(t *txn) error {
 	var due int64
 	var keys []epochKey
 	var anchor uint64
-	for i, m := range t.g.following() {
-		cg, err := p.group(t, m)
-		if err != nil {
-			return err
-		}
+	units, err := p.units(t)
+	if err != nil {
+		return err
+	}
+	for i, u := range units {
+		cg := u.cg
 		if i == 0 {
 			t.g.Epoch, anchor = cg.TipEpoch(), cg.AnchorEpoch()
 		}

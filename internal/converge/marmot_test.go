@@ -234,11 +234,11 @@ func memberBlob(t *testing.T, e *env, groupID []byte, client string) (*Worker, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob, err := w.getBlob(e.ctx, ck.Members[client])
+	blob, err := w.getBlob(e.ctx, ck.Members[stateOf(client)])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func memberBlob(t *testing.T, e *env, groupID []byte, client string) (*Worker, c
 func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
 	t.Helper()
 	w, ck, blob := memberBlob(t, e, groupID, client)
-	chunks, err := w.loadChunks(e.ctx, ck.MemberChunks[client])
+	chunks, err := w.loadChunks(e.ctx, ck.MemberChunks[stateOf(client)])
 	if err != nil {
 		t.Fatal(err)
 	}

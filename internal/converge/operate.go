@@ -287,7 +287,11 @@ func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.Operation
 	case schema.OpSendMessage:
 		return p.send(t, in, req, m, cg, inst, key)
 	case schema.OpLeave:
-		msg, err := cg.Tip().Leave(inst)
+		st, err := p.ownState(cg, m)
+		if err != nil {
+			return "", nil, err
+		}
+		msg, err := st.Leave(inst)
 		if err != nil {
 			return "", nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 		}
@@ -338,9 +342,10 @@ func (p marmot) member(t *txn, clientID string) (*hostedMember, *convergence.Gro
 	if err != nil {
 		return nil, nil, key, err
 	}
-	if cg.Tip() == nil {
-		// Its canonical state did not restore (storage loss): the
-		// group is unrecoverable for it (issue 26: never a panic).
+	if cg.Tip() == nil || p.shared && !hosts(cg, clientID) {
+		// Its canonical state did not restore (storage loss), or, in a
+		// shared view, it waits to join it (view): the group is
+		// unrecoverable for it (issue 26: never a panic).
 		return nil, nil, key, refuse(schema.CategoryMissingHistory, errNoState)
 	}
 	key, err = cg.Tip().GroupEventKey()
@@ -405,8 +410,14 @@ var errNothingLeft = errors.New("the canonical state holds the intent")
 // it and its Welcomes to the transaction's batch, and waits for its
 // outcome as oc's next attempt. It returns the ids of what it sent.
 func (p marmot) commit(t *txn, oc ownCommit, cr engine.CommitRequest, m *hostedMember, cg *convergence.Group, inst *engine.Installation, key [binding.KeySize]byte) ([][]byte, error) {
-	tip := cg.Tip()
-	out, err := tip.Commit(inst, cr)
+	var out *engine.Outgoing
+	var err error
+	if p.shared {
+		// The view remembers the state that made it (docs/shared-state.md).
+		out, err = cg.Commit(m.ClientID, inst, cr)
+	} else {
+		out, err = cg.Tip().Commit(inst, cr)
+	}
 	if err != nil {
 		return nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 	}
@@ -426,7 +437,7 @@ func (p marmot) commit(t *txn, oc ownCommit, cr engine.CommitRequest, m *hostedM
 		}
 		ids = append(ids, wid)
 	}
-	oc.CommitID, oc.Epoch, oc.Lost = id, tip.Epoch(), false
+	oc.CommitID, oc.Epoch, oc.Lost = id, cg.TipEpoch(), false
 	oc.MessageIDs = append(slices.Clip(oc.MessageIDs), ids...)
 	oc.Attempts++
 	t.g.OwnCommits = append(t.g.OwnCommits, oc)
@@ -517,7 +528,15 @@ func (p marmot) create(t *txn, in input, req bus.OperationRequest, c Client, ins
 // published, from the fabric's own state. The client holds its own
 // message (EVENT-021).
 func (p marmot) send(t *txn, in input, req bus.OperationRequest, m *hostedMember, cg *convergence.Group, inst *engine.Installation, key [binding.KeySize]byte) (schema.OperationStatus, [][]byte, error) {
-	msg, err := cg.Tip().Encrypt(inst, req.Payload)
+	var msg []byte
+	var err error
+	if p.shared {
+		// On the tip's one secret tree: a generation is never reused
+		// (RFC 9420 §9.1, docs/shared-state.md).
+		msg, err = cg.Encrypt(m.ClientID, inst, req.Payload)
+	} else {
+		msg, err = cg.Tip().Encrypt(inst, req.Payload)
+	}
 	if err != nil {
 		return "", nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 	}

@@ -237,6 +237,9 @@ func (t *txn) roster(g *loadedGroup, put func(string, any) error) (int, int, err
 			break
 		}
 	}
+	if b, ok := t.members[sharedKey].(*branchState); leaves == nil && ok && b.st != nil && b.st.Epoch() == t.g.Epoch {
+		leaves = b.Leaves()
+	}
 	byInbox := map[string][][]byte{}
 	for _, l := range leaves {
 		byInbox[l.InboxID] = append(byInbox[l.InboxID], l.InstallationKey)

@@ -200,6 +200,20 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !*ownViews {
+			// Its keys are retained in the group's one view while the
+			// group state says so.
+			w, _, _ := memberBlob(t, e, cA.Transport.Group, client)
+			b, err := w.getBlob(e.ctx, ck.State)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, err := decodeGroupState(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return gs.Members[client].Retained
+		}
 		_, ok := ck.Members[client]
 		return ok
 	}
@@ -260,7 +274,7 @@ func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 func loseRetainedState(t *testing.T, e *env, groupID []byte, client string) {
 	t.Helper()
 	w, ck, blob := memberBlob(t, e, groupID, client)
-	key := ck.Members[client]
+	key := ck.Members[stateOf(client)]
 	sealed, ok := bytes.CutPrefix(blob, splitPrefix)
 	if !ok {
 		t.Fatal("the member blob is not a split convergence state")

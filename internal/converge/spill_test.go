@@ -36,9 +36,8 @@ var (
 //
 // The suite runs 24 hosted members at -max-batch 10 (the same cuts, three
 // batches per input); -converge-members 3000 runs the 3,000 at the
-// default 1000. Each hosted member holds the whole group's MLS state, so
-// the cost grows with the square of the members (docs/converge.md, Many
-// hosted members in one group).
+// default 1000 (about 6 minutes on a 2-core machine: docs/converge.md,
+// Many hosted members in one group).
 func TestOneInputNeverHoldsAPartition(t *testing.T) {
 	t.Parallel()
 	n, maxBatch, within := 24, 10, time.Minute

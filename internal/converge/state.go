@@ -166,6 +166,11 @@ func (m *hostedMember) attributedEvents(commit []byte) int {
 	return 0
 }
 
+// tookCommit reports whether m's events were made for an applied commit.
+func (m *hostedMember) tookCommit(commit []byte) bool {
+	return slices.ContainsFunc(m.Applied, func(a attributed) bool { return bytes.Equal(a.Commit, commit) })
+}
+
 // storedMessage is one application message in the index.
 type storedMessage struct {
 	ID                 []byte `msgpack:"id"`

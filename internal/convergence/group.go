@@ -56,6 +56,9 @@ type AppliedCommit struct {
 	// it removed and a committer whose own commit came back without the
 	// state that made it (docs/shared-state.md, Step 1).
 	Removed []string
+	// Hosted are the hosted members at State, sorted; shared, not to be
+	// changed. A removed member that a winning branch brings back is in it.
+	Hosted []string
 }
 
 // Delivery is an app payload to hand to the application: its MLS

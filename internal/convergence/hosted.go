@@ -29,6 +29,8 @@ var (
 	// ErrNoFollower: only its own committer, without the state that made
 	// it, could follow the commit.
 	ErrNoFollower = errors.New("convergence: no hosted member can follow the commit")
+	// errOwnEcho: the message's sender is the only hosted member.
+	errOwnEcho = errors.New("convergence: own message of the only hosted member")
 )
 
 // maxPending bounds the own commits remembered per node, as
@@ -141,10 +143,14 @@ func (g *Group) Encrypt(id string, inst *engine.Installation, payload []byte) ([
 }
 
 // open decrypts an app message at n: once for every hosted member at it,
-// or, for one a hosted member sent (Encrypt), from what it sent.
+// or, for one a hosted member sent (Encrypt), from what it sent. One sent
+// by the only hosted member at n is its own echo, as its own view says.
 func (n *node) open(id ID, msg []byte) (*engine.Application, error) {
 	if app, ok := n.sent[id]; ok {
 		delete(n.sent, id)
+		if len(n.roster) == 1 {
+			return nil, &engine.Error{Op: "decrypt", Category: schema.CategoryOwnEcho, Err: errOwnEcho}
+		}
 		return app, nil
 	}
 	return n.state.Decrypt(msg)

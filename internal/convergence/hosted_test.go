@@ -368,3 +368,20 @@ func invite(t testing.TB, g *testpeer.Group, kp []byte) (commit, welcome testpee
 func transport(group, mls []byte) schema.TransportMessage {
 	return schema.TransportMessage{V: schema.TransportVersion, Group: group, Kind: schema.TransportMLS, Payload: mls}
 }
+
+// TestHostedSend_OnlyHostedMemberIsOwnEcho: a message sent by the only
+// hosted member comes back as its own echo, as its own view calls it, not
+// as a delivery to nobody.
+func TestHostedSend_OnlyHostedMemberIsOwnEcho(t *testing.T) {
+	w := newWorldOf(t, 1)
+	g := must[*Group](t)(NewHosted(V1, map[string]*engine.State{"h0": must[*engine.State](t)(w.hosted["h0"].Clone())}))
+	payload := must[[]byte](t)(apppayload.Encode(apppayload.NewText("alone")))
+	msg := must[[]byte](t)(g.Encrypt("h0", w.insts["h0"], payload))
+	r, err := g.Admit(Input{ID: idFor(msg), Class: schema.ClassApplication, Data: msg}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Delivered) != 0 || len(r.Outcomes) != 1 || r.Outcomes[0].Category != schema.CategoryOwnEcho {
+		t.Fatalf("own message of the only hosted member: delivered %d, outcomes %+v; want own_echo", len(r.Delivered), r.Outcomes)
+	}
+}

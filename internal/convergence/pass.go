@@ -70,7 +70,7 @@ func (g *Group) Apply(c Cutoff, now time.Time) (Result, error) {
 		}
 		res.Applied = append(res.Applied, AppliedCommit{
 			ID: n.id, SourceEpoch: n.epoch - 1, Result: n.result, State: n.state, Proposals: slices.Clone(n.consumed),
-			Removed: left(n),
+			Removed: left(n), Hosted: n.roster,
 		})
 	}
 	g.tip = best
