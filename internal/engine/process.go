@@ -584,15 +584,6 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	}
 	s.changes++ // the ratchet may advance even when decryption then fails
 	s.ratchets++
-	key := openedID(s.g.EpochAuthenticator(), c.MessageID)
-	if app, ok := s.sigs.openedApp(key); ok {
-		// Another state of this epoch decrypted it (SignatureCache):
-		// this one only consumes the generation, as decrypting would.
-		if err := consumeGeneration(tree, app.Sender.Leaf, app.Generation); err != nil {
-			return nil, classifyMLSGoError(op, &group.ErrDecryptionFailed{Reason: "message", Err: err})
-		}
-		return app.clone(), nil
-	}
 	app, err = openApplication(op, c, pm, epochKeys{
 		suite:      s.g.CipherSuite(),
 		senderData: secrets.SenderDataSecret,
@@ -617,34 +608,7 @@ func (s *State) Decrypt(mlsMessage []byte) (app *Application, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sigs.rememberOpened(key, app.clone())
 	return app, nil
-}
-
-// consumeGeneration moves the secret tree as decrypting a message of leaf
-// at generation would (framing.Decrypt): the sender's ratchet to the
-// generation, which is then marked used (RFC 9420 §9.2), so the message
-// does not decrypt again.
-func consumeGeneration(tree *secrettree.Tree, leaf, generation uint32) error {
-	ls, err := tree.LeafForIndex(leaf)
-	if err != nil {
-		return err
-	}
-	if _, err := ls.ApplicationKey(generation); err != nil {
-		return err
-	}
-	if _, err := ls.ApplicationNonce(generation); err != nil {
-		return err
-	}
-	return ls.MarkGenerationUsed(generation, false)
-}
-
-// clone returns a copy of a that shares no slice with it.
-func (a *Application) clone() *Application {
-	c := *a
-	c.Sender.InstallationKey = slices.Clone(a.Sender.InstallationKey)
-	c.Payload, c.AAD = slices.Clone(a.Payload), slices.Clone(a.AAD)
-	return &c
 }
 
 // epochKeys is what opening an application message of one epoch needs:

@@ -26,23 +26,10 @@ var errNoSignature = errors.New("no signature")
 // content, key or signature differs in any byte is verified afresh. Only
 // successes are kept, the oldest dropped first. It is safe for concurrent
 // use.
-//
-// It also remembers what the last application messages decrypted to, by
-// epoch and message (docs/shared-state.md): the states of one epoch hold
-// one secret tree and one GroupContext between them (the same
-// epoch_authenticator, RFC 9420 §8.7, means the same epoch secret), so a
-// message one of them decrypted decrypts to the same content and sender
-// for every other; those only consume the message's generation in their
-// own secret tree, as its decryption would ([State.Decrypt]).
 type SignatureCache struct {
 	mu    sync.Mutex
 	ok    map[[32]byte]struct{}
 	order fifo
-	// opened are the decrypted application messages, oldest dropped
-	// first; hits counts the decryptions they saved.
-	opened      map[[32]byte]*Application
-	openedOrder fifo
-	hits        uint64
 }
 
 // fifo is the insertion order of a bounded map's keys.
@@ -64,61 +51,13 @@ func (f *fifo) push(key [32]byte) (oldest [32]byte, full bool) {
 	return oldest, true
 }
 
-// openedCacheSize bounds the decrypted messages remembered: the hosted
-// members of a group decrypt an input in one transaction, one after
-// another or a few at once.
-const openedCacheSize = 1024
-
 // NewSignatureCache returns a cache of up to n verified signatures
 // (DefaultSignatureCacheSize when n is 0).
 func NewSignatureCache(n int) *SignatureCache {
 	if n <= 0 {
 		n = DefaultSignatureCacheSize
 	}
-	return &SignatureCache{ok: make(map[[32]byte]struct{}, n), order: fifo{keys: make([][32]byte, 0, n)},
-		opened: make(map[[32]byte]*Application), openedOrder: fifo{keys: make([][32]byte, 0, openedCacheSize)}}
-}
-
-// openedID names a message of one epoch: SHA-256 over its epoch
-// authenticator and message id.
-func openedID(epochAuthenticator []byte, id MessageID) [32]byte {
-	h := sha256.New()
-	h.Write(epochAuthenticator)
-	h.Write(id[:])
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
-
-// openedApp returns what the message named by key decrypted to, if a state
-// of its epoch decrypted it; c may be nil.
-func (c *SignatureCache) openedApp(key [32]byte) (*Application, bool) {
-	if c == nil {
-		return nil, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	app, ok := c.opened[key]
-	if ok {
-		c.hits++
-	}
-	return app, ok
-}
-
-// rememberOpened keeps what the message named by key decrypted to.
-func (c *SignatureCache) rememberOpened(key [32]byte, app *Application) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.opened[key]; ok {
-		return
-	}
-	if oldest, full := c.openedOrder.push(key); full {
-		delete(c.opened, oldest)
-	}
-	c.opened[key] = app
+	return &SignatureCache{ok: make(map[[32]byte]struct{}, n), order: fifo{keys: make([][32]byte, 0, n)}}
 }
 
 // ShareSignatures makes s, and every state later derived from it (by
