@@ -110,6 +110,24 @@ func validID(id string) error {
 // Msg validates e and builds its NATS message: subject, headers and the
 // msgpack body.
 func (e Event) Msg() (*nats.Msg, error) {
+	body, err := e.body()
+	if err != nil {
+		return nil, err
+	}
+	return e.msg(body)
+}
+
+// body is the event's msgpack encoding.
+func (e Event) body() ([]byte, error) {
+	body, err := e.Event.MarshalMsgpack()
+	if err != nil {
+		return nil, invalidEvent("event", err)
+	}
+	return body, nil
+}
+
+// msg validates e and builds its NATS message with body, e's encoding.
+func (e Event) msg(body []byte) (*nats.Msg, error) {
 	subj, err := subject.Events(e.Tenant, e.ClientID)
 	if err != nil {
 		var ite *subject.InvalidTokenError
@@ -120,10 +138,6 @@ func (e Event) Msg() (*nats.Msg, error) {
 	}
 	if err := validID(e.ID); err != nil {
 		return nil, err
-	}
-	body, err := e.Event.MarshalMsgpack()
-	if err != nil {
-		return nil, invalidEvent("event", err)
 	}
 	m := nats.NewMsg(subj)
 	m.Data = body

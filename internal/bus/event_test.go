@@ -402,6 +402,35 @@ func TestBatchFence(t *testing.T) {
 	}
 }
 
+// Events of a batch that share one event value (a message's recipients)
+// are encoded once; each stored event is still its own, with its own
+// headers (EVENT-021).
+func TestBatchSharedEventEncodedForEach(t *testing.T) {
+	e := setup(t)
+	sub := e.live(t)
+	one, other := received(1), received(2)
+	evs := []Event{event(1, one), event(2, one), event(3, other), event(4, one)}
+	evs[1].ReferencesOwn = true
+	if _, err := PublishBatch(e.ctx, e.js, evs, Checkpoint{Tenant: tenant, GroupID: group.String(), Data: []byte("ck")}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range evs {
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.ID != want.ID || d.ReferencesOwn != want.ReferencesOwn ||
+			!bytes.Equal(d.Event.MessageReceived.MessageID, want.Event.MessageReceived.MessageID) {
+			t.Fatalf("event %d: id %s, references own %v, message %x; want %s, %v, %x", i, d.ID, d.ReferencesOwn,
+				d.Event.MessageReceived.MessageID, want.ID, want.ReferencesOwn, want.Event.MessageReceived.MessageID)
+		}
+	}
+}
+
 // A server whose operator raised the atomic batch limit takes a batch
 // that large with WithMaxBatch, and still refuses one beyond it.
 func TestPublishBatchWithRaisedLimit(t *testing.T) {

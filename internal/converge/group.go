@@ -96,7 +96,7 @@ type txn struct {
 	dirty   map[string]bool        // members whose engine state changed epoch or proposals
 	ratchet map[string]bool        // members whose only change is a decryption ratchet
 	events  emissions
-	next    map[string]int // next event index by client and cause
+	next    map[string]map[string]int // next event index by cause, then client
 	notes   []outcomeNote
 	// consumed are the KeyPackages this transaction's joins used.
 	consumed []consumedKeyPackage
@@ -167,12 +167,16 @@ func (t *txn) emit(client string, cause []byte, evs ...project.Event) {
 	}
 	project.Order(evs)
 	if t.next == nil {
-		t.next = map[string]int{}
+		t.next = map[string]map[string]int{}
 	}
-	k := client + "\x00" + string(cause)
+	next := t.next[string(cause)]
+	if next == nil {
+		next = map[string]int{}
+		t.next[string(cause)] = next
+	}
 	for _, ev := range evs {
-		t.events.add(emission{Client: client, Cause: cause, Index: t.next[k], Event: ev})
-		t.next[k]++
+		t.events.add(emission{Client: client, Cause: cause, Index: next[client], Event: ev})
+		next[client]++
 	}
 	t.rd.touch(client)
 }
@@ -237,7 +241,7 @@ func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcom
 			cat, reason = schema.CategoryWrongRecipient, "the Welcome's GroupInfo names another group than the transport message"
 			continue
 		}
-		t.g.Members[clientID] = &hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID, FirstN: t.g.Delivered + 1}
+		t.g.host(&hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID, FirstN: t.g.Delivered + 1})
 		t.members[clientID] = st
 		t.dirty[clientID] = true
 		comps := st.Components()
@@ -299,28 +303,35 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 	// EVENT-021: a message deleted or expired is no longer held: it has
 	// no entry.
 	ref := t.message(refID)
+	// One event for every recipient (the sender is none): the same value,
+	// so it is encoded once (bus.PublishBatch).
+	received, ok := project.Received(t.g.GroupID, project.Member{}, project.Message{
+		ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
+		ContentType: ct, ExpiresAt: msg.ExpiresAt,
+	}, t.now)
+	var deletion project.Event
+	if deleted != nil {
+		deletion = project.Deleted(t.g.GroupID, deleted.ID)
+	}
+	evs := make([]project.Event, 0, 2)
 	for _, m := range t.g.active() {
+		evs = evs[:0]
 		if bytes.Equal(m.Installation, app.Sender.InstallationKey) {
 			if deleted != nil && m.holds(deleted) {
-				t.emit(m.ClientID, cause, project.Deleted(t.g.GroupID, deleted.ID))
+				t.emit(m.ClientID, cause, deletion)
 			}
 			continue
 		}
 		if !opened(m) {
 			continue
 		}
-		pm := project.Message{
-			ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
-			ContentType: ct, ExpiresAt: msg.ExpiresAt,
-			ReferencesOwn: ref != nil && ref.SenderInboxID == m.InboxID && m.holds(ref),
-		}
-		view := project.Member{InboxID: m.InboxID, Installation: m.Installation}
-		var evs []project.Event
-		if ev, ok := project.Received(t.g.GroupID, view, pm, t.now); ok {
+		if ok {
+			ev := received
+			ev.ReferencesOwn = ref != nil && ref.SenderInboxID == m.InboxID && m.holds(ref) // EVENT-021
 			evs = append(evs, ev)
 		}
 		if deleted != nil && m.holds(deleted) {
-			evs = append(evs, project.Deleted(t.g.GroupID, deleted.ID))
+			evs = append(evs, deletion)
 		}
 		t.emit(m.ClientID, cause, evs...)
 	}

@@ -513,7 +513,7 @@ func (p marmot) create(t *txn, in input, req bus.OperationRequest, c Client, ins
 	if err != nil {
 		return refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 	}
-	t.g.Members[c.ClientID] = &hostedMember{ClientID: c.ClientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq}
+	t.g.host(&hostedMember{ClientID: c.ClientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq})
 	t.members[c.ClientID] = &engineState{st: st, vault: p.vault}
 	t.dirty[c.ClientID] = true
 	t.g.Epoch = st.Epoch()

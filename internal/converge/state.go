@@ -51,8 +51,8 @@ type groupState struct {
 	MessageBase uint64          `msgpack:"message_base,omitempty"`
 	// Expiry are the expiry queues of the stored index, by duration.
 	Expiry []expiryQueue `msgpack:"expiry,omitempty"`
-	// ids are the client ids of Members, sorted (clientIDs).
-	ids []string
+	// sorted are Members in client id order (byClientID).
+	sorted []*hostedMember
 	// unstored are the index writes of transactions whose batches are not
 	// known stored yet, oldest first: a pipelined transaction reads them
 	// before the stream.
@@ -270,23 +270,35 @@ func (g *groupState) clone() (*groupState, error) {
 // active returns the members that take input, in client id order so that
 // processing and event ids do not depend on map order.
 func (g *groupState) active() []*hostedMember {
-	var out []*hostedMember
-	for _, id := range g.clientIDs() {
-		if m := g.Members[id]; !m.Removed {
+	all := g.byClientID()
+	out := make([]*hostedMember, 0, len(all))
+	for _, m := range all {
+		if !m.Removed {
 			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// clientIDs returns the client ids of Members, sorted. They are kept while
-// the set of members is the same (a lookup each instead of a sort: this
-// runs several times per input, for every hosted member).
-func (g *groupState) clientIDs() []string {
-	if len(g.ids) != len(g.Members) || slices.ContainsFunc(g.ids, func(id string) bool { return g.Members[id] == nil }) {
-		g.ids = slices.Sorted(maps.Keys(g.Members))
+// byClientID returns Members in client id order. A member is never taken
+// out of Members (a removed one stays, Removed set), so the order is kept
+// while their number is the same: this runs several times per input, for
+// every hosted member.
+func (g *groupState) byClientID() []*hostedMember {
+	if len(g.sorted) != len(g.Members) {
+		g.sorted = g.sorted[:0]
+		for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+			g.sorted = append(g.sorted, g.Members[id])
+		}
 	}
-	return g.ids
+	return g.sorted
+}
+
+// host makes m the hosted member of its client id, in place of any earlier
+// one of that id.
+func (g *groupState) host(m *hostedMember) {
+	g.Members[m.ClientID] = m
+	g.sorted = nil
 }
 
 // following returns the members whose convergence state takes input: the
@@ -294,8 +306,8 @@ func (g *groupState) clientIDs() []string {
 // order.
 func (g *groupState) following() []*hostedMember {
 	out := g.active()
-	for _, id := range g.clientIDs() {
-		if m := g.Members[id]; m.Removed && m.Retained {
+	for _, m := range g.byClientID() {
+		if m.Removed && m.Retained {
 			out = append(out, m)
 		}
 	}
