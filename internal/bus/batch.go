@@ -2,12 +2,14 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/fabric-mls/fabric/internal/bus/streams"
@@ -113,19 +115,9 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	if err != nil {
 		return 0, invalidEvent("checkpoint", err)
 	}
-	msgs := make([]*nats.Msg, 0, len(events)+len(o.extra)+1)
-	ids := make(map[string]struct{}, len(events))
-	for _, ev := range events {
-		m, err := ev.Msg()
-		if err != nil {
-			return 0, err
-		}
-		// The server would refuse the whole batch; say why here.
-		if _, dup := ids[ev.ID]; dup {
-			return 0, invalidEvent("id", errors.New("repeated within the batch"))
-		}
-		ids[ev.ID] = struct{}{}
-		msgs = append(msgs, m)
+	msgs, err := Msgs(events, len(o.extra)+1)
+	if err != nil {
+		return 0, err
 	}
 	msgs = append(msgs, o.extra...)
 	c := nats.NewMsg(ckSubj)
@@ -138,14 +130,128 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	c.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	msgs = append(msgs, c)
 
-	ack, err := jetstreamext.PublishMsgBatch(ctx, js, msgs)
+	seq, stream, err := PublishAtomic(ctx, js, msgs)
 	if err != nil {
 		return 0, fmt.Errorf("bus: publish batch: %w", classify(err))
 	}
-	if ack.Stream != streams.StreamEvents {
-		return 0, fmt.Errorf("bus: batch stored in stream %q, want %s", ack.Stream, streams.StreamEvents)
+	if stream != streams.StreamEvents {
+		return 0, fmt.Errorf("bus: batch stored in stream %q, want %s", stream, streams.StreamEvents)
 	}
-	return ack.Sequence, nil
+	return seq, nil
+}
+
+// Msgs validates events and builds their NATS messages, with room for
+// spare more. An event id repeated among them is refused: the server would
+// refuse the whole batch.
+func Msgs(events []Event, spare int) ([]*nats.Msg, error) {
+	msgs := make([]*nats.Msg, 0, len(events)+spare)
+	ids := make(map[string]struct{}, len(events))
+	var body []byte
+	var err error
+	for i, ev := range events {
+		// The recipients of one message share one event value (its
+		// payload pointers): it is encoded once for all of them.
+		if i == 0 || ev.Event != events[i-1].Event {
+			if body, err = ev.body(); err != nil {
+				return nil, err
+			}
+		}
+		m, err := ev.msg(body)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := ids[ev.ID]; dup {
+			return nil, invalidEvent("id", errors.New("repeated within the batch"))
+		}
+		ids[ev.ID] = struct{}{}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// The headers of an atomic batch (ADR-50).
+const (
+	headerBatchID     = "Nats-Batch-Id"
+	headerBatchSeq    = "Nats-Batch-Sequence"
+	headerBatchCommit = "Nats-Batch-Commit"
+)
+
+// batchReply is the server's answer to a batch's first message (nothing,
+// or an error) and to its commit.
+type batchReply struct {
+	Error    *jetstream.APIError `json:"error,omitempty"`
+	Stream   string              `json:"stream"`
+	Sequence uint64              `json:"seq"`
+	BatchID  string              `json:"batch"`
+	Count    int                 `json:"count"`
+}
+
+// PublishAtomic stores msgs in one atomic batch: all of them, in order,
+// with consecutive sequences, or none. It returns the last one's sequence
+// and its stream. It sets the batch headers on msgs in place, so they are
+// the caller's for this batch alone; their headers are not copied (a
+// batch of a large group holds a thousand events).
+//
+// As the server's flow control asks, the first message is acknowledged
+// before the rest are sent; the commit is the last message.
+func PublishAtomic(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) (seq uint64, stream string, err error) {
+	if len(msgs) == 0 {
+		return 0, "", errors.New("bus: empty batch")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		defer cancel()
+	}
+	nc, id := js.Conn(), nuid.Next()
+	for i, m := range msgs {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header[headerBatchID] = []string{id}
+		m.Header[headerBatchSeq] = []string{strconv.Itoa(i + 1)}
+	}
+	last := len(msgs) - 1
+	for i, m := range msgs[:last] {
+		if i == 0 {
+			if _, err := batchRequest(ctx, nc, m); err != nil {
+				return 0, "", fmt.Errorf("bus: batch's first message: %w", err)
+			}
+			continue
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			return 0, "", fmt.Errorf("bus: batch message %d: %w", i+1, err)
+		}
+	}
+	msgs[last].Header[headerBatchCommit] = []string{"1"}
+	r, err := batchRequest(ctx, nc, msgs[last])
+	if err != nil {
+		return 0, "", err
+	}
+	if r.Stream == "" || r.BatchID != id || r.Count != len(msgs) {
+		return 0, "", fmt.Errorf("bus: batch acknowledgement for %q of %d messages, want %q of %d", r.BatchID, r.Count, id, len(msgs))
+	}
+	return r.Sequence, r.Stream, nil
+}
+
+// batchRequest sends m of a batch and reads the server's reply; an empty
+// reply is an acknowledgement.
+func batchRequest(ctx context.Context, nc *nats.Conn, m *nats.Msg) (batchReply, error) {
+	var r batchReply
+	resp, err := nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return r, err
+	}
+	if len(resp.Data) == 0 {
+		return r, nil
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return r, fmt.Errorf("bus: batch reply: %w", err)
+	}
+	if r.Error != nil {
+		return r, r.Error
+	}
+	return r, nil
 }
 
 // classify adds ErrFenced or ErrDuplicateEvent to a server error, keeping

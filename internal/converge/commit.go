@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/bus"
@@ -661,13 +660,11 @@ func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, err
 	var msgs []*nats.Msg
 	pos := make([]int, len(batch))
 	for i, s := range batch {
-		for _, ev := range s.events {
-			m, err := ev.Msg()
-			if err != nil {
-				return nil, err
-			}
-			msgs = append(msgs, m)
+		evs, err := bus.Msgs(s.events, 0)
+		if err != nil {
+			return nil, err
 		}
+		msgs = append(msgs, evs...)
 		msgs = append(msgs, s.ix...)
 		ck, err := checkpointMsg(s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next)
 		if err != nil {
@@ -676,14 +673,14 @@ func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, err
 		pos[i] = len(msgs)
 		msgs = append(msgs, ck)
 	}
-	ack, err := jetstreamext.PublishMsgBatch(ctx, w.js, msgs)
+	last, _, err := bus.PublishAtomic(ctx, w.js, msgs)
 	if err != nil {
 		if fencedErr(err) {
 			return nil, fmt.Errorf("%w: %w", ErrFenced, err)
 		}
 		return nil, fmt.Errorf("commit shared batch: %w", err)
 	}
-	first := ack.Sequence - uint64(len(msgs)) + 1
+	first := last - uint64(len(msgs)) + 1
 	seqs := make([]uint64, len(batch))
 	for i := range batch {
 		seqs[i] = first + uint64(pos[i])
