@@ -203,13 +203,19 @@ func PublishAtomic(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg
 		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
 		defer cancel()
 	}
-	nc, id := js.Conn(), nuid.Next()
+	nc := js.Conn()
+	// Header values are read-only once set: one batch id for all, and the
+	// sequences in one backing array.
+	id := []string{nuid.Next()}
+	seqs := make([]string, len(msgs))
 	for i, m := range msgs {
 		if m.Header == nil {
 			m.Header = nats.Header{}
 		}
-		m.Header[headerBatchID] = []string{id}
-		m.Header[headerBatchSeq] = []string{strconv.Itoa(i + 1)}
+		delete(m.Header, headerBatchCommit) // a message of an earlier attempt
+		seqs[i] = strconv.Itoa(i + 1)
+		m.Header[headerBatchID] = id
+		m.Header[headerBatchSeq] = seqs[i : i+1 : i+1]
 	}
 	last := len(msgs) - 1
 	for i, m := range msgs[:last] {
@@ -228,8 +234,8 @@ func PublishAtomic(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg
 	if err != nil {
 		return 0, "", err
 	}
-	if r.Stream == "" || r.BatchID != id || r.Count != len(msgs) {
-		return 0, "", fmt.Errorf("bus: batch acknowledgement for %q of %d messages, want %q of %d", r.BatchID, r.Count, id, len(msgs))
+	if r.Stream == "" || r.BatchID != id[0] || r.Count != len(msgs) {
+		return 0, "", fmt.Errorf("bus: batch acknowledgement for %q of %d messages, want %q of %d", r.BatchID, r.Count, id[0], len(msgs))
 	}
 	return r.Sequence, r.Stream, nil
 }

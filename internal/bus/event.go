@@ -43,14 +43,18 @@ const idDomain = "fabric/event-id/v1"
 // the events that input caused. Parts are length-prefixed, so ("ab", "c")
 // and ("a", "bc") give different ids. The result is lowercase hex.
 func EventID(parts ...[]byte) string {
-	h := sha256.New()
-	h.Write([]byte(idDomain))
-	var n [binary.MaxVarintLen64]byte
+	// Hashed in one call from a buffer on the stack when the parts are
+	// small, as converge's are (an event per recipient of each message).
+	var stack [256]byte
+	in := append(stack[:0], idDomain...)
 	for _, p := range parts {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
-		h.Write(p)
+		in = binary.AppendUvarint(in, uint64(len(p)))
+		in = append(in, p...)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(in)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // Event is one client event to publish.
@@ -100,12 +104,20 @@ func validID(id string) error {
 		return invalidEvent("id", errors.New("not 64 lowercase hex characters"))
 	}
 	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		if !lowerHex[id[i]] {
 			return invalidEvent("id", errors.New("not 64 lowercase hex characters"))
 		}
 	}
 	return nil
 }
+
+// lowerHex marks the bytes of lowercase hex.
+var lowerHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = true
+	}
+	return t
+}()
 
 // Msg validates e and builds its NATS message: subject, headers and the
 // msgpack body.

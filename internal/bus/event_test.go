@@ -115,6 +115,16 @@ func TestEventID(t *testing.T) {
 	if err := validID(a); err != nil {
 		t.Fatalf("EventID gives an invalid id: %v", err)
 	}
+	// Ids are stable across versions: a retry after an upgrade is
+	// deduplicated (EVENT-001). SHA-256 of the domain and the parts, each
+	// after its length as a uvarint.
+	if want := "ea0a93febc90b649fa810273edaaeeeaa41a036d796a5df1fedd517322938a67"; a != want {
+		t.Fatalf("EventID = %s, want %s", a, want)
+	}
+	long := bytes.Repeat([]byte{7}, 300) // past the stack buffer
+	if EventID(long) == EventID(long[:299]) {
+		t.Fatal("EventID of a long part is ambiguous")
+	}
 }
 
 // TestPublishTwiceStoredOnce_EVENT001: one id, one stored event and one
