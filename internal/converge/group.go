@@ -39,7 +39,7 @@ type emission struct {
 	Client string
 	Cause  []byte
 	Index  int
-	Event  project.Event
+	Event  *project.Event
 }
 
 // emissions are a transaction's events in order, held in blocks: a
@@ -162,10 +162,21 @@ type policy interface {
 // emit records the events one cause made for one client, in kind-table
 // order (EVENT-012), numbering them after any the cause already made.
 func (t *txn) emit(client string, cause []byte, evs ...project.Event) {
+	project.Order(evs)
+	ptrs := make([]*project.Event, len(evs))
+	for i := range evs {
+		ptrs[i] = &evs[i]
+	}
+	t.emitOrdered(client, cause, ptrs...)
+}
+
+// emitOrdered records events already in kind-table order. They may be
+// shared with other clients' emissions (a message's recipients): nothing
+// changes an event once emitted.
+func (t *txn) emitOrdered(client string, cause []byte, evs ...*project.Event) {
 	if len(evs) == 0 {
 		return
 	}
-	project.Order(evs)
 	if t.next == nil {
 		t.next = map[string]map[string]int{}
 	}
@@ -303,37 +314,44 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 	// EVENT-021: a message deleted or expired is no longer held: it has
 	// no entry.
 	ref := t.message(refID)
-	// One event for every recipient (the sender is none): the same value,
-	// so it is encoded once (bus.PublishBatch).
-	received, ok := project.Received(t.g.GroupID, project.Member{}, project.Message{
+	// One event for every recipient (the sender is none), shared by all
+	// of them, so it is encoded once (bus.Msgs).
+	var received, receivedOwn, deletion *project.Event
+	if ev, ok := project.Received(t.g.GroupID, project.Member{}, project.Message{
 		ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
 		ContentType: ct, ExpiresAt: msg.ExpiresAt,
-	}, t.now)
-	var deletion project.Event
-	if deleted != nil {
-		deletion = project.Deleted(t.g.GroupID, deleted.ID)
+	}, t.now); ok {
+		own := ev
+		own.ReferencesOwn = true
+		received, receivedOwn = &ev, &own
 	}
-	evs := make([]project.Event, 0, 2)
+	if deleted != nil {
+		ev := project.Deleted(t.g.GroupID, deleted.ID)
+		deletion = &ev
+	}
+	evs := make([]*project.Event, 0, 2)
 	for _, m := range t.g.active() {
 		evs = evs[:0]
 		if bytes.Equal(m.Installation, app.Sender.InstallationKey) {
-			if deleted != nil && m.holds(deleted) {
-				t.emit(m.ClientID, cause, deletion)
+			if deletion != nil && m.holds(deleted) {
+				t.emitOrdered(m.ClientID, cause, deletion)
 			}
 			continue
 		}
 		if !opened(m) {
 			continue
 		}
-		if ok {
-			ev := received
-			ev.ReferencesOwn = ref != nil && ref.SenderInboxID == m.InboxID && m.holds(ref) // EVENT-021
-			evs = append(evs, ev)
+		switch {
+		case received == nil:
+		case ref != nil && ref.SenderInboxID == m.InboxID && m.holds(ref): // EVENT-021
+			evs = append(evs, receivedOwn)
+		default:
+			evs = append(evs, received)
 		}
-		if deleted != nil && m.holds(deleted) {
-			evs = append(evs, deletion)
+		if deletion != nil && m.holds(deleted) {
+			evs = append(evs, deletion) // message.deleted follows message.received (EVENT-012)
 		}
-		t.emit(m.ClientID, cause, evs...)
+		t.emitOrdered(m.ClientID, cause, evs...)
 	}
 	if deleted != nil {
 		t.retire(deleted, readmodel.StateDeleted, app.Sender.InboxID)
