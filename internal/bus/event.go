@@ -151,9 +151,9 @@ func (e Event) msg(body []byte) (*nats.Msg, error) {
 	if err := validID(e.ID); err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(subj)
-	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	// Room for the id and an atomic batch's headers (PublishAtomic).
+	m := &nats.Msg{Subject: subj, Data: body, Header: make(nats.Header, 5)}
+	m.Header[jetstream.MsgIDHeader] = []string{e.ID}
 	if len(e.ConversationKey) > 0 {
 		if _, ok := e.Event.GroupID(); !ok {
 			return nil, invalidEvent("conversation key", errors.New("event names no group"))

@@ -226,7 +226,7 @@ func (s *step) sharedEffects(b before, res convergence.Result) {
 		}
 		s.add(change{id: d.ID})
 		if s.to[d.ID] == nil {
-			s.to[d.ID] = map[string]bool{}
+			s.to[d.ID] = make(map[string]bool, len(d.Recipients))
 			s.deliveries[d.ID] = d
 		}
 		for _, r := range d.Recipients {
