@@ -171,10 +171,17 @@ func (s *step) effects(b before, res convergence.Result) {
 				if !at {
 					own.State = nil
 				}
-				// Not at the commit's state, it is told nothing of the next.
-				views[i] = s.applied(m, views[i], own)
+				// Neither at the commit's state nor removed by it: the
+				// selected branch does not hold its join.
+				lost := !at && !views[i].gone && !slices.Contains(a.Removed, m.ClientID)
+				if lost {
+					s.joinLost(m, *a)
+				} else {
+					// Not at the commit's state, it is told nothing of the next.
+					views[i] = s.applied(m, views[i], own)
+				}
 				views[i].gone = !at
-				if !m.Removed && slices.Contains(a.Removed, m.ClientID) {
+				if !m.Removed && (lost || slices.Contains(a.Removed, m.ClientID)) {
 					// Retained until the removal settles (settleRemovals).
 					m.Removed, m.Retained, m.RemovedEpoch = true, true, a.SourceEpoch+1
 					m.LastN = t.g.Delivered
@@ -203,6 +210,18 @@ func (s *step) effects(b before, res convergence.Result) {
 	for _, o := range res.Outcomes {
 		s.note(noteOf(o, t.g.LastTime))
 	}
+}
+
+// joinLost records the first commit of a selected branch that does not
+// hold member m's join (the commit that added it, or one below it, lost):
+// m has no keys there (docs/shared-state.md, Step 1), so its client, told
+// conversation.joined, is told conversation.removed (EVENT-006;
+// docs/converge.md, Effects: a member the losing branch added is reported
+// removed) and nothing of the branch. A branch holding the join that wins
+// later brings it back as it does a removed member (applied).
+func (s *step) joinLost(m *hostedMember, a convergence.AppliedCommit) {
+	s.add(change{commit: true, id: a.ID})
+	s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, c: project.Commit{RemovedInstallations: [][]byte{m.Installation}}})
 }
 
 // save makes the view's tip the group's canonical state, written with the
