@@ -123,6 +123,85 @@ func TestJOIN042RemovalOnLosingBranchOfASharedView(t *testing.T) {
 	wantReceived(t, devs[6], onB)
 }
 
+// TestEVENT006RemovalOnlyOnLosingBranchIsNotReported: bob and dave are
+// hosted; a branch of two commits is selected, then alice's removal of bob
+// from their parent arrives, a shallower branch that loses. Bob is told
+// nothing of it (conversation.removed is for a removal delivered, EVENT-006)
+// and keeps receiving on the selected branch, as dave does.
+func TestEVENT006RemovalOnlyOnLosingBranchIsNotReported(t *testing.T) {
+	t.Parallel()
+	e, hb, hd, _, g := sharedGroup(t, true)
+	bob, dave := hb.rec.ClientID, hd.rec.ClientID
+	other := must[*testpeer.Group](t)(g.Clone())
+	var win testpeer.Message
+	for range 2 {
+		win = must[testpeer.Message](t)(g.Commit())
+		e.publish(win)
+	}
+	e.waitOutcome(win.ID, schema.DispositionAccepted)
+	rm := must[testpeer.Message](t)(other.Remove(peer(t, "bob").InboxID()))
+	e.publish(rm)
+	e.waitOutcome(rm.ID, schema.DispositionDeferred)
+	msg := must[testpeer.Message](t)(g.SendText("on the selected branch"))
+	e.publish(msg)
+
+	for _, c := range []string{bob, dave} {
+		evs := settled(t, e, rm.Transport.Group, c, 2)
+		wantKinds(t, c, evs, schema.KindConversationJoined, schema.KindMessageReceived)
+		wantReceived(t, evs[1], msg)
+	}
+	if o := e.outcome(rm.ID); o.Disposition != schema.DispositionDeferred {
+		t.Fatalf("the removal is %s, want deferred", o.Disposition)
+	}
+	if m := e.storedGroup(rm.Transport.Group).Members[bob]; m == nil || m.Removed {
+		t.Fatalf("bob in the stored group state: %+v, want a member", m)
+	}
+}
+
+// TestEVENT006RemovalBranchGrownForTheOthersWins: as above, but alice's
+// branch goes on past bob's removal, deeper than the selected one. Bob's
+// own view would end that branch at the removal and keep the other; the
+// group's one view grows it for dave and selects it for both
+// (docs/shared-state.md: the view of the members that stay). Bob gets the
+// selected branch's commits superseded, then conversation.removed with
+// cause removed (EVENT-006) and the membership change, and is removed
+// (retained) in the group state; dave gets the removal and the message on
+// the new branch.
+func TestEVENT006RemovalBranchGrownForTheOthersWins(t *testing.T) {
+	t.Parallel()
+	e, hb, hd, _, g := sharedGroup(t, true)
+	bob, dave := hb.rec.ClientID, hd.rec.ClientID
+	other := must[*testpeer.Group](t)(g.Clone())
+	var lose testpeer.Message
+	for range 2 {
+		lose = must[testpeer.Message](t)(g.Commit())
+		e.publish(lose)
+	}
+	e.waitOutcome(lose.ID, schema.DispositionAccepted)
+	rm := must[testpeer.Message](t)(other.Remove(peer(t, "bob").InboxID()))
+	e.publish(rm)
+	for range 2 {
+		e.publish(must[testpeer.Message](t)(other.Commit()))
+	}
+	e.waitOutcome(rm.ID, schema.DispositionAccepted)
+	msg := must[testpeer.Message](t)(other.SendText("on the removal's branch"))
+	e.publish(msg)
+
+	evs := settled(t, e, rm.Transport.Group, bob, 5)
+	wantKinds(t, "bob", evs,
+		schema.KindConversationJoined, schema.KindCommitSuperseded, schema.KindCommitSuperseded,
+		schema.KindConversationRemoved, schema.KindMembershipChanged)
+	if r := evs[3].Event.ConversationRemoved; r.Cause != schema.RemovalRemoved {
+		t.Fatalf("bob's removal %+v, want cause removed", r)
+	}
+	wantRemoved(t, e, rm.Transport.Group, bob)
+	devs := e.waitEvents(dave, 5)
+	wantKinds(t, "dave", devs,
+		schema.KindConversationJoined, schema.KindCommitSuperseded, schema.KindCommitSuperseded,
+		schema.KindMembershipChanged, schema.KindMessageReceived)
+	wantReceived(t, devs[4], msg)
+}
+
 // TestEVENT006JoinOnLosingBranchIsReportedRemoved: dave joins by a Welcome
 // of alice's commit on a branch that a deeper one from its parent then
 // replaces. On the selected branch dave has no keys: the one view drops
