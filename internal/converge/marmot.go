@@ -123,12 +123,12 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	}
 	// A pass due before this input closes first: stream order decides its
 	// batch.
-	lead, err := p.admit(s, in, time.UnixMilli(in.Time), true)
+	cg, err := p.admit(s, in, time.UnixMilli(in.Time), true)
 	if err != nil {
 		return err
 	}
-	if lead != nil && in.Class == schema.ClassProposal {
-		p.leaveRequest(ctx, t, lead, in.Data)
+	if cg != nil && in.Class == schema.ClassProposal {
+		p.leaveRequest(ctx, t, cg, in.Data)
 	}
 	s.finish()
 	if err := p.settle(t); err != nil {

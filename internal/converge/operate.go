@@ -623,8 +623,8 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	var keep []ownCommit
 	for i, oc := range t.g.OwnCommits {
 		note := notes[i]
-		// The committer's own canonical state, not the group's lead
-		// member's: another member may be ahead (a joiner of the commit).
+		// The committer's canonical state: the view's tip while it is a
+		// member.
 		epoch, holds, err := p.tipEpoch(t, oc.ClientID)
 		if err != nil {
 			return err
