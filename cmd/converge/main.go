@@ -67,7 +67,6 @@ type options struct {
 	leaseTTL        time.Duration
 	cleanupInterval time.Duration
 	snapshotEvery   int
-	ownViews        bool
 	idleAfter       time.Duration
 	retention       time.Duration
 	maxBatch        int
@@ -89,7 +88,6 @@ func parse(args []string) (options, []byte, error) {
 	config.Duration(fs, &errs, &o.cleanupInterval, "cleanup-interval", converge.DefaultCleanupInterval, "period of the disappearing-messages cleanup pass")
 	config.Duration(fs, &errs, &o.retention, "message-retention", 0, "how long a message stays readable through the read API (0: until deleted, expired or invalidated)")
 	config.Int(fs, &errs, &o.snapshotEvery, "snapshot-every", 1, "transactions a member state may advance before it is written again (1 keeps no used message key at rest)")
-	config.Bool(fs, &errs, &o.ownViews, "own-views", false, "each hosted member keeps its own convergence view and blob, as before one view per group (docs/shared-state.md)")
 	config.Duration(fs, &errs, &o.idleAfter, "idle-after", converge.DefaultIdleAfter, "how long a group's hosted members stay in memory after its last transaction; its next input restores them from their stored state")
 	config.Int(fs, &errs, &o.maxBatch, "max-batch", bus.DefaultMaxBatch, "atomic batch limit of the NATS servers in messages (jetstream.limits.batch.max_msgs); a transaction's events and checkpoint fit one batch")
 	config.Int(fs, &errs, &o.keyPackagePool, "key-package-pool", clientstore.DefaultKeyPackagePool, "unconsumed KeyPackages a hosted client holds again after a join consumed one: fresh ones refill its pool")
@@ -193,7 +191,6 @@ func run(args []string, log *slog.Logger) error {
 		LeaseTTL:         o.leaseTTL,
 		CleanupInterval:  o.cleanupInterval,
 		SnapshotEvery:    o.snapshotEvery,
-		OwnViews:         o.ownViews,
 		IdleAfter:        o.idleAfter,
 		MessageRetention: o.retention,
 		MaxBatch:         o.maxBatch,

@@ -23,7 +23,7 @@ import (
 func TestLargeBlobStoredInParts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "parts", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "parts", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
-	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "w1", LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()})
+	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "w1", LeaseTTL: 1500 * time.Millisecond, CleanupInterval: 200 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMemberStateInPartsSurvivesHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ck.Parts[ck.Members[stateOf(h.rec.ClientID)]] < 2 {
+	if ck.Parts[ck.Members[sharedKey]] < 2 {
 		t.Fatalf("the member's state was not stored in parts: %v", ck.Parts)
 	}
 	cancel()
@@ -146,7 +146,7 @@ func TestMemberChunksWrittenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := ck1.MemberChunks[stateOf(h.rec.ClientID)]
+	first := ck1.MemberChunks[sharedKey]
 	if len(first) < 2 {
 		t.Fatalf("member chunks %v for %d settled messages", first, n)
 	}
@@ -158,15 +158,15 @@ func TestMemberChunksWrittenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	later := ck2.MemberChunks[stateOf(h.rec.ClientID)]
+	later := ck2.MemberChunks[sharedKey]
 	if len(later) < len(first) || !slices.Equal(later[:len(first)-1], first[:len(first)-1]) {
 		t.Fatalf("full chunks stored again: %v then %v", first, later)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, err := w.getBlob(e.ctx, ck2.Members[stateOf(h.rec.ClientID)])
+	head, err := w.getBlob(e.ctx, ck2.Members[sharedKey])
 	if err != nil {
 		t.Fatal(err)
 	}

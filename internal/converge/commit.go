@@ -132,7 +132,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 		next.InputSeq = t.inputSeq
 	}
 	var save []string
-	for _, id := range w.storedStates(t) {
+	for _, id := range t.storedStates() {
 		bk, ok := g.ck.Members[id]
 		dirty := t.dirty[id] || !ok
 		if m := t.g.Members[id]; m != nil && !dirty && t.ratchet[id] {

@@ -72,7 +72,7 @@ func leafOf(t *testing.T, g *testpeer.Group, installation []byte) uint32 {
 
 func str(s string) *string { return &s }
 
-// TestThreeHostedMembersEachOwnView runs one group with three hosted members
+// TestThreeHostedMembersEachOwnStream runs one group with three hosted members
 // through every convergence event kind and checks each member's own stream:
 // origin and adder (EVENT-005, EVENT-023), its own installation's message
 // not received by it and received by the others, received messages with their
@@ -81,7 +81,7 @@ func str(s string) *string { return &s }
 // order (EVENT-012), metadata names (EVENT-019), the pause, removal of only
 // this installation without membership_changed, and the removal cause left
 // exactly after a leave request of the own inbox (EVENT-006).
-func TestThreeHostedMembersEachOwnView(t *testing.T) {
+func TestThreeHostedMembersEachOwnStream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	alice := peer(t, "alice")

@@ -42,18 +42,6 @@ const tenant = "acme"
 // docs/converge.md); empty, the server is embedded in the test process.
 var serverCPUs = flag.String("converge-server-cpus", "", "run each nats-server in its own process pinned to these CPUs (taskset -c list), e.g. 1; empty: embedded")
 
-// ownViews runs every worker the tests start with Config.OwnViews.
-var ownViews = flag.Bool("converge-own-views", false, "run the workers with a convergence view per hosted member (Config.OwnViews)")
-
-// stateOf names the checkpoint's Members entry that holds client's state:
-// the group's one view, or its own under -converge-own-views.
-func stateOf(client string) string {
-	if *ownViews {
-		return client
-	}
-	return sharedKey
-}
-
 // env is one test's fabric: an embedded JetStream server with the streams
 // provisioned, a client store and the vault converge opens installations
 // with.
@@ -212,7 +200,7 @@ func (e *env) worker(id string, cfg func(*Config)) (*Worker, func()) {
 	// pace, and shorter ones cost CPU that tests running side by side
 	// lack. The benchmarks keep those their figures were measured with
 	// (docs/benchmarks.md).
-	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: id, Logger: quiet(), hooks: &h}
+	c := Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: id, Logger: quiet(), hooks: &h}
 	if _, bench := e.t.(*testing.B); bench {
 		c.LeaseTTL, c.CleanupInterval = 1500*time.Millisecond, 200*time.Millisecond
 	}
@@ -422,7 +410,7 @@ func (e *env) storedGroup(group []byte) *groupState {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		e.t.Fatal(err)
 	}

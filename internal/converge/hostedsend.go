@@ -10,11 +10,11 @@ import (
 
 // deliverOwn gives a hosted client's own application message to the
 // group's hosted members in the transaction that encrypted it (issue 26):
-// every following member's view admits it at once, so the other hosted
+// the group's view admits it at once, so the other hosted
 // members decrypt the sender's messages in the order it made them, and
 // what they are told is stored in the same fenced batch as the message and
 // the operation's record. A copy that comes back through ingest later,
-// however late and in whatever order, is a duplicate in every view that
+// however late and in whatever order, is a duplicate in the view that
 // admitted it here (admit): it is delivered nothing again. Before this,
 // the other members decrypted the copy when it came back, and a copy
 // redelivered behind newer ones could no longer be decrypted after a
@@ -38,8 +38,8 @@ func (p marmot) deliverOwn(t *txn, in input, sender *hostedMember, id, msg, payl
 	s.notes = slices.DeleteFunc(s.notes, func(n outcomeNote) bool { return bytes.Equal(n.MessageID, id) })
 	s.finish()
 	// The group holds its members' messages once one of them delivers it
-	// (indexed, readable, a deletion applied); the sender's own view never
-	// does (own_echo), so a sender alone in the group delivers it now.
+	// (indexed, readable, a deletion applied); the sender is never its
+	// recipient (own_echo), so a sender alone in the group delivers it now.
 	alone := !slices.ContainsFunc(t.g.active(), func(o *hostedMember) bool { return o.ClientID != sender.ClientID })
 	if alone {
 		app := AppMessage{Sender: Leaf{InboxID: sender.InboxID, InstallationKey: sender.Installation}, Plaintext: payload}

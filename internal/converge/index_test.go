@@ -90,7 +90,7 @@ func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestBusyGroupIndexSurvivesHandover(t *testing.T) {
 func TestLegacyIndexMigrated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := must[*Worker](t)(New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "migrate", Logger: quiet()}))
+	w := must[*Worker](t)(New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "migrate", Logger: quiet()}))
 	const n = messageChunkLen + 3
 	g, refs, blobs := legacyIndex(t, n)
 	if err := g.loadLegacyIndex(refs, func(k string) ([]byte, error) { return blobs[k], nil }); err != nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fabric-mls/fabric/internal/bus"
-	"github.com/fabric-mls/fabric/internal/bus/readmodel"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/converge/project"
 	"github.com/fabric-mls/fabric/internal/convergence"
@@ -20,8 +19,8 @@ import (
 
 // marmot is the policy of Marmot branch selection (DESIGN sections 5 and
 // 6): a group's hosted members share one convergence.Group, their view of
-// the group's candidate branches (shared.go), or under Config.OwnViews each
-// keeps its own; a member's canonical state is at that view's tip. Input
+// the group's candidate branches (shared.go); a member's canonical state is
+// at that view's tip. Input
 // is admitted in stream order at its stream time, so a replayed stream
 // reproduces the same passes; a pass that falls due without input is cut
 // off by the partition's cleanup round and applied in the next transaction,
@@ -29,8 +28,6 @@ import (
 type marmot struct {
 	vault *engine.Vault
 	hooks *hooks
-	// shared: the hosted members share one view (not Config.OwnViews).
-	shared bool
 }
 
 // errBranchSelectionMLS reports a configuration of branch selection over
@@ -40,7 +37,7 @@ var errBranchSelectionMLS = errors.New("converge: branch selection needs EngineM
 // policy returns the policy the worker applies input with.
 func (w *Worker) policy() policy {
 	e, _ := w.cfg.MLS.(EngineMLS)
-	return marmot{vault: e.Vault, hooks: w.cfg.hooks, shared: !w.cfg.OwnViews}
+	return marmot{vault: e.Vault, hooks: w.cfg.hooks}
 }
 
 // step collects what one input or tick did to every hosted member, so the
@@ -51,12 +48,12 @@ type step struct {
 	index map[string]int
 	// changes are the applied commits and deliveries of the step, in the
 	// order they were made (convergence.Result.Steps, EVENT-012), each
-	// once however many members' views made it.
+	// once.
 	changes []change
 	seen    map[change]bool
 	// commits are, for each applied commit, what it changed for each
-	// member whose view applied it, in members' order; lead is the first
-	// active member's, which moves the group-level state.
+	// member at it, in members' order; lead is the commit as the view
+	// applied it, which moves the group-level state.
 	commits map[engine.MessageID][]memberCommit
 	lead    map[engine.MessageID]convergence.AppliedCommit
 	// deliveries are the payloads to deliver, with the members whose
@@ -67,13 +64,12 @@ type step struct {
 	// rollback counts rise once the step is done, however many members
 	// took them back.
 	rolled []engine.MessageID
-	isLead bool // the member being taken is the first active one
 	// seq and at are the stream position and time the step's deliveries
 	// are indexed with: the newest input's.
 	seq uint64
 	at  int64
 	// inboxes are the member inboxes of the states applied, read once
-	// for all members of a shared view (inboxesOf); never changed.
+	// for all members (inboxesOf); never changed.
 	inboxes map[*engine.State][]string
 }
 
@@ -83,7 +79,7 @@ type change struct {
 	id     engine.MessageID
 }
 
-// memberCommit is one applied commit as one member's view saw it.
+// memberCommit is one applied commit as one member sees it.
 type memberCommit struct {
 	m *hostedMember
 	c project.Commit
@@ -100,7 +96,7 @@ func (p marmot) newStep(t *txn) *step {
 	}
 }
 
-// run admits one input to every active member's view.
+// run admits one input to the group's view.
 func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	if in.Class == bus.ClassOperation {
 		return p.operate(ctx, t, in)
@@ -109,9 +105,6 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		note, _, err := t.welcome(ctx, in, func() error {
 			// Into the group's view at once: a Welcome to many hosted
 			// members holds one full state at a time, not one each.
-			if !p.shared {
-				return nil
-			}
 			_, err := p.view(t)
 			return err
 		})
@@ -130,12 +123,12 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	}
 	// A pass due before this input closes first: stream order decides its
 	// batch.
-	lead, err := p.admit(s, in, time.UnixMilli(in.Time), true)
+	cg, err := p.admit(s, in, time.UnixMilli(in.Time), true)
 	if err != nil {
 		return err
 	}
-	if lead != nil && in.Class == schema.ClassProposal {
-		p.leaveRequest(ctx, t, lead, in.Data)
+	if cg != nil && in.Class == schema.ClassProposal {
+		p.leaveRequest(ctx, t, cg, in.Data)
 	}
 	s.finish()
 	if err := p.settle(t); err != nil {
@@ -144,71 +137,44 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 	return p.ownCommitOutcomes(ctx, t)
 }
 
-// admit admits one commit, proposal or application message to every
-// following member's view at now, closing first the passes due at now
-// when closePasses is set, and records what each view did in s. It
-// returns the lead member's view when it admitted the input.
+// admit admits one commit, proposal or application message to the
+// group's view at now, closing first the passes due at now when
+// closePasses is set, and records what the view did in s. It returns the
+// view when it admitted the input.
 //
-// An input a view admitted before is a duplicate there: an own message
-// that every member present when it was sent admitted then (deliverOwn),
-// whose copy comes back through ingest. It is delivered nothing again; its
-// outcome is the one the view holds, so an own message another member
-// delivered stays accepted.
+// An input the view admitted before is a duplicate there: an own message
+// the view admitted when it was sent (deliverOwn), whose copy comes back
+// through ingest. It is delivered nothing again; its outcome is the one
+// the view holds.
 func (p marmot) admit(s *step, in input, now time.Time, closePasses bool) (*convergence.Group, error) {
 	t := s.t
 	id := engine.MessageID(in.MessageID)
-	// Each member's view admits the input on its own (decryption and
-	// replay, the costly part, in parallel: every view is its own state);
-	// what the views did is then taken in members' order.
-	type admission struct {
-		unit
-		lead   bool
-		before before // the view before the input
-		res    convergence.Result
-		err    error
-	}
-	units, err := p.units(t)
-	if err != nil {
+	cg, err := p.active(t)
+	if err != nil || cg == nil {
 		return nil, err
 	}
-	var ads []*admission
-	for i, u := range units {
-		s.isLead = i == 0
-		if closePasses {
-			if _, err := p.pass(s, u.m, u.cg, now); err != nil {
-				return nil, err
-			}
-		}
-		ads = append(ads, &admission{unit: u, lead: i == 0, before: u.before()})
-	}
-	parallel(len(ads), func(i int) {
-		a := ads[i]
-		a.res, a.err = a.cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
-	})
-	var lead *convergence.Group
-	for _, a := range ads {
-		s.isLead = a.lead
-		if errors.Is(a.err, convergence.ErrID) || errors.Is(a.err, convergence.ErrClass) {
-			s.note(rejectedNote(in.MessageID, in.Class, schema.CategoryInvalidEncoding, in.Time))
-			continue
-		}
-		if a.err != nil {
-			return nil, fmt.Errorf("admit: %w", a.err)
-		}
-		if a.lead {
-			lead = a.cg
-		}
-		s.record(a.m, a.before, a.res)
-		if a.res.Duplicate {
-			if o, ok := a.cg.Outcome(id); ok {
-				s.note(noteOf(o, t.g.LastTime))
-			}
-		}
-		if err := p.save(t, a.m, a.cg); err != nil {
+	if closePasses {
+		if _, err := p.pass(s, cg, now); err != nil {
 			return nil, err
 		}
 	}
-	return lead, nil
+	b := beforeOf(cg)
+	res, err := cg.Admit(convergence.Input{ID: id, Class: in.Class, Data: in.Data}, now)
+	if errors.Is(err, convergence.ErrID) || errors.Is(err, convergence.ErrClass) {
+		s.note(rejectedNote(in.MessageID, in.Class, schema.CategoryInvalidEncoding, in.Time))
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admit: %w", err)
+	}
+	s.effects(b, res)
+	if res.Duplicate {
+		if o, ok := cg.Outcome(id); ok {
+			s.note(noteOf(o, t.g.LastTime))
+		}
+	}
+	p.save(t, cg)
+	return cg, nil
 }
 
 // tick cuts off every pass that is due at t.now and applies every frozen
@@ -220,24 +186,22 @@ func (p marmot) tick(ctx context.Context, t *txn) (bool, error) {
 	now := time.UnixMilli(t.now)
 	s := p.newStep(t)
 	changed := false
-	units, err := p.units(t)
+	cg, err := p.active(t)
 	if err != nil {
 		return false, err
 	}
-	for i, u := range units {
-		s.isLead = i == 0
-		m, cg := u.m, u.cg
+	if cg != nil {
 		if _, frozen := cg.Frozen(); frozen {
-			applied, err := p.pass(s, m, cg, now)
+			applied, err := p.pass(s, cg, now)
 			if err != nil || !applied {
 				return false, err
 			}
-		} else if _, ok := cg.Cutoff(now); !ok {
-			continue
+			changed = true
+		} else if _, ok := cg.Cutoff(now); ok {
+			changed = true
 		}
-		changed = true
-		if err := p.save(t, m, cg); err != nil {
-			return false, err
+		if changed {
+			p.save(t, cg)
 		}
 	}
 	s.finish()
@@ -269,10 +233,9 @@ func (p marmot) leaveRequest(ctx context.Context, t *txn, cg *convergence.Group,
 	}
 }
 
-// pass applies a view's frozen pass, or, when a pass is due at now, cuts
-// it off and applies it; m is the view's member, nil for the shared view.
-// It reports whether it applied one.
-func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.Time) (bool, error) {
+// pass applies the view's frozen pass, or, when a pass is due at now, cuts
+// it off and applies it. It reports whether it applied one.
+func (p marmot) pass(s *step, cg *convergence.Group, now time.Time) (bool, error) {
 	c, frozen := cg.Frozen()
 	if !frozen {
 		d, open := cg.Deadline()
@@ -286,66 +249,13 @@ func (p marmot) pass(s *step, m *hostedMember, cg *convergence.Group, now time.T
 	if cg.Forked() || p.hooks.holdsFrozen() {
 		return false, nil
 	}
-	before := unit{m: m, cg: cg}.before()
+	b := beforeOf(cg)
 	res, err := cg.Apply(c, now)
 	if err != nil {
 		return false, fmt.Errorf("apply pass: %w", err)
 	}
-	s.record(m, before, res)
+	s.effects(b, res)
 	return true, nil
-}
-
-// effects turns one member's convergence result into its events and the
-// step's outcome notes, in the order docs/convergence.md gives: what no
-// longer holds, then what now holds.
-//
-// tip is the member's canonical state before the input: a state is never
-// changed but for its secret tree, so its view is read only when a commit
-// is applied, not for every message (most inputs apply none).
-func (s *step) effects(m *hostedMember, tip *engine.State, res convergence.Result) {
-	t := s.t
-	gid := t.g.GroupID
-	for _, sup := range res.Superseded {
-		// The events it caused when it was applied: that application's
-		// cause (its rollback count has not risen yet) and their count.
-		withdrawn := make([]string, m.attributedEvents(sup.ID[:]))
-		for i := range withdrawn {
-			withdrawn[i] = eventID(t.tenant, m.ClientID, s.cause("", sup.ID), i)
-		}
-		t.emit(m.ClientID, s.cause("superseded:", sup.ID), project.Superseded(gid, sup.ID[:], withdrawn))
-		s.rollBack(sup.ID)
-	}
-	for _, id := range res.Withdrawn {
-		if s := t.message(id[:]); s != nil {
-			t.retire(s, readmodel.StateInvalidated, "")
-		}
-		t.unindex(id[:])
-		t.emit(m.ClientID, s.cause("invalidated:", id), project.Invalidated(gid, id[:]))
-		s.rollBack(id)
-	}
-	before, viewed := view{gone: tip == nil}, false
-	for _, c := range res.Steps() {
-		if a := c.Commit; a != nil {
-			if !viewed {
-				before, viewed = viewOf(tip), true
-			}
-			before = s.applied(m, before, *a)
-			continue
-		}
-		if before.gone {
-			continue // a removed member is delivered nothing
-		}
-		d := *c.Delivery
-		s.add(change{id: d.ID})
-		if s.to[d.ID] == nil {
-			s.to[d.ID] = map[string]bool{}
-			s.deliveries[d.ID] = d
-		}
-		s.to[d.ID][m.ClientID] = true
-	}
-	for _, o := range res.Outcomes {
-		s.note(noteOf(o, t.g.LastTime))
-	}
 }
 
 // view is what a member's client was last told of the group: its
@@ -387,9 +297,6 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 		after.inboxes = s.inboxesOf(a.State)
 		s.add(change{commit: true, id: a.ID})
 		s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, rejoined: true, c: project.Commit{After: r.Components}})
-		if _, ok := s.lead[a.ID]; !ok && s.isLead {
-			s.lead[a.ID] = a
-		}
 		return after
 	}
 	if a.State != nil {
@@ -410,9 +317,6 @@ func (s *step) applied(m *hostedMember, before view, a convergence.AppliedCommit
 	}
 	s.add(change{commit: true, id: a.ID})
 	s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, c: pc})
-	if _, ok := s.lead[a.ID]; !ok && s.isLead {
-		s.lead[a.ID] = a
-	}
 	return after
 }
 
@@ -439,7 +343,7 @@ func missing(a, b []string) []string {
 	return out
 }
 
-// add notes a change the first time a member's view makes it.
+// add notes a change the first time the step makes it.
 func (s *step) add(c change) {
 	if !s.seen[c] {
 		s.seen[c] = true
@@ -469,8 +373,8 @@ func (s *step) finish() {
 	t.notes = append(t.notes, s.notes...)
 }
 
-// emitCommit emits one applied commit's events for each member that
-// applied it and moves the group-level state with the lead member's.
+// emitCommit emits one applied commit's events for each member at it and
+// moves the group-level state with the commit as the view applied it.
 func (s *step) emitCommit(id engine.MessageID) {
 	t := s.t
 	for _, mc := range s.commits[id] {
@@ -519,9 +423,8 @@ func (s *step) rollBack(id engine.MessageID) {
 	}
 }
 
-// note records an input's outcome once per step: the members select the
-// same branch, so they agree but for inputs only some of them can open
-// (their own messages); accepted by any member wins.
+// note records an input's outcome once per step; a later note of the same
+// input replaces it only when it says accepted.
 func (s *step) note(n outcomeNote) {
 	k := string(n.MessageID)
 	if i, ok := s.index[k]; ok {
@@ -717,57 +620,6 @@ func (w *Worker) loadChunks(ctx context.Context, keys []string) ([]storedChunk, 
 	return out, nil
 }
 
-// group returns a member's convergence state: the one its state holds, or,
-// for a member that joined by a Welcome or whose state is a plain engine
-// snapshot (written by the removed linear mode), one started from its
-// canonical state.
-func (p marmot) group(t *txn, m *hostedMember) (*convergence.Group, error) {
-	if p.shared {
-		return p.view(t)
-	}
-	switch st := t.members[m.ClientID].(type) {
-	case *branchState:
-		return st.cg, nil
-	case *engineState:
-		cg, err := convergence.New(convergence.V1, st.st)
-		if err != nil {
-			return nil, fmt.Errorf("start branch state: %w", err)
-		}
-		t.members[m.ClientID] = &branchState{engineState: &engineState{st: st.st, vault: p.vault}, cg: cg}
-		t.dirty[m.ClientID] = true
-		return cg, nil
-	}
-	return nil, errBranchSelectionMLS
-}
-
-// save makes a member's convergence tip its canonical state, to be
-// written with the transaction; m nil saves the shared view (saveShared). A member whose tip is gone was removed: its
-// convergence state is Retained until the removal settles
-// (settleRemovals); one whose tip is back was brought back by a winning
-// branch.
-func (p marmot) save(t *txn, m *hostedMember, cg *convergence.Group) error {
-	if m == nil {
-		p.saveShared(t, cg)
-		return nil
-	}
-	tip := cg.Tip()
-	switch {
-	case tip == nil && !m.Removed:
-		m.Removed, m.Retained, m.RemovedEpoch = true, true, cg.TipEpoch()
-		m.LastN = t.g.Delivered
-		t.groupChanged = true
-	case tip != nil && m.Removed:
-		m.Removed, m.Retained, m.RemovedEpoch, m.LastN = false, false, 0, 0
-		t.groupChanged = true
-	}
-	t.members[m.ClientID] = &branchState{engineState: &engineState{st: tip, vault: p.vault}, cg: cg}
-	t.dirty[m.ClientID] = true
-	if tip != nil {
-		forkState(t, m, cg)
-	}
-	return nil
-}
-
 // settleRemovals drops the convergence state of every Retained member
 // once input reaches max_rewind_commits epochs past its removal: a branch
 // forking before the removal is then outside the rollback horizon, so no
@@ -830,9 +682,9 @@ func pastKeys(keys, stored []epochKey, anchor uint64) []epochKey {
 	return keys
 }
 
-// settle brings the group-level state in line with the members' views:
-// every member has a convergence state, the canonical epoch is the lead
-// member's, the candidate keys are those of every retained state (so
+// settle brings the group-level state in line with the group's view:
+// every following member is in it or waits to join it, the canonical epoch
+// is its tip's, the candidate keys are those of every retained state (so
 // ingest peels sealed input of any candidate branch) and of the past
 // epochs whose inputs convergence still remembers (pastKeys), and Due is
 // the next pass deadline.
@@ -840,18 +692,15 @@ func (p marmot) settle(t *txn) error {
 	var due int64
 	var keys []epochKey
 	var anchor uint64
-	units, err := p.units(t)
+	cg, err := p.active(t)
 	if err != nil {
 		return err
 	}
-	for i, u := range units {
-		cg := u.cg
-		if i == 0 {
-			t.g.Epoch, anchor = cg.TipEpoch(), cg.AnchorEpoch()
-		}
+	if cg != nil {
+		t.g.Epoch, anchor = cg.TipEpoch(), cg.AnchorEpoch()
 		if _, frozen := cg.Frozen(); frozen {
 			due = 1 // apply at once
-		} else if d, ok := cg.Deadline(); ok && (due == 0 || d.UnixMilli() < due) {
+		} else if d, ok := cg.Deadline(); ok {
 			due = d.UnixMilli()
 		}
 		for _, st := range cg.Retained() {

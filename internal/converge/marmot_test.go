@@ -211,7 +211,7 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 	}
 	stop()
 	e.hooks.holdFrozen = nil
-	if !frozenPass(t, e, win.Transport.Group, h.rec.ClientID) {
+	if !frozenPass(t, e, win.Transport.Group) {
 		t.Fatal("the checkpointed group state holds no frozen pass")
 	}
 	if evs := e.events(h.rec.ClientID); len(evs) != 1 {
@@ -226,35 +226,35 @@ func TestCrashBetweenCutoffAndApply(t *testing.T) {
 	e.waitOutcome(lose.ID, schema.DispositionDeferred)
 }
 
-// memberBlob reads a member's state blob as the group's checkpoint names
-// it, with a worker that reads and writes blobs.
-func memberBlob(t *testing.T, e *env, groupID []byte, client string) (*Worker, checkpoint, []byte) {
+// viewBlob reads the blob of the group's one view as the group's
+// checkpoint names it, with a worker that reads and writes blobs.
+func viewBlob(t *testing.T, e *env, groupID []byte) (*Worker, checkpoint, []byte) {
 	t.Helper()
 	ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(groupID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "reader", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "reader", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob, err := w.getBlob(e.ctx, ck.Members[stateOf(client)])
+	blob, err := w.getBlob(e.ctx, ck.Members[sharedKey])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w, ck, blob
 }
 
-// frozenPass reports whether a member's checkpointed convergence state
+// frozenPass reports whether the group's checkpointed convergence view
 // holds a frozen pass.
-func frozenPass(t *testing.T, e *env, groupID []byte, client string) bool {
+func frozenPass(t *testing.T, e *env, groupID []byte) bool {
 	t.Helper()
-	w, ck, blob := memberBlob(t, e, groupID, client)
-	chunks, err := w.loadChunks(e.ctx, ck.MemberChunks[stateOf(client)])
+	w, ck, blob := viewBlob(t, e, groupID)
+	chunks, err := w.loadChunks(e.ctx, ck.MemberChunks[sharedKey])
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := w.restoreMember(e.ctx, Client{Tenant: tenant, ClientID: client}, blob, chunks)
+	st, err := w.restoreMember(e.ctx, Client{Tenant: tenant, ClientID: sharedKey}, blob, chunks)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -287,7 +287,7 @@ func (p marmot) execute(ctx context.Context, t *txn, in input, req bus.Operation
 	case schema.OpSendMessage:
 		return p.send(t, in, req, m, cg, inst, key)
 	case schema.OpLeave:
-		st, err := p.ownState(cg, m)
+		st, err := cg.StateOf(m.ClientID)
 		if err != nil {
 			return "", nil, err
 		}
@@ -338,14 +338,14 @@ func (p marmot) member(t *txn, clientID string) (*hostedMember, *convergence.Gro
 	if m == nil || m.Removed {
 		return nil, nil, key, refuse(schema.CategoryUnknownGroup, errNotMember)
 	}
-	cg, err := p.group(t, m)
+	cg, err := p.view(t)
 	if err != nil {
 		return nil, nil, key, err
 	}
-	if cg.Tip() == nil || p.shared && !hosts(cg, clientID) {
-		// Its canonical state did not restore (storage loss), or, in a
-		// shared view, it waits to join it (view): the group is
-		// unrecoverable for it (issue 26: never a panic).
+	if cg.Tip() == nil || !hosts(cg, clientID) {
+		// Its canonical state did not restore (storage loss), or it waits
+		// to join the view (view): the group is unrecoverable for it
+		// (issue 26: never a panic).
 		return nil, nil, key, refuse(schema.CategoryMissingHistory, errNoState)
 	}
 	key, err = cg.Tip().GroupEventKey()
@@ -410,20 +410,14 @@ var errNothingLeft = errors.New("the canonical state holds the intent")
 // it and its Welcomes to the transaction's batch, and waits for its
 // outcome as oc's next attempt. It returns the ids of what it sent.
 func (p marmot) commit(t *txn, oc ownCommit, cr engine.CommitRequest, m *hostedMember, cg *convergence.Group, inst *engine.Installation, key [binding.KeySize]byte) ([][]byte, error) {
-	var out *engine.Outgoing
-	var err error
-	if p.shared {
-		// The view remembers the state that made it (docs/shared-state.md).
-		out, err = cg.Commit(m.ClientID, inst, cr)
-	} else {
-		out, err = cg.Tip().Commit(inst, cr)
-	}
+	// The view remembers the state that made it (docs/shared-state.md).
+	out, err := cg.Commit(m.ClientID, inst, cr)
 	if err != nil {
 		return nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 	}
-	// The tip now keeps the state after the commit: written with this
+	// The view now keeps the state that made the commit: written with this
 	// transaction, so the commit applies when it comes back.
-	t.dirty[m.ClientID] = true
+	t.dirty[sharedKey] = true
 	id, err := t.outbound(oc.OperationID, out.Commit, schema.ClassCommit, &key)
 	if err != nil {
 		return nil, err
@@ -528,21 +522,15 @@ func (p marmot) create(t *txn, in input, req bus.OperationRequest, c Client, ins
 // published, from the fabric's own state. The client holds its own
 // message (EVENT-021).
 func (p marmot) send(t *txn, in input, req bus.OperationRequest, m *hostedMember, cg *convergence.Group, inst *engine.Installation, key [binding.KeySize]byte) (schema.OperationStatus, [][]byte, error) {
-	var msg []byte
-	var err error
-	if p.shared {
-		// On the tip's one secret tree: a generation is never reused
-		// (RFC 9420 §9.1, docs/shared-state.md).
-		msg, err = cg.Encrypt(m.ClientID, inst, req.Payload)
-	} else {
-		msg, err = cg.Tip().Encrypt(inst, req.Payload)
-	}
+	// On the tip's one secret tree: a generation is never reused (RFC 9420
+	// §9.1, docs/shared-state.md).
+	msg, err := cg.Encrypt(m.ClientID, inst, req.Payload)
 	if err != nil {
 		return "", nil, refuse(categoryOr(err, schema.CategoryInvalidEncoding), err)
 	}
-	// The ratchet advanced: a state written later could encrypt again
+	// The ratchet advanced: a view written later could encrypt again
 	// under the used key, so it is written with this transaction.
-	t.dirty[m.ClientID] = true
+	t.dirty[sharedKey] = true
 	id, err := t.outbound(req.ID, msg, schema.ClassApplication, &key)
 	if err != nil {
 		return "", nil, err
@@ -635,8 +623,8 @@ func (p marmot) ownCommitOutcomes(ctx context.Context, t *txn) error {
 	var keep []ownCommit
 	for i, oc := range t.g.OwnCommits {
 		note := notes[i]
-		// The committer's own canonical state, not the group's lead
-		// member's: another member may be ahead (a joiner of the commit).
+		// The committer's canonical state: the view's tip while it is a
+		// member.
 		epoch, holds, err := p.tipEpoch(t, oc.ClientID)
 		if err != nil {
 			return err
@@ -704,7 +692,7 @@ func (p marmot) tipEpoch(t *txn, clientID string) (epoch uint64, holds bool, err
 	if m == nil || m.Removed {
 		return 0, false, nil
 	}
-	cg, err := p.group(t, m)
+	cg, err := p.view(t)
 	if err != nil {
 		return 0, false, err
 	}

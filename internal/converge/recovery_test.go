@@ -135,7 +135,7 @@ func TestStaleWorkerCannotEmit(t *testing.T) {
 func TestFailoverToSecondWorker(t *testing.T) {
 	e := newEnv(t)
 	h := e.register(peer(t, "bob").AccountID(), 1)
-	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "dies", LeaseTTL: 3 * time.Second, Logger: quiet()})
+	w1, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "dies", LeaseTTL: 3 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestSharedBatchFencedAsAWhole(t *testing.T) {
 	if err != nil || cur == 0 {
 		t.Fatalf("checkpoint %d, %v", cur, err)
 	}
-	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "zombie", Logger: quiet()})
+	w, err := New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "zombie", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

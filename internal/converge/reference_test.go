@@ -111,7 +111,7 @@ func TestEVENT021AndMETA063PastTenThousandMessages(t *testing.T) {
 	stop()
 
 	// Index n messages of the phone (the own inbox) as the worker does.
-	w := must[*Worker](t)(New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, OwnViews: *ownViews, WorkerID: "builder", MaxBatch: natsserver.DefaultMaxAtomicBatch, Logger: quiet()}))
+	w := must[*Worker](t)(New(e.ctx, Config{JS: e.js, MLS: EngineMLS{Vault: e.vault}, WorkerID: "builder", MaxBatch: natsserver.DefaultMaxAtomicBatch, Logger: quiet()}))
 	groupHex := fmt.Sprintf("%x", ga.ID())
 	part := &partition{groups: map[string]*loadedGroup{}, expiry: map[string]int64{}}
 	sender := Leaf{InboxID: phone.Peer().InboxID(), InstallationKey: []byte("u-phone installation")}

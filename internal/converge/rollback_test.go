@@ -2,7 +2,6 @@ package converge
 
 import (
 	"bytes"
-	"encoding/hex"
 	"slices"
 	"testing"
 
@@ -194,28 +193,19 @@ func TestRollbackOfOwnRemovalThatWinsStaysRemoved(t *testing.T) {
 
 	// The removed member's state is retained while a branch forking before
 	// the removal may still win, and dropped once input reaches
-	// max_rewind_commits epochs past it: the removal is settled.
+	// max_rewind_commits epochs past it: the removal is settled. Its keys
+	// are retained in the group's one view while the group state says so.
 	retained := func() bool {
-		ck, _, err := readCheckpoint(e.ctx, e.js, tenant, hex.EncodeToString(cA.Transport.Group))
+		w, ck, _ := viewBlob(t, e, cA.Transport.Group)
+		b, err := w.getBlob(e.ctx, ck.State)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !*ownViews {
-			// Its keys are retained in the group's one view while the
-			// group state says so.
-			w, _, _ := memberBlob(t, e, cA.Transport.Group, client)
-			b, err := w.getBlob(e.ctx, ck.State)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs, err := decodeGroupState(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return gs.Members[client].Retained
+		gs, err := decodeGroupState(b)
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, ok := ck.Members[client]
-		return ok
+		return gs.Members[client].Retained
 	}
 	for i := range convergence.V1.MaxRewindCommits + 1 {
 		c := must[testpeer.Message](t)(g.Commit())
@@ -251,7 +241,7 @@ func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 	e.publish(c)
 	e.waitOutcome(c.ID, schema.DispositionAccepted)
 	stop()
-	loseRetainedState(t, e, c.Transport.Group, client)
+	loseRetainedState(t, e, c.Transport.Group)
 
 	e.worker("w2", nil)
 	for _, text := range []string{"one", "two"} {
@@ -268,13 +258,13 @@ func TestFORK040LostRetainedStateIsForked(t *testing.T) {
 	}
 }
 
-// loseRetainedState damages the snapshot of the member's oldest retained
-// state (the anchor, below its canonical tip) in its stored convergence
-// state, as storage loss would: the state no longer restores.
-func loseRetainedState(t *testing.T, e *env, groupID []byte, client string) {
+// loseRetainedState damages the snapshot of the oldest retained state (the
+// anchor, below the canonical tip) in the group's stored convergence view,
+// as storage loss would: the state no longer restores.
+func loseRetainedState(t *testing.T, e *env, groupID []byte) {
 	t.Helper()
-	w, ck, blob := memberBlob(t, e, groupID, client)
-	key := ck.Members[stateOf(client)]
+	w, ck, blob := viewBlob(t, e, groupID)
+	key := ck.Members[sharedKey]
 	sealed, ok := bytes.CutPrefix(blob, splitPrefix)
 	if !ok {
 		t.Fatal("the member blob is not a split convergence state")

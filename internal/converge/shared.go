@@ -17,48 +17,28 @@ import (
 // and passes applied once for all of them, and the view is stored as one
 // blob. It is held in the transaction's member states and the checkpoint's
 // Members under sharedKey; a member's own entry there is only a state
-// waiting to join the view (view), or, under Config.OwnViews, its own view.
+// waiting to join the view, or its own view stored before views were
+// shared, joined into the view when first loaded (view).
 
 // sharedKey names the group's view among the member states: client ids are
 // hex, so none is this word.
 const sharedKey = "view"
 
-// unit is one convergence view that input goes to: a following member's
-// own, or, with m nil, the group's shared view.
-type unit struct {
-	m  *hostedMember
-	cg *convergence.Group
-}
-
-// units returns the views input goes to, in members' order.
-func (p marmot) units(t *txn) ([]unit, error) {
-	if p.shared {
-		if len(t.g.following()) == 0 {
-			return nil, nil
-		}
-		cg, err := p.view(t)
-		if err != nil {
-			return nil, err
-		}
-		return []unit{{cg: cg}}, nil
+// active returns the group's view input goes to, nil when no hosted
+// member follows the group.
+func (p marmot) active(t *txn) (*convergence.Group, error) {
+	if len(t.g.following()) == 0 {
+		return nil, nil
 	}
-	var out []unit
-	for _, m := range t.g.following() {
-		cg, err := p.group(t, m)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, unit{m: m, cg: cg})
-	}
-	return out, nil
+	return p.view(t)
 }
 
 // view returns the group's shared view, joining into it every following
 // member whose own state a Welcome or a create just gave (Group.Join). A
 // member whose Welcome is ahead of every state the view retains
 // (convergence.ErrNoNode: the commit that adds it is not in yet) keeps its
-// own state and joins once the view reaches its epoch. A member's own view
-// (Config.OwnViews, or stored before views were shared) joins by its tip.
+// own state and joins once the view reaches its epoch. A member's own view,
+// stored before views were shared, joins by its tip.
 func (p marmot) view(t *txn) (*convergence.Group, error) {
 	b, _ := t.members[sharedKey].(*branchState)
 	for _, m := range t.g.following() {
@@ -103,40 +83,27 @@ func hosts(cg *convergence.Group, client string) bool {
 	return ok
 }
 
-// before is a view's state before a call, to measure its result against:
-// the tip and, for the shared view, the members hosted at it.
+// before is the view's state before a call, to measure its result
+// against: the tip and the members hosted at it.
 type before struct {
 	tip    *engine.State
 	hosted []string
 }
 
-func (u unit) before() before {
-	b := before{tip: u.cg.Tip()}
-	if u.m == nil {
-		b.hosted = u.cg.Hosted()
-	}
-	return b
+func beforeOf(cg *convergence.Group) before {
+	return before{tip: cg.Tip(), hosted: cg.Hosted()}
 }
 
-// record turns a view's result into events and outcome notes.
-func (s *step) record(m *hostedMember, b before, res convergence.Result) {
-	if m == nil {
-		s.sharedEffects(b, res)
-		return
-	}
-	s.effects(m, b.tip, res)
-}
-
-// sharedEffects turns the shared view's result into every member's events
-// as effects does for a member's own view (docs/converge.md, Branch
-// selection → Effects): a member is at a state of the view when it is
-// hosted there (b.hosted, then AppliedCommit.Hosted; AppliedCommit.Removed
-// are not), its commit events are measured against its own view before,
-// and it is delivered what names it a recipient (Delivery.Recipients).
-func (s *step) sharedEffects(b before, res convergence.Result) {
+// effects turns the view's result into every member's events and the
+// step's outcome notes, in the order docs/convergence.md gives: what no
+// longer holds, then what now holds (docs/converge.md, Branch selection →
+// Effects). A member is at a state of the view when it is hosted there
+// (b.hosted, then AppliedCommit.Hosted; AppliedCommit.Removed are not), its
+// commit events are measured against what it was last told, and it is
+// delivered what names it a recipient (Delivery.Recipients).
+func (s *step) effects(b before, res convergence.Result) {
 	t := s.t
 	gid := t.g.GroupID
-	s.isLead = false
 	var ms []*hostedMember
 	for _, m := range t.g.following() {
 		if t.inView(m) {
@@ -204,10 +171,17 @@ func (s *step) sharedEffects(b before, res convergence.Result) {
 				if !at {
 					own.State = nil
 				}
-				// Not at the commit's state, it is told nothing of the next.
-				views[i] = s.applied(m, views[i], own)
+				// Neither at the commit's state nor removed by it: the
+				// selected branch does not hold its join.
+				lost := !at && !views[i].gone && !slices.Contains(a.Removed, m.ClientID)
+				if lost {
+					s.joinLost(m, *a)
+				} else {
+					// Not at the commit's state, it is told nothing of the next.
+					views[i] = s.applied(m, views[i], own)
+				}
 				views[i].gone = !at
-				if !m.Removed && slices.Contains(a.Removed, m.ClientID) {
+				if !m.Removed && (lost || slices.Contains(a.Removed, m.ClientID)) {
 					// Retained until the removal settles (settleRemovals).
 					m.Removed, m.Retained, m.RemovedEpoch = true, true, a.SourceEpoch+1
 					m.LastN = t.g.Delivered
@@ -238,12 +212,23 @@ func (s *step) sharedEffects(b before, res convergence.Result) {
 	}
 }
 
-// saveShared makes the shared view's tip the group's canonical state. A
-// removed member hosted at the tip again was brought back by a winning
-// branch (as save does for a member's own view); removals are taken from
-// the applied commits (sharedEffects), since a member that joined below
-// the tip is not at it either.
-func (p marmot) saveShared(t *txn, cg *convergence.Group) {
+// joinLost records the first commit of a selected branch that does not
+// hold member m's join (the commit that added it, or one below it, lost):
+// m has no keys there (docs/shared-state.md, Step 1), so its client, told
+// conversation.joined, is told conversation.removed (EVENT-006;
+// docs/converge.md, Effects: a member the losing branch added is reported
+// removed) and nothing of the branch. A branch holding the join that wins
+// later brings it back as it does a removed member (applied).
+func (s *step) joinLost(m *hostedMember, a convergence.AppliedCommit) {
+	s.add(change{commit: true, id: a.ID})
+	s.commits[a.ID] = append(s.commits[a.ID], memberCommit{m: m, c: project.Commit{RemovedInstallations: [][]byte{m.Installation}}})
+}
+
+// save makes the view's tip the group's canonical state, written with the
+// transaction. A removed member hosted at the tip again was brought back
+// by a winning branch; removals are taken from the applied commits
+// (effects), since a member that joined below the tip is not at it either.
+func (p marmot) save(t *txn, cg *convergence.Group) {
 	hosted := cg.Hosted()
 	for _, m := range t.g.following() {
 		if _, in := slices.BinarySearch(hosted, m.ClientID); in && t.inView(m) {
@@ -258,22 +243,13 @@ func (p marmot) saveShared(t *txn, cg *convergence.Group) {
 	t.dirty[sharedKey] = true
 }
 
-// ownState is member m's own state at the view's tip: the tip itself for a
-// member's own view, a copy of its state in the shared view.
-func (p marmot) ownState(cg *convergence.Group, m *hostedMember) (*engine.State, error) {
-	if !p.shared {
-		return cg.Tip(), nil
-	}
-	return cg.StateOf(m.ClientID)
-}
-
-// storedStates returns the ids of the states a transaction stores: every
-// following member's own under Config.OwnViews, else the group's one view
-// (sharedKey) and the states of members waiting to join it.
-func (w *Worker) storedStates(t *txn) []string {
+// storedStates returns the ids of the states a transaction stores: the
+// group's one view (sharedKey) and the states of members waiting to join
+// it.
+func (t *txn) storedStates() []string {
 	var out []string
 	for _, m := range t.g.following() {
-		if w.cfg.OwnViews || !t.inView(m) {
+		if !t.inView(m) {
 			out = append(out, m.ClientID)
 		}
 	}

@@ -41,7 +41,7 @@ func (p marmot) supersededOwnCommits(t *txn) ([]ownCommit, error) {
 		if m == nil || (m.Removed && !m.Retained) {
 			continue // no view of the committer is kept to supersede it
 		}
-		cg, err := p.group(t, m)
+		cg, err := p.view(t)
 		if err != nil {
 			return nil, err
 		}

@@ -64,10 +64,6 @@ type Config struct {
 	// groups with many hosted members, and a restart then ratchets forward
 	// from the older snapshot.
 	SnapshotEvery int
-	// OwnViews gives each hosted member its own convergence view and
-	// blob, as before a group's hosted members shared one
-	// (docs/shared-state.md, What is wired). Off by default.
-	OwnViews bool
 	// IdleAfter is how long a group's hosted members stay in memory after
 	// the group's last transaction. Then they are dropped, and the next
 	// input restores them from their stored state (a cold member is not
