@@ -263,7 +263,8 @@ func BenchmarkAdmitHosted(b *testing.B) {
 // member joined (a full join through one engine.WelcomeCache) and put in
 // the view by Group.Join. Per iteration the peer sends an app message and
 // commits a self-update (every hosted member's path changes); the message
-// is admitted into each view (msg-us, one-msg-us), then the commit
+// is admitted into each view (msg-us, one-msg-us; deliver-us is, apart,
+// the view's Delivery.Recipients of it again, the O(H) part), then the commit
 // admitted and its pass applied (commit-ms, one-commit-ms), the two views
 // in turn, the first alternating. commit-ratio and msg-ratio are shared
 // over one. peak-RSS-MB is the process's VmHWM over the iterations (reset
@@ -284,6 +285,7 @@ func BenchmarkHostedCurve(b *testing.B) {
 			}
 			views := [2]*Group{shared, one}
 			var commitT, msgT [2]time.Duration
+			var deliverT time.Duration
 			i := 0
 			for b.Loop() {
 				b.StopTimer()
@@ -300,6 +302,11 @@ func BenchmarkHostedCurve(b *testing.B) {
 					msgT[side] += time.Since(start)
 					if want := []int{h, 1}[side]; len(r.Delivered[0].Recipients) != want {
 						b.Fatalf("%d recipients, want %d", len(r.Delivered[0].Recipients), want)
+					}
+					if side == 0 {
+						start = time.Now()
+						views[0].recipients(views[0].tip, r.Delivered[0].Sender)
+						deliverT += time.Since(start)
 					}
 				}
 				for k := range 2 {
@@ -324,6 +331,7 @@ func BenchmarkHostedCurve(b *testing.B) {
 			b.ReportMetric(float64(msgT[0].Nanoseconds())/1e3/n, "msg-us")
 			b.ReportMetric(float64(msgT[1].Nanoseconds())/1e3/n, "one-msg-us")
 			b.ReportMetric(float64(msgT[0])/float64(msgT[1]), "msg-ratio")
+			b.ReportMetric(float64(deliverT.Nanoseconds())/1e3/n, "deliver-us")
 			b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
 			b.ReportMetric(setupPeak, "setup-peak-RSS-MB")
 			views = [2]*Group{}
