@@ -263,11 +263,11 @@ func BenchmarkAdmitHosted(b *testing.B) {
 // member joined (a full join through one engine.WelcomeCache) and put in
 // the view by Group.Join. Per iteration the peer sends an app message and
 // commits a self-update (every hosted member's path changes); the message
-// is admitted into each view (msg-us, one-msg-us; deliver-us is, apart,
-// the view's Delivery.Recipients of it again, the O(H) part), then the commit
-// admitted and its pass applied (commit-ms, one-commit-ms), the two views
-// in turn, the first alternating. commit-ratio and msg-ratio are shared
-// over one. peak-RSS-MB is the process's VmHWM over the iterations (reset
+// is admitted into each view (msg-us, one-msg-us; deliver-us is the
+// view's Delivery.Recipients of it timed again right after, caches warm:
+// a lower bound of msg-us's O(H) part), then the commit admitted and its
+// pass applied (commit-ms, one-commit-ms), the two views in turn, the
+// first alternating. commit-ratio and msg-ratio are shared over one. peak-RSS-MB is the process's VmHWM over the iterations (reset
 // after setup where procfs allows; setup-peak-RSS-MB before it);
 // view-heap-MB and one-view-heap-MB are each view's live heap at the end.
 // Run one size per process.
