@@ -3,6 +3,11 @@ package convergence
 import (
 	"crypto/rand"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,4 +253,180 @@ func BenchmarkAdmitHosted(b *testing.B) {
 		}
 		run(b, views)
 	})
+}
+
+// BenchmarkHostedCurve measures one view of H hosted members (NewHosted)
+// against a view of one member of the same group (New), for H = 100,
+// 1,000 and 3,000 (docs/shared-state.md, Step 1, Measured; issue 29). The
+// group is one mls-go peer and the H members, invited in batches of up to
+// 500: each batch's commit admitted and applied into the view, then each
+// member joined (a full join through one engine.WelcomeCache) and put in
+// the view by Group.Join. Per iteration the peer sends an app message and
+// commits a self-update (every hosted member's path changes); the message
+// is admitted into each view (msg-us, one-msg-us; deliver-us is the
+// view's Delivery.Recipients of it timed again right after, caches warm:
+// a lower bound of msg-us's O(H) part), then the commit admitted and its
+// pass applied (commit-ms, one-commit-ms), the two views in turn, the
+// first alternating. commit-ratio and msg-ratio are shared over one. peak-RSS-MB is the process's VmHWM over the iterations (reset
+// after setup where procfs allows; setup-peak-RSS-MB before it);
+// view-heap-MB and one-view-heap-MB are each view's live heap at the end.
+// Run one size per process.
+//
+//	go test -run '^$' -bench 'HostedCurve/H=3000$' -benchtime 10x ./internal/convergence/
+func BenchmarkHostedCurve(b *testing.B) {
+	for _, h := range []int{100, 1000, 3000} {
+		b.Run(fmt.Sprintf("H=%d", h), func(b *testing.B) {
+			send, shared, one, now := hostedCurveGroup(b, h)
+			setupPeak := peakRSSMB()
+			runtime.GC()
+			debug.FreeOSMemory()
+			if os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) != nil {
+				setupPeak = 0
+			}
+			views := [2]*Group{shared, one}
+			var commitT, msgT [2]time.Duration
+			var deliverT time.Duration
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				m, c := input(text(b, send, "hello")), input(commit(b, send))
+				now = now.Add(time.Minute)
+				b.StartTimer()
+				for k := range 2 {
+					side := (i + k) % 2
+					start := time.Now()
+					r, err := views[side].Admit(m, now)
+					if err != nil || len(r.Delivered) != 1 {
+						b.Fatalf("message not delivered: %v", err)
+					}
+					msgT[side] += time.Since(start)
+					if want := []int{h, 1}[side]; len(r.Delivered[0].Recipients) != want {
+						b.Fatalf("%d recipients, want %d", len(r.Delivered[0].Recipients), want)
+					}
+					if side == 0 {
+						start = time.Now()
+						views[0].recipients(views[0].tip, r.Delivered[0].Sender)
+						deliverT += time.Since(start)
+					}
+				}
+				for k := range 2 {
+					side := (i + k) % 2
+					start := time.Now()
+					if _, err := views[side].Admit(c, now); err != nil {
+						b.Fatal(err)
+					}
+					d, _ := views[side].Deadline()
+					r, err := views[side].Tick(d)
+					commitT[side] += time.Since(start)
+					if err != nil || len(r.Applied) != 1 {
+						b.Fatalf("commit not applied: %v", err)
+					}
+				}
+				i++
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(commitT[0].Microseconds())/1e3/n, "commit-ms")
+			b.ReportMetric(float64(commitT[1].Microseconds())/1e3/n, "one-commit-ms")
+			b.ReportMetric(float64(commitT[0])/float64(commitT[1]), "commit-ratio")
+			b.ReportMetric(float64(msgT[0].Nanoseconds())/1e3/n, "msg-us")
+			b.ReportMetric(float64(msgT[1].Nanoseconds())/1e3/n, "one-msg-us")
+			b.ReportMetric(float64(msgT[0])/float64(msgT[1]), "msg-ratio")
+			b.ReportMetric(float64(deliverT.Nanoseconds())/1e3/n, "deliver-us")
+			b.ReportMetric(peakRSSMB(), "peak-RSS-MB")
+			b.ReportMetric(setupPeak, "setup-peak-RSS-MB")
+			views = [2]*Group{}
+			both := heapMB()
+			runtime.KeepAlive(one)
+			withShared := heapMB()
+			runtime.KeepAlive(shared)
+			b.ReportMetric(both-withShared, "one-view-heap-MB")
+			b.ReportMetric(withShared-heapMB(), "view-heap-MB")
+		})
+	}
+}
+
+// hostedCurveGroup builds BenchmarkHostedCurve's group: the peer's group,
+// the view of the h hosted members, a view of the last of them alone, and
+// the view's time.
+func hostedCurveGroup(b *testing.B, h int) (send *testpeer.Group, shared, one *Group, now time.Time) {
+	alice := must[*testpeer.Peer](b)(testpeer.NewWithAccount("alice", account(0x80)))
+	send = must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
+	cache := engine.NewWelcomeCache(0)
+	now = t0
+	var last string
+	for joined := 0; joined < h; {
+		// Batches: one commit with thousands of adds is mls-go's slowest
+		// path and not what is measured (internal/groupstate/bench_test.go).
+		insts := make([]*engine.Installation, min(500, h-joined))
+		var kps [][]byte
+		for i := range insts {
+			insts[i] = newHostedInstallation(b)
+			kps = append(kps, must[[][]byte](b)(insts[i].NewKeyPackages(1))...)
+		}
+		c, welcome, err := send.Invite(kps...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if shared != nil {
+			now = now.Add(time.Minute)
+			admit(b, shared, now, c)
+			if r := settle(b, shared); len(r.Applied) != 1 {
+				b.Fatal("the invite was not applied")
+			}
+		}
+		// One joined state held at a time: a full state is O(N).
+		for _, inst := range insts {
+			st, _, err := inst.Join(welcome.MLS, nil, engine.WithWelcomeCache(cache))
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = fmt.Sprintf("h%04d", joined)
+			joined++
+			if shared == nil {
+				shared = must[*Group](b)(NewHosted(V1, map[string]*engine.State{last: st}))
+			} else if err := shared.Join(last, st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// Give the tree path keys: a few self-updates (as groupstate's bench).
+	for range 2 {
+		now = now.Add(time.Minute)
+		admit(b, shared, now, commit(b, send))
+		if r := settle(b, shared); len(r.Applied) != 1 {
+			b.Fatal("the self-update was not applied")
+		}
+	}
+	if got := len(shared.Hosted()); got != h {
+		b.Fatalf("%d hosted members, want %d", got, h)
+	}
+	one = must[*Group](b)(New(V1, must[*engine.State](b)(shared.StateOf(last))))
+	return send, shared, one, now
+}
+
+// peakRSSMB reads VmHWM, the process's peak resident set, from procfs; 0
+// where there is none.
+func peakRSSMB() float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				return 0
+			}
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// heapMB is the live heap after a collection.
+func heapMB() float64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(ms.HeapAlloc) / (1 << 20)
 }
