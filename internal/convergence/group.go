@@ -137,6 +137,10 @@ type node struct {
 	carrier string
 	roster  []string
 	keys    map[string]*engine.MemberKeys
+	// byLeaf are the roster's members by leaf (hostedAt). A member's leaf
+	// does not change while it is in the group and a roster only grows at
+	// its node, so it is rebuilt when their sizes differ.
+	byLeaf map[uint32]string
 	// pending are hosted members' own commits made at the node (Commit);
 	// sent their app messages encrypted at it (Encrypt) not yet come back.
 	pending []ownCommit
