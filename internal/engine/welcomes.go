@@ -256,6 +256,8 @@ type WelcomeKeys struct {
 	Context []byte
 	// KeyPackageRef is the consumed KeyPackage, as in JoinInfo.
 	KeyPackageRef []byte
+	// Adder is the GroupInfo signer's leaf (JOIN-025).
+	Adder uint32
 }
 
 // ParsedWelcome is a Welcome message parsed once for the many hosted
@@ -320,7 +322,7 @@ func (inst *Installation) JoinKeys(pw *ParsedWelcome, c *WelcomeCache) (wk *Welc
 			return nil, false, nil
 		}
 		return &WelcomeKeys{Keys: mk, GroupID: bytes.Clone(e.base.GroupID), Epoch: e.base.Epoch,
-			Context: bytes.Clone(e.base.GroupContext), KeyPackageRef: ref}, true, nil
+			Context: bytes.Clone(e.base.GroupContext), KeyPackageRef: ref, Adder: e.signer}, true, nil
 	}
 	return nil, false, fail(op, schema.CategoryWrongRecipient, ErrNoKeyPackage)
 }
