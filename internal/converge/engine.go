@@ -10,6 +10,7 @@ import (
 	"github.com/thomas-vilte/mls-go/group"
 
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -67,7 +68,31 @@ func (e EngineMLS) Join(_ context.Context, c Client, welcome []byte) (MemberStat
 		return nil, Joined{}, err
 	}
 	st.ShareSignatures(e.Signatures)
-	return &engineState{st: st, vault: e.Vault}, Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef}, nil
+	return &engineState{st: st, vault: e.Vault}, joined(info), nil
+}
+
+// JoinView opens the client's installation and joins it into view with
+// only its keys (convergence.Group.JoinWelcome), the Welcome checked once
+// for every hosted member it adds (e.Welcomes).
+func (e EngineMLS) JoinView(_ context.Context, c Client, welcome []byte, view *convergence.Group) (Joined, bool, error) {
+	pw, err := engine.ParseWelcome(welcome)
+	if err != nil {
+		return Joined{}, false, err
+	}
+	inst, err := e.Vault.Open(c.Sealed)
+	if err != nil {
+		return Joined{}, false, fmt.Errorf("open installation: %w", err)
+	}
+	info, ok, err := view.JoinWelcome(c.ClientID, inst, pw, e.Welcomes)
+	if err != nil || !ok {
+		return Joined{}, false, err
+	}
+	return joined(info), true, nil
+}
+
+func joined(info *engine.JoinInfo) Joined {
+	return Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef,
+		Components: info.Components}
 }
 
 // Restore opens a sealed snapshot.
