@@ -287,7 +287,8 @@ func ParseWelcome(welcomeMessage []byte) (pw *ParsedWelcome, err error) {
 }
 
 // JoinKeys is [Installation.Join] for a member whose group's state is
-// held already (internal/groupstate): when c remembers a full join of the
+// held already (internal/convergence's view of a group's hosted members,
+// internal/groupstate): when c remembers a full join of the
 // same Welcome (same joiner_secret, no PSKs, so the same GroupInfo every
 // check of which passed, its signer an admin included), it returns only
 // the member's private part, in O(log N), without a State. ok is false
