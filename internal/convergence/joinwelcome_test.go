@@ -65,9 +65,10 @@ func (j *joiners) joinKeys(t testing.TB, g *Group, id string, cache *engine.Welc
 
 // TestJoinWelcome_AsFullJoin: hosted members joined with only their keys
 // from a Welcome into the view's tip hold the keys a full join of the same
-// Welcome gives, and what it tells of the group; they are recipients of a
-// peer's message and decrypt it, follow a later commit as their full
-// join's states do, and commit as the mls-go peers accept.
+// Welcome gives, and what it tells of the group, and keep them through a
+// restore; they are recipients of a peer's message and decrypt it, follow
+// a later commit as their full join's states do, and commit as the mls-go
+// peers accept.
 func TestJoinWelcome_AsFullJoin(t *testing.T) {
 	w := newWorldOf(t, 2)
 	g := w.fresh()
@@ -90,6 +91,12 @@ func TestJoinWelcome_AsFullJoin(t *testing.T) {
 	}
 	if got := g.Hosted(); !slices.Equal(got, []string{"h0", "h1", "h8", "h9"}) {
 		t.Fatalf("hosted %v after the joins", got)
+	}
+	g = restarted(t, g)
+	for id, st := range own {
+		if !keysOf(t, g, id).Equal(must[*engine.MemberKeys](t)(st.MemberKeys())) {
+			t.Fatalf("%s: keys changed by a restore", id)
+		}
 	}
 
 	m := text(t, w.alice, "to the joined")
