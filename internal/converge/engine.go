@@ -122,6 +122,7 @@ func (e EngineMLS) JoinView(_ context.Context, c Client, welcome []byte, view *c
 	return joined(info), true, nil
 }
 
+// joined is what a join tells converge.
 func joined(info *engine.JoinInfo) Joined {
 	return Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef,
 		Components: info.Components}

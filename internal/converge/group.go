@@ -247,6 +247,8 @@ func (t *txn) welcome(ctx context.Context, in input, adopt func(client string, k
 		if st != nil {
 			t.members[clientID] = st
 			t.dirty[clientID] = true
+		} else {
+			delete(t.members, clientID) // its keys are in the view
 		}
 		comps := info.Components
 		if info.Epoch >= t.g.Epoch || t.g.Components == nil {
