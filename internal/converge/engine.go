@@ -1,15 +1,18 @@
 package converge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/thomas-vilte/mls-go/framing"
 	"github.com/thomas-vilte/mls-go/group"
 
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/convergence"
 	"github.com/fabric-mls/fabric/internal/engine"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
@@ -28,6 +31,36 @@ type EngineMLS struct {
 	// with one check of its GroupInfo and ratchet tree between them
 	// (engine.WelcomeCache). New sets one when it is nil.
 	Welcomes *engine.WelcomeCache
+	// parsed, when set, is the last Welcome JoinView parsed: the hosted
+	// members one Welcome adds parse it once. New sets it.
+	parsed *parsedWelcome
+}
+
+// parsedWelcome is one Welcome parsed (engine.ParseWelcome), kept for the
+// next join from it: a Welcome's size, and its parsing, grow with the
+// group. It is safe for concurrent use.
+type parsedWelcome struct {
+	mu  sync.Mutex
+	msg []byte
+	pw  *engine.ParsedWelcome
+}
+
+// parse returns welcome parsed, from p when it is the one p holds.
+func (p *parsedWelcome) parse(welcome []byte) (*engine.ParsedWelcome, error) {
+	if p == nil {
+		return engine.ParseWelcome(welcome)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pw != nil && bytes.Equal(p.msg, welcome) {
+		return p.pw, nil
+	}
+	pw, err := engine.ParseWelcome(welcome)
+	if err != nil {
+		return nil, err
+	}
+	p.msg, p.pw = bytes.Clone(welcome), pw
+	return pw, nil
 }
 
 var _ MLS = EngineMLS{}
@@ -67,7 +100,32 @@ func (e EngineMLS) Join(_ context.Context, c Client, welcome []byte) (MemberStat
 		return nil, Joined{}, err
 	}
 	st.ShareSignatures(e.Signatures)
-	return &engineState{st: st, vault: e.Vault}, Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef}, nil
+	return &engineState{st: st, vault: e.Vault}, joined(info), nil
+}
+
+// JoinView opens the client's installation and joins it into view with
+// only its keys (convergence.Group.JoinWelcome), the Welcome checked once
+// for every hosted member it adds (e.Welcomes).
+func (e EngineMLS) JoinView(_ context.Context, c Client, welcome []byte, view *convergence.Group) (Joined, bool, error) {
+	pw, err := e.parsed.parse(welcome)
+	if err != nil {
+		return Joined{}, false, err
+	}
+	inst, err := e.Vault.Open(c.Sealed)
+	if err != nil {
+		return Joined{}, false, fmt.Errorf("open installation: %w", err)
+	}
+	info, ok, err := view.JoinWelcome(c.ClientID, inst, pw, e.Welcomes)
+	if err != nil || !ok {
+		return Joined{}, false, err
+	}
+	return joined(info), true, nil
+}
+
+// joined is what a join tells converge.
+func joined(info *engine.JoinInfo) Joined {
+	return Joined{GroupID: info.GroupID, Epoch: info.Epoch, AdderInboxID: info.Adder.InboxID, KeyPackageRef: info.KeyPackageRef,
+		Components: info.Components}
 }
 
 // Restore opens a sealed snapshot.

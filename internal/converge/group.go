@@ -213,9 +213,11 @@ func (t *txn) setComponents(s components.Set) {
 	}
 }
 
-// welcome joins every hosted client the Welcome is addressed to (JOIN-045),
-// calling adopt after each join.
-func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcomeNote, bool, error) {
+// welcome joins every hosted client the Welcome is addressed to (JOIN-045):
+// into the group's view with only its keys when the view holds the
+// Welcome's epoch (joinView), else in full. It calls adopt after each
+// join, telling whether it was key-only.
+func (t *txn) welcome(ctx context.Context, in input, adopt func(client string, keyOnly bool) error) (outcomeNote, bool, error) {
 	at := in.Time
 	refs, err := t.mls.WelcomeRefs(in.Data)
 	if err != nil {
@@ -243,7 +245,11 @@ func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcom
 		if err != nil {
 			return outcomeNote{}, false, err
 		}
-		st, info, err := t.mls.Join(ctx, c, in.Data)
+		info, inView, err := t.joinView(ctx, c, in.Data)
+		var st MemberState
+		if err == nil && !inView {
+			st, info, err = t.mls.Join(ctx, c, in.Data)
+		}
 		if err != nil {
 			cat, reason = categoryOr(err, schema.CategoryInvalidEncoding), engine.ReasonOf(err)
 			continue
@@ -253,11 +259,15 @@ func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcom
 			continue
 		}
 		t.g.host(&hostedMember{ClientID: clientID, InboxID: c.InboxID, Installation: c.InstallationKey, JoinedSeq: in.Seq, Adder: info.AdderInboxID, FirstN: t.g.Delivered + 1})
-		t.members[clientID] = st
-		t.dirty[clientID] = true
-		comps := st.Components()
-		if st.Epoch() >= t.g.Epoch || t.g.Components == nil {
-			t.g.Epoch = st.Epoch()
+		if st != nil {
+			t.members[clientID] = st
+			t.dirty[clientID] = true
+		} else {
+			delete(t.members, clientID) // its keys are in the view
+		}
+		comps := info.Components
+		if info.Epoch >= t.g.Epoch || t.g.Components == nil {
+			t.g.Epoch = info.Epoch
 			t.setComponents(comps)
 		}
 		t.groupChanged = true // settle records the new member's keys
@@ -265,7 +275,7 @@ func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcom
 		if info.KeyPackageRef != nil {
 			t.consumed = append(t.consumed, consumedKeyPackage{ClientID: clientID, Ref: info.KeyPackageRef})
 		}
-		if err := adopt(); err != nil {
+		if err := adopt(clientID, inView); err != nil {
 			return outcomeNote{}, false, err
 		}
 		joined = true
@@ -276,6 +286,21 @@ func (t *txn) welcome(ctx context.Context, in input, adopt func() error) (outcom
 		return note, false, nil
 	}
 	return accepted(in.MessageID, in.Class, at), true, nil
+}
+
+// joinView joins client c into the group's view with only its keys
+// (MLS.JoinView) when the view holds the Welcome's epoch; false when there
+// is no view yet or it does not: the caller joins in full.
+func (t *txn) joinView(ctx context.Context, c Client, welcome []byte) (Joined, bool, error) {
+	b, _ := t.members[sharedKey].(*branchState)
+	if b == nil || b.cg.Tip() == nil {
+		return Joined{}, false, nil
+	}
+	info, ok, err := t.mls.JoinView(ctx, c, welcome, b.cg)
+	if ok {
+		t.dirty[sharedKey] = true
+	}
+	return info, ok, err
 }
 
 // deliver indexes an application message stored at (seq, at) and gives

@@ -9,6 +9,9 @@ type hooks struct {
 	// input is called with each input before it is applied: a panic in it
 	// is a panic of the input's processing.
 	input func(input)
+	// join is told of each hosted client a Welcome joins, and whether it
+	// joined the group's view with only its keys (MLS.JoinView).
+	join func(client string, keyOnly bool)
 	// holdFrozen is asked before a frozen pass is applied; true leaves it
 	// frozen, as a crash between cutoff and apply does.
 	holdFrozen func() bool
@@ -32,6 +35,12 @@ type hooks struct {
 func (h *hooks) onInput(in input) {
 	if h != nil && h.input != nil {
 		h.input(in)
+	}
+}
+
+func (h *hooks) onJoin(client string, keyOnly bool) {
+	if h != nil && h.join != nil {
+		h.join(client, keyOnly)
 	}
 }
 

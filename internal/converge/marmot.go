@@ -102,9 +102,13 @@ func (p marmot) run(ctx context.Context, t *txn, in input) error {
 		return p.operate(ctx, t, in)
 	}
 	if in.Class == schema.ClassWelcome {
-		note, _, err := t.welcome(ctx, in, func() error {
+		note, _, err := t.welcome(ctx, in, func(client string, keyOnly bool) error {
+			p.hooks.onJoin(client, keyOnly)
 			// Into the group's view at once: a Welcome to many hosted
 			// members holds one full state at a time, not one each.
+			if keyOnly {
+				return nil
+			}
 			_, err := p.view(t)
 			return err
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fabric-mls/fabric/internal/components"
+	"github.com/fabric-mls/fabric/internal/convergence"
 )
 
 // MLS is what converge asks of the MLS engine. It is the seam between
@@ -17,6 +18,13 @@ type MLS interface {
 	// KeyPackages. The returned sealed installation replaces the stored
 	// one when the join consumed a KeyPackage.
 	Join(ctx context.Context, client Client, welcome []byte) (MemberState, Joined, error)
+	// JoinView joins a hosted client from a Welcome into view, its group's
+	// one view of the hosted members, with only the client's keys, when
+	// the Welcome is into the epoch of a state the view retains
+	// (convergence.Group.JoinWelcome, docs/shared-state.md). ok is false,
+	// and view unchanged, otherwise: the caller joins in full (Join), which
+	// gives the verdict.
+	JoinView(ctx context.Context, client Client, welcome []byte, view *convergence.Group) (Joined, bool, error)
 	// Restore opens a member's state from its snapshot.
 	Restore(ctx context.Context, client Client, snapshot []byte) (MemberState, error)
 }
@@ -42,6 +50,8 @@ type Joined struct {
 	// KeyPackageRef is the KeyPackage the join used, retired once the
 	// join is stored (Marmot joining.md steps 11–12).
 	KeyPackageRef []byte
+	// Components are the group's components at Epoch.
+	Components components.Set
 }
 
 // MemberState is one hosted member's MLS state of one group.

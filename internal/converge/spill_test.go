@@ -36,8 +36,8 @@ var (
 //
 // The suite runs 24 hosted members at -max-batch 10 (the same cuts, three
 // batches per input); -converge-members 3000 runs the 3,000 at the
-// default 1000 (about 6 minutes on a 2-core machine: docs/converge.md,
-// Many hosted members in one group).
+// default 1000 (about 25 s on a 2-core machine: docs/shared-state.md,
+// What is wired).
 func TestOneInputNeverHoldsAPartition(t *testing.T) {
 	t.Parallel()
 	n, maxBatch, within := 24, 10, time.Minute

@@ -172,6 +172,9 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 	if e.Welcomes == nil {
 		e.Welcomes = engine.NewWelcomeCache(0)
 	}
+	if e.parsed == nil {
+		e.parsed = &parsedWelcome{}
+	}
 	cfg.MLS = e
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL

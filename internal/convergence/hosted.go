@@ -184,6 +184,79 @@ func (g *Group) Join(id string, st *engine.State) error {
 	return nil
 }
 
+// JoinWelcome joins hosted member id, whose installation is inst, from a
+// Welcome with only its keys (docs/shared-state.md, Joining): when the
+// Welcome names the epoch of a retained node, it is checked once against
+// that node's state (engine.State.RememberWelcome) and remembered in
+// cache, then only the member's leaf key and path keys are derived
+// (engine.Installation.JoinKeys), in O(log N), with no state built. The
+// member is hosted at that node and followed into the nodes below it, as
+// Join does. pw is the Welcome parsed once (engine.ParseWelcome) for every
+// member it adds. ok is false, and g unchanged, when no retained node
+// holds the Welcome's epoch or a check fails: the caller joins in full
+// (Join), which gives the verdict.
+func (g *Group) JoinWelcome(id string, inst *engine.Installation, pw *engine.ParsedWelcome, cache *engine.WelcomeCache) (info *engine.JoinInfo, ok bool, err error) {
+	if inst == nil || pw == nil || cache == nil {
+		return nil, false, nil
+	}
+	wk, ok, err := inst.JoinKeys(pw, cache)
+	if err != nil {
+		return nil, false, err
+	}
+	if !ok {
+		// Not remembered: check it once against the retained state of its
+		// epoch, trying the tip's first.
+		for i, n := range append([]*node{g.tip}, g.sortedNodes()...) {
+			if n.state == nil || i > 0 && n == g.tip {
+				continue
+			}
+			if ok, err = n.state.RememberWelcome(inst, pw, cache); err != nil {
+				return nil, false, err
+			}
+			if ok {
+				if wk, ok, err = inst.JoinKeys(pw, cache); err != nil {
+					return nil, false, err
+				}
+				break
+			}
+		}
+	}
+	at := g.welcomed(wk)
+	if !ok || at == nil {
+		return nil, false, nil
+	}
+	adder, present := at.state.Member(wk.Adder)
+	if !present {
+		return nil, false, nil
+	}
+	set, found, err := at.state.Components()
+	if err != nil {
+		return nil, false, err
+	}
+	if err := g.host(at, id, wk.Keys); err != nil {
+		return nil, false, err
+	}
+	for _, c := range at.children {
+		g.joinBelow(c, id, wk.Keys)
+	}
+	return &engine.JoinInfo{GroupID: wk.GroupID, Epoch: wk.Epoch, Adder: adder, Components: set, HasComponents: found,
+		KeyPackageRef: wk.KeyPackageRef}, true, nil
+}
+
+// welcomed returns the retained node of a key-only join's epoch, nil when
+// there is none.
+func (g *Group) welcomed(wk *engine.WelcomeKeys) *node {
+	if wk == nil {
+		return nil
+	}
+	for _, n := range g.candidates(wk.Epoch) {
+		if n.state.IsEpoch(wk.Context) {
+			return n
+		}
+	}
+	return nil
+}
+
 // host adds member id with keys k to node n.
 func (g *Group) host(n *node, id string, k *engine.MemberKeys) error {
 	i, found := slices.BinarySearch(n.roster, id)

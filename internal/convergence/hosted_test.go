@@ -355,10 +355,10 @@ func TestHostedSend_DeliveredToTheOthers(t *testing.T) {
 	}
 }
 
-// invite has g invite one KeyPackage.
-func invite(t testing.TB, g *testpeer.Group, kp []byte) (commit, welcome testpeer.Message) {
+// invite has g invite KeyPackages in one commit.
+func invite(t testing.TB, g *testpeer.Group, kps ...[]byte) (commit, welcome testpeer.Message) {
 	t.Helper()
-	c, w, err := g.Invite(kp)
+	c, w, err := g.Invite(kps...)
 	if err != nil {
 		t.Fatal(err)
 	}

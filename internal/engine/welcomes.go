@@ -256,6 +256,8 @@ type WelcomeKeys struct {
 	Context []byte
 	// KeyPackageRef is the consumed KeyPackage, as in JoinInfo.
 	KeyPackageRef []byte
+	// Adder is the GroupInfo signer's leaf (JOIN-025).
+	Adder uint32
 }
 
 // ParsedWelcome is a Welcome message parsed once for the many hosted
@@ -285,7 +287,8 @@ func ParseWelcome(welcomeMessage []byte) (pw *ParsedWelcome, err error) {
 }
 
 // JoinKeys is [Installation.Join] for a member whose group's state is
-// held already (internal/groupstate): when c remembers a full join of the
+// held already (internal/convergence's view of a group's hosted members,
+// internal/groupstate): when c remembers a full join of the
 // same Welcome (same joiner_secret, no PSKs, so the same GroupInfo every
 // check of which passed, its signer an admin included), it returns only
 // the member's private part, in O(log N), without a State. ok is false
@@ -320,7 +323,7 @@ func (inst *Installation) JoinKeys(pw *ParsedWelcome, c *WelcomeCache) (wk *Welc
 			return nil, false, nil
 		}
 		return &WelcomeKeys{Keys: mk, GroupID: bytes.Clone(e.base.GroupID), Epoch: e.base.Epoch,
-			Context: bytes.Clone(e.base.GroupContext), KeyPackageRef: ref}, true, nil
+			Context: bytes.Clone(e.base.GroupContext), KeyPackageRef: ref, Adder: e.signer}, true, nil
 	}
 	return nil, false, fail(op, schema.CategoryWrongRecipient, ErrNoKeyPackage)
 }
