@@ -356,7 +356,7 @@ func hostedCurveGroup(b *testing.B, h int) (send *testpeer.Group, shared, one *G
 	var last string
 	for joined := 0; joined < h; {
 		// Batches: one commit with thousands of adds is mls-go's slowest
-		// path and not what is measured (internal/groupstate/bench_test.go).
+		// path and not what is measured.
 		insts := make([]*engine.Installation, min(500, h-joined))
 		var kps [][]byte
 		for i := range insts {
@@ -389,7 +389,7 @@ func hostedCurveGroup(b *testing.B, h int) (send *testpeer.Group, shared, one *G
 			}
 		}
 	}
-	// Give the tree path keys: a few self-updates (as groupstate's bench).
+	// Give the tree path keys: a few self-updates.
 	for range 2 {
 		now = now.Add(time.Minute)
 		admit(b, shared, now, commit(b, send))

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/bits"
-	"slices"
 	"strconv"
 
 	"github.com/thomas-vilte/mls-go/framing"
@@ -31,15 +30,6 @@ type MemberKeys struct {
 	Leaf    uint32            `json:"leaf"`
 	LeafKey []byte            `json:"leaf_key"`
 	Path    map[uint32][]byte `json:"path,omitempty"`
-}
-
-// Clone returns a deep copy of k.
-func (k *MemberKeys) Clone() *MemberKeys {
-	c := &MemberKeys{Leaf: k.Leaf, LeafKey: slices.Clone(k.LeafKey), Path: make(map[uint32][]byte, len(k.Path))}
-	for n, v := range k.Path {
-		c.Path[n] = slices.Clone(v)
-	}
-	return c
 }
 
 // Equal reports whether k and o hold the same keys.
@@ -169,19 +159,6 @@ func (s *State) As(k *MemberKeys) (*State, error) {
 // ([TreeShape.FollowCommit]) without a decapsulation of their own.
 func (s *State) ProcessAs(k *MemberKeys, mlsMessage []byte) (*State, *HandshakeResult, error) {
 	return s.processHandshake(mlsMessage, k)
-}
-
-// SharedSnapshot is [State.Snapshot] without the own member's private
-// keys: the part of the state every member of the epoch holds alike. Only
-// [RestoreAs] with a member's keys restores it.
-func (s *State) SharedSnapshot() ([]byte, error) {
-	return s.snapshotAs(false, &MemberKeys{Leaf: s.OwnLeaf()})
-}
-
-// RestoreAs restores a [State.SharedSnapshot] (or a Snapshot) as the
-// member of k, checking it as [Restore] does.
-func RestoreAs(snapshot []byte, k *MemberKeys) (*State, error) {
-	return restoreAs(snapshot, true, k)
 }
 
 // CommitPlan is what a commit does that a shared group needs before

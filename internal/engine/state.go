@@ -290,12 +290,6 @@ func Restore(snapshot []byte) (st *State, err error) {
 // restore is Restore; check is false only for bytes this process's own
 // Snapshot just produced (Clone), which skip the structural pre-validation.
 func restore(snapshot []byte, check bool) (st *State, err error) {
-	return restoreAs(snapshot, check, nil)
-}
-
-// restoreAs is restore; with as set, the state's own leaf and private keys
-// are as's ([RestoreAs]).
-func restoreAs(snapshot []byte, check bool, as *MemberKeys) (st *State, err error) {
 	const op = "restore"
 	defer func() {
 		if r := recover(); r != nil {
@@ -316,14 +310,6 @@ func restoreAs(snapshot []byte, check bool, as *MemberKeys) (st *State, err erro
 		return nil, fail(op, schema.CategoryMissingHistory, ErrBadSnapshot)
 	}
 	defer clear(state)
-	if as != nil {
-		grafted, err := graftJSON(state, as)
-		if err != nil {
-			return nil, fail(op, schema.CategoryMissingHistory, ErrBadSnapshot)
-		}
-		defer clear(grafted)
-		state = grafted
-	}
 	g, err := group.UnmarshalGroupState(state)
 	if err != nil {
 		return nil, fail(op, schema.CategoryMissingHistory, err)

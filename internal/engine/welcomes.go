@@ -287,13 +287,13 @@ func ParseWelcome(welcomeMessage []byte) (pw *ParsedWelcome, err error) {
 }
 
 // JoinKeys is [Installation.Join] for a member whose group's state is
-// held already (internal/convergence's view of a group's hosted members,
-// internal/groupstate): when c remembers a full join of the
-// same Welcome (same joiner_secret, no PSKs, so the same GroupInfo every
-// check of which passed, its signer an admin included), it returns only
-// the member's private part, in O(log N), without a State. ok is false
-// when c does not remember the Welcome: the caller then joins in full.
-// Like Join, it changes nothing in inst.
+// held already (internal/convergence's view of a group's hosted
+// members): when c remembers a full join of the same Welcome (same
+// joiner_secret, no PSKs, so the same GroupInfo every check of which
+// passed, its signer an admin included), it returns only the member's
+// private part, in O(log N), without a State. ok is false when c does not
+// remember the Welcome: the caller then joins in full. Like Join, it
+// changes nothing in inst.
 func (inst *Installation) JoinKeys(pw *ParsedWelcome, c *WelcomeCache) (wk *WelcomeKeys, ok bool, err error) {
 	const op = "join"
 	defer recoverDecode(op, &err)
