@@ -240,7 +240,7 @@ func nodeLevel(n treesync.NodeIndex) int { return bits.TrailingZeros32(^uint32(n
 // re-keyed (the carrier's key there changed) get the carrier's new key;
 // m keeps its own keys elsewhere. Nodes no longer present are dropped, so
 // the result holds what an mls-go member that processed the commit holds
-// (TestSharedCommitMatchesStandaloneMembers).
+// (internal/convergence TestHostedKeysEqualStandaloneMembers).
 func (t *TreeShape) FollowCommit(m *MemberKeys, committer uint32, before, after *MemberKeys) *MemberKeys {
 	lca := LCALevel(m.Leaf, committer)
 	out := &MemberKeys{Leaf: m.Leaf, LeafKey: m.LeafKey, Path: make(map[uint32][]byte)}
