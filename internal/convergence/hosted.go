@@ -401,6 +401,9 @@ func (g *Group) follow(n *node, parent *engine.State, commit []byte) (*node, err
 		removed[m.Leaf] = true
 	}
 	c.state, c.keys = next, make(map[string]*engine.MemberKeys, len(n.roster))
+	// Indexed by leaf here, in the commit's O(H) work, so a message at c
+	// finds a hosted sender in O(1) (hostedAt).
+	c.byLeaf = make(map[uint32]string, len(n.roster))
 	committer := hr.Sender.Leaf
 	for _, m := range n.roster {
 		k := n.keys[m]
@@ -422,6 +425,7 @@ func (g *Group) follow(n *node, parent *engine.State, commit []byte) (*node, err
 			c.keys[m] = shape.FollowCommit(k, committer, before, after)
 		}
 		c.roster = append(c.roster, m)
+		c.byLeaf[c.keys[m].Leaf] = m
 	}
 	return c, nil
 }
