@@ -2,9 +2,11 @@ package bus
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -115,11 +117,11 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	if err != nil {
 		return 0, invalidEvent("checkpoint", err)
 	}
-	msgs, err := Msgs(events, len(o.extra)+1)
-	if err != nil {
+	var b Batch
+	if err := b.AddEvents(events); err != nil {
 		return 0, err
 	}
-	msgs = append(msgs, o.extra...)
+	b.AddMsgs(o.extra...)
 	c := nats.NewMsg(ckSubj)
 	c.Data = ck.Data
 	// Checkpoints must outlive the events' MaxAge (see package streams).
@@ -128,9 +130,9 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	// It replaces the group's earlier checkpoints, so they stay bounded
 	// without a purge (issue 27).
 	c.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	msgs = append(msgs, c)
+	b.AddMsgs(c)
 
-	seq, stream, err := PublishAtomic(ctx, js, msgs)
+	seq, stream, err := b.Publish(ctx, js)
 	if err != nil {
 		return 0, fmt.Errorf("bus: publish batch: %w", classify(err))
 	}
@@ -140,33 +142,70 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	return seq, nil
 }
 
-// Msgs validates events and builds their NATS messages, with room for
-// spare more. An event id repeated among them is refused: the server would
-// refuse the whole batch.
-func Msgs(events []Event, spare int) ([]*nats.Msg, error) {
-	msgs := make([]*nats.Msg, 0, len(events)+spare)
-	ids := make(map[string]struct{}, len(events))
-	var body []byte
-	var err error
-	for i, ev := range events {
-		// The recipients of one message share one event value (its
-		// payload pointers): it is encoded once for all of them.
-		if i == 0 || ev.Event != events[i-1].Event {
-			if body, err = ev.body(); err != nil {
-				return nil, err
-			}
-		}
-		m, err := ev.msg(body)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := ids[ev.ID]; dup {
-			return nil, invalidEvent("id", errors.New("repeated within the batch"))
-		}
-		ids[ev.ID] = struct{}{}
-		msgs = append(msgs, m)
+// Batch is the messages of one atomic batch, in order: events, validated
+// and encoded as they are added, and other messages of FABRIC_EVENTS
+// (readable records, checkpoints). The zero Batch is empty.
+type Batch struct {
+	items []batchItem
+	ids   map[string]struct{}
+}
+
+// batchItem is an event, its subject and encoding, or another message.
+type batchItem struct {
+	ev   *Event
+	subj string
+	body []byte
+	msg  *nats.Msg
+}
+
+// Len is the number of messages in b.
+func (b *Batch) Len() int { return len(b.items) }
+
+// AddEvents validates events and adds them; they must not change until b
+// is published. An event id repeated in the batch is refused: the server
+// would refuse the whole batch. Nothing is added when one is invalid.
+func (b *Batch) AddEvents(events []Event) error {
+	if b.ids == nil {
+		b.ids = make(map[string]struct{}, len(events))
 	}
-	return msgs, nil
+	b.items = slices.Grow(b.items, len(events))
+	n := len(b.items)
+	var body []byte
+	for i := range events {
+		ev := &events[i]
+		subj, err := ev.check()
+		if err == nil && (i == 0 || ev.Event != events[i-1].Event) {
+			// The recipients of one message share one event value (its
+			// payload pointers): it is encoded once for all of them.
+			body, err = ev.body()
+		}
+		if _, dup := b.ids[ev.ID]; err == nil && dup {
+			err = invalidEvent("id", errors.New("repeated within the batch"))
+		}
+		if err != nil {
+			b.drop(n)
+			return err
+		}
+		b.ids[ev.ID] = struct{}{}
+		b.items = append(b.items, batchItem{ev: ev, subj: subj, body: body})
+	}
+	return nil
+}
+
+// drop takes back the events added after the first n items.
+func (b *Batch) drop(n int) {
+	for _, it := range b.items[n:] {
+		delete(b.ids, it.ev.ID)
+	}
+	b.items = b.items[:n]
+}
+
+// AddMsgs adds messages other than events. Publish sets the batch headers
+// on them in place, so they are the batch's alone.
+func (b *Batch) AddMsgs(msgs ...*nats.Msg) {
+	for _, m := range msgs {
+		b.items = append(b.items, batchItem{msg: m})
+	}
 }
 
 // The headers of an atomic batch (ADR-50).
@@ -186,16 +225,17 @@ type batchReply struct {
 	Count    int                 `json:"count"`
 }
 
-// PublishAtomic stores msgs in one atomic batch: all of them, in order,
+// Publish stores b in one atomic batch: all of its messages, in order,
 // with consecutive sequences, or none. It returns the last one's sequence
-// and its stream. It sets the batch headers on msgs in place, so they are
-// the caller's for this batch alone; their headers are not copied (a
-// batch of a large group holds a thousand events).
+// and its stream. As the server's flow control asks, the first message is
+// acknowledged before the rest are sent; the commit is the last message.
 //
-// As the server's flow control asks, the first message is acknowledged
-// before the rest are sent; the commit is the last message.
-func PublishAtomic(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) (seq uint64, stream string, err error) {
-	if len(msgs) == 0 {
+// An event's message is built as it is sent, in one message and header
+// map reused for all of them (nats.go encodes a message as it sends it): a
+// batch of a large group holds a thousand events, and a message and
+// header map each were most of what converge allocated per recipient.
+func (b *Batch) Publish(ctx context.Context, js jetstream.JetStream) (seq uint64, stream string, err error) {
+	if len(b.items) == 0 {
 		return 0, "", errors.New("bus: empty batch")
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -203,41 +243,62 @@ func PublishAtomic(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg
 		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
 		defer cancel()
 	}
-	nc := js.Conn()
-	// Header values are read-only once set: one batch id for all, and the
-	// sequences in one backing array.
-	id := []string{nuid.Next()}
-	seqs := make([]string, len(msgs))
-	for i, m := range msgs {
-		if m.Header == nil {
+	var (
+		nc      = js.Conn()
+		id      = []string{nuid.Next()}
+		one     = []string{"1"}
+		scratch = nats.Msg{Header: make(nats.Header, 6)}
+		vals    [3]string // an event's id, the sequence, an event's conversation key
+	)
+	last := len(b.items) - 1
+	for i, it := range b.items {
+		m := it.msg
+		if m == nil {
+			m = &scratch
+			clear(m.Header)
+			m.Subject, m.Data = it.subj, it.body
+			vals[0] = it.ev.ID
+			m.Header[jetstream.MsgIDHeader] = vals[0:1:1]
+			if len(it.ev.ConversationKey) > 0 {
+				vals[2] = hex.EncodeToString(it.ev.ConversationKey)
+				m.Header[HeaderConversationKey] = vals[2:3:3]
+			}
+			if it.ev.ReferencesOwn {
+				m.Header[HeaderReferencesOwn] = one
+			}
+		} else if m.Header == nil {
 			m.Header = nats.Header{}
 		}
-		delete(m.Header, headerBatchCommit) // a message of an earlier attempt
-		seqs[i] = strconv.Itoa(i + 1)
+		vals[1] = strconv.Itoa(i + 1)
 		m.Header[headerBatchID] = id
-		m.Header[headerBatchSeq] = seqs[i : i+1 : i+1]
-	}
-	last := len(msgs) - 1
-	for i, m := range msgs[:last] {
-		if i == 0 {
+		if it.msg == nil {
+			m.Header[headerBatchSeq] = vals[1:2:2]
+		} else {
+			m.Header[headerBatchSeq] = []string{vals[1]}
+		}
+		delete(m.Header, headerBatchCommit) // a message of an earlier attempt
+		switch {
+		case i == last:
+			m.Header[headerBatchCommit] = one
+			r, err := batchRequest(ctx, nc, m)
+			if err != nil {
+				return 0, "", err
+			}
+			if r.Stream == "" || r.BatchID != id[0] || r.Count != len(b.items) {
+				return 0, "", fmt.Errorf("bus: batch acknowledgement for %q of %d messages, want %q of %d", r.BatchID, r.Count, id[0], len(b.items))
+			}
+			return r.Sequence, r.Stream, nil
+		case i == 0:
 			if _, err := batchRequest(ctx, nc, m); err != nil {
 				return 0, "", fmt.Errorf("bus: batch's first message: %w", err)
 			}
-			continue
+		default:
+			if err := nc.PublishMsg(m); err != nil {
+				return 0, "", fmt.Errorf("bus: batch message %d: %w", i+1, err)
+			}
 		}
-		if err := nc.PublishMsg(m); err != nil {
-			return 0, "", fmt.Errorf("bus: batch message %d: %w", i+1, err)
-		}
 	}
-	msgs[last].Header[headerBatchCommit] = []string{"1"}
-	r, err := batchRequest(ctx, nc, msgs[last])
-	if err != nil {
-		return 0, "", err
-	}
-	if r.Stream == "" || r.BatchID != id[0] || r.Count != len(msgs) {
-		return 0, "", fmt.Errorf("bus: batch acknowledgement for %q of %d messages, want %q of %d", r.BatchID, r.Count, id[0], len(msgs))
-	}
-	return r.Sequence, r.Stream, nil
+	return 0, "", errors.New("bus: batch not committed") // not reached: the last message commits
 }
 
 // batchRequest sends m of a batch and reads the server's reply; an empty

@@ -122,11 +122,24 @@ var lowerHex = func() (t [256]bool) {
 // Msg validates e and builds its NATS message: subject, headers and the
 // msgpack body.
 func (e Event) Msg() (*nats.Msg, error) {
+	subj, err := e.check()
+	if err != nil {
+		return nil, err
+	}
 	body, err := e.body()
 	if err != nil {
 		return nil, err
 	}
-	return e.msg(body)
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	if len(e.ConversationKey) > 0 {
+		m.Header.Set(HeaderConversationKey, hex.EncodeToString(e.ConversationKey))
+	}
+	if e.ReferencesOwn {
+		m.Header.Set(HeaderReferencesOwn, "1")
+	}
+	return m, nil
 }
 
 // body is the event's msgpack encoding.
@@ -138,38 +151,31 @@ func (e Event) body() ([]byte, error) {
 	return body, nil
 }
 
-// msg validates e and builds its NATS message with body, e's encoding.
-func (e Event) msg(body []byte) (*nats.Msg, error) {
+// check validates e but its body and returns its subject.
+func (e Event) check() (string, error) {
 	subj, err := subject.Events(e.Tenant, e.ClientID)
 	if err != nil {
 		var ite *subject.InvalidTokenError
 		if errors.As(err, &ite) && ite.Role == subject.RoleClient {
-			return nil, invalidEvent("client id", err)
+			return "", invalidEvent("client id", err)
 		}
-		return nil, invalidEvent("tenant", err)
+		return "", invalidEvent("tenant", err)
 	}
 	if err := validID(e.ID); err != nil {
-		return nil, err
+		return "", err
 	}
-	// Room for the id and an atomic batch's headers (PublishAtomic).
-	m := &nats.Msg{Subject: subj, Data: body, Header: make(nats.Header, 5)}
-	m.Header[jetstream.MsgIDHeader] = []string{e.ID}
 	if len(e.ConversationKey) > 0 {
 		if _, ok := e.Event.GroupID(); !ok {
-			return nil, invalidEvent("conversation key", errors.New("event names no group"))
+			return "", invalidEvent("conversation key", errors.New("event names no group"))
 		}
 		if len(e.ConversationKey) > MaxConversationKeyLen {
-			return nil, invalidEvent("conversation key", errors.New("too long"))
+			return "", invalidEvent("conversation key", errors.New("too long"))
 		}
-		m.Header.Set(HeaderConversationKey, hex.EncodeToString(e.ConversationKey))
 	}
-	if e.ReferencesOwn {
-		if e.Event.Kind != schema.KindMessageReceived {
-			return nil, invalidEvent("references own", errors.New("only on message.received"))
-		}
-		m.Header.Set(HeaderReferencesOwn, "1")
+	if e.ReferencesOwn && e.Event.Kind != schema.KindMessageReceived {
+		return "", invalidEvent("references own", errors.New("only on message.received"))
 	}
-	return m, nil
+	return subj, nil
 }
 
 // Publish validates ev and stores it on its client's subject in

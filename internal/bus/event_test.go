@@ -441,6 +441,30 @@ func TestBatchSharedEventEncodedForEach(t *testing.T) {
 	}
 }
 
+// A batch takes a set of events whole or not at all: an invalid one adds
+// none of them, and their ids stay free.
+func TestBatchAddEventsAllOrNothing(t *testing.T) {
+	var b Batch
+	if err := b.AddEvents([]Event{event(1, received(1))}); err != nil {
+		t.Fatal(err)
+	}
+	bad := event(3, received(3))
+	bad.ID = "not hex"
+	var ie *InvalidEventError
+	if err := b.AddEvents([]Event{event(2, received(2)), bad}); !errors.As(err, &ie) || ie.Field != "id" {
+		t.Fatalf("invalid event: %v", err)
+	}
+	if b.Len() != 1 {
+		t.Fatalf("%d messages after a refused set, want 1", b.Len())
+	}
+	if err := b.AddEvents([]Event{event(2, received(2))}); err != nil {
+		t.Fatalf("an id of a refused set: %v", err)
+	}
+	if err := b.AddEvents([]Event{event(1, received(1))}); !errors.As(err, &ie) || ie.Field != "id" {
+		t.Fatalf("an id already in the batch: %v", err)
+	}
+}
+
 // A server whose operator raised the atomic batch limit takes a batch
 // that large with WithMaxBatch, and still refuses one beyond it.
 func TestPublishBatchWithRaisedLimit(t *testing.T) {

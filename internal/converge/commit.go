@@ -657,30 +657,28 @@ func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, err
 		seq, err := commitBatch(ctx, w.js, w.cfg.MaxBatch, s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next, s.events, s.ix)
 		return []uint64{seq}, err
 	}
-	var msgs []*nats.Msg
+	var b bus.Batch
 	pos := make([]int, len(batch))
 	for i, s := range batch {
-		evs, err := bus.Msgs(s.events, 0)
-		if err != nil {
+		if err := b.AddEvents(s.events); err != nil {
 			return nil, err
 		}
-		msgs = append(msgs, evs...)
-		msgs = append(msgs, s.ix...)
+		b.AddMsgs(s.ix...)
 		ck, err := checkpointMsg(s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next)
 		if err != nil {
 			return nil, err
 		}
-		pos[i] = len(msgs)
-		msgs = append(msgs, ck)
+		pos[i] = b.Len()
+		b.AddMsgs(ck)
 	}
-	last, _, err := bus.PublishAtomic(ctx, w.js, msgs)
+	last, _, err := b.Publish(ctx, w.js)
 	if err != nil {
 		if fencedErr(err) {
 			return nil, fmt.Errorf("%w: %w", ErrFenced, err)
 		}
 		return nil, fmt.Errorf("commit shared batch: %w", err)
 	}
-	first := last - uint64(len(msgs)) + 1
+	first := last - uint64(b.Len()) + 1
 	seqs := make([]uint64, len(batch))
 	for i := range batch {
 		seqs[i] = first + uint64(pos[i])
