@@ -623,7 +623,7 @@ func (f *fabricSystem) groupMessage(p int, to []int) ([]bus.Event, bus.Checkpoin
 			msgID = fmt.Appendf(nil, "%016x%016x", stamp, n-uint64(k))
 		}
 		events[k] = bus.Event{Tenant: tenant, ClientID: f.clients[i], ID: fmt.Sprintf("%016x%048x", stamp, n-uint64(k)),
-			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
+			Event: &schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
 				GroupID: group, MessageID: msgID, ContentType: benchText, SenderInboxID: benchSender}}}
 		if k < members {
 			ck.Members[f.clients[i]] = fmt.Sprintf("%s.%s.m.%s.%024x", tenant, groupHex, f.clients[i], n)

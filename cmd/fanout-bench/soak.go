@@ -279,7 +279,7 @@ func publishTo(ctx context.Context, js jetstream.JetStream, tenants, clients []s
 		ev := bus.Event{
 			Tenant: tenants[i%len(tenants)], ClientID: clients[i%len(clients)],
 			ID: bus.EventID([]byte("bench"), id),
-			Event: schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
+			Event: &schema.ClientEvent{Kind: schema.KindMessageReceived, MessageReceived: &schema.MessageReceived{
 				GroupID: schema.Bytes{1, 2, 3, 4}, MessageID: id, SenderInboxID: "bench"}},
 		}
 		m, err := ev.Msg()

@@ -175,8 +175,8 @@ func (b *Batch) AddEvents(events []Event) error {
 		ev := &events[i]
 		subj, err := ev.check()
 		if err == nil && (i == 0 || ev.Event != events[i-1].Event) {
-			// The recipients of one message share one event value (its
-			// payload pointers): it is encoded once for all of them.
+			// The recipients of one message share one event: it is
+			// encoded once for all of them.
 			body, err = ev.body()
 		}
 		if _, dup := b.ids[ev.ID]; err == nil && dup {

@@ -65,8 +65,9 @@ type Event struct {
 	ClientID string
 	// ID is the deterministic event id (see EventID), sent as Nats-Msg-Id.
 	ID string
-	// Event is the event itself.
-	Event schema.ClientEvent
+	// Event is the event itself. Events may share one (a message's
+	// recipients): it must not change until they are published.
+	Event *schema.ClientEvent
 	// ConversationKey, for an event of a stitched DM's group, is the DM's
 	// conversation key (EVENT-020). Only for events that name a group.
 	ConversationKey []byte
@@ -153,6 +154,9 @@ func (e Event) body() ([]byte, error) {
 
 // check validates e but its body and returns its subject.
 func (e Event) check() (string, error) {
+	if e.Event == nil {
+		return "", invalidEvent("event", errors.New("missing"))
+	}
 	subj, err := subject.Events(e.Tenant, e.ClientID)
 	if err != nil {
 		var ite *subject.InvalidTokenError

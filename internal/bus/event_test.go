@@ -49,7 +49,7 @@ func hmacUpdated() schema.ClientEvent {
 }
 
 func event(n int, ev schema.ClientEvent) Event {
-	return Event{Tenant: tenant, ClientID: client, ID: EventID(group, []byte(strconv.Itoa(n))), Event: ev}
+	return Event{Tenant: tenant, ClientID: client, ID: EventID(group, []byte(strconv.Itoa(n))), Event: &ev}
 }
 
 type env struct {
@@ -202,7 +202,7 @@ func TestRepublishedDecodes(t *testing.T) {
 		if d.Time.Before(before) || d.Time.After(time.Now().Add(time.Second)) {
 			t.Fatalf("decoded %d: time %v", i, d.Time)
 		}
-		sameEvent(t, d.Event, ev.Event)
+		sameEvent(t, d.Event, *ev.Event)
 		last = d.Sequence
 	}
 }
@@ -242,7 +242,7 @@ func TestDirectGetDecodes(t *testing.T) {
 		if d.Live || d.ID != ev.ID || d.Sequence != uint64(i+1) {
 			t.Fatalf("decoded %d: %+v", i, d)
 		}
-		sameEvent(t, d.Event, ev.Event)
+		sameEvent(t, d.Event, *ev.Event)
 	}
 	eob, err := sub.NextMsg(5 * time.Second)
 	if err != nil {
@@ -282,9 +282,9 @@ func TestInvalidEventsAreRefused(t *testing.T) {
 		"tenant":           func(e *Event) { e.Tenant = "a.b" },
 		"client id":        func(e *Event) { e.ClientID = "*" },
 		"id":               func(e *Event) { e.ID = "short" },
-		"event":            func(e *Event) { e.Event.MessageReceived = nil },
-		"conversation key": func(e *Event) { e.Event = hmacUpdated(); e.ConversationKey = []byte{1} },
-		"references own":   func(e *Event) { e.Event = hmacUpdated(); e.ReferencesOwn = true },
+		"event":            func(e *Event) { c := *e.Event; c.MessageReceived = nil; e.Event = &c },
+		"conversation key": func(e *Event) { c := hmacUpdated(); e.Event, e.ConversationKey = &c, []byte{1} },
+		"references own":   func(e *Event) { c := hmacUpdated(); e.Event, e.ReferencesOwn = &c, true },
 	}
 	for field, mutate := range cases {
 		ev := good
@@ -294,6 +294,12 @@ func TestInvalidEventsAreRefused(t *testing.T) {
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("%s: err = %v, want *InvalidEventError on %s", field, err, field)
 		}
+	}
+	none := good
+	none.Event = nil
+	var ie *InvalidEventError
+	if _, err := none.Msg(); !errors.As(err, &ie) || ie.Field != "event" {
+		t.Errorf("no event: err = %v, want *InvalidEventError on event", err)
 	}
 	long := good
 	long.ConversationKey = make([]byte, MaxConversationKeyLen+1)
@@ -420,6 +426,8 @@ func TestBatchSharedEventEncodedForEach(t *testing.T) {
 	sub := e.live(t)
 	one, other := received(1), received(2)
 	evs := []Event{event(1, one), event(2, one), event(3, other), event(4, one)}
+	// Events 1, 2 and 4 share one event, as a message's recipients do.
+	evs[1].Event, evs[3].Event = evs[0].Event, evs[0].Event
 	evs[1].ReferencesOwn = true
 	if _, err := PublishBatch(e.ctx, e.js, evs, Checkpoint{Tenant: tenant, GroupID: group.String(), Data: []byte("ck")}); err != nil {
 		t.Fatal(err)
@@ -619,7 +627,7 @@ func TestConversationKeyFromGroupRecord_EVENT020(t *testing.T) {
 		}
 	}
 	consent := func(g []byte) Event {
-		return Event{Tenant: "acme", ClientID: "c0ffee01", ID: EventID(g), Event: schema.ClientEvent{Kind: schema.KindConsentChanged,
+		return Event{Tenant: "acme", ClientID: "c0ffee01", ID: EventID(g), Event: &schema.ClientEvent{Kind: schema.KindConsentChanged,
 			ConsentChanged: &schema.ConsentChanged{EntityKind: schema.ConsentEntityConversation, Entity: hex.EncodeToString(g), State: schema.ConsentDenied}}}
 	}
 	for _, c := range []struct {
@@ -629,7 +637,7 @@ func TestConversationKeyFromGroupRecord_EVENT020(t *testing.T) {
 		{consent(dm), dmKey},
 		{consent(plain), nil},
 		{consent([]byte{0xcc}), nil},
-		{Event{Tenant: "acme", ClientID: "c0ffee01", ID: EventID([]byte("h")), Event: schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}}, nil},
+		{Event{Tenant: "acme", ClientID: "c0ffee01", ID: EventID([]byte("h")), Event: &schema.ClientEvent{Kind: schema.KindHmacKeysUpdated, HmacKeysUpdated: &schema.HmacKeysUpdated{}}}, nil},
 	} {
 		got, err := WithConversationKey(ctx, groups, c.ev)
 		if err != nil {

@@ -64,6 +64,9 @@ func ConversationKeyOf(ctx context.Context, groups jetstream.KeyValue, tenant st
 // WithConversationKey sets ev.ConversationKey from groups when ev names a
 // group (see ConversationKeyOf).
 func WithConversationKey(ctx context.Context, groups jetstream.KeyValue, ev Event) (Event, error) {
+	if ev.Event == nil {
+		return ev, nil // Publish refuses it
+	}
 	g, ok := ev.Event.GroupID()
 	if !ok || len(ev.ConversationKey) > 0 {
 		return ev, nil

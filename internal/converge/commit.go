@@ -233,7 +233,7 @@ func (w *Worker) prepare(ctx context.Context, g *loadedGroup, t *txn) (checkpoin
 			Tenant:        g.tenant,
 			ClientID:      e.Client,
 			ID:            eventID(g.tenant, e.Client, e.Cause, e.Index),
-			Event:         e.Event.ClientEvent,
+			Event:         &e.Event.ClientEvent,
 			ReferencesOwn: e.Event.ReferencesOwn,
 		}
 		if _, names := ev.Event.GroupID(); names && dmKey != nil {

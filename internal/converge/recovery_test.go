@@ -114,7 +114,7 @@ func TestStaleWorkerCannotEmit(t *testing.T) {
 
 	// A paused worker wakes up holding the first checkpoint's sequence.
 	ev := bus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: bus.EventID([]byte("zombie")),
-		Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
+		Event: &schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
 	_, err = commitBatch(e.ctx, e.js, bus.DefaultMaxBatch, tenant, groupHex, before, checkpoint{InputSeq: 99, Worker: "zombie"}, []bus.Event{ev}, nil)
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale commit: %v, want ErrFenced", err)
@@ -451,7 +451,7 @@ func TestSharedBatchFencedAsAWhole(t *testing.T) {
 	}
 	ev := func(id string) bus.Event {
 		return bus.Event{Tenant: tenant, ClientID: h.rec.ClientID, ID: bus.EventID([]byte(id)),
-			Event: schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
+			Event: &schema.ClientEvent{Kind: schema.KindMessageExpired, MessageExpired: &schema.MessageRef{GroupID: g.ID(), MessageID: make([]byte, 32)}}}
 	}
 	fresh := &staged{g: &loadedGroup{tenant: tenant, groupHex: "ab", ckSeq: 0}, next: checkpoint{InputSeq: 1}, events: []bus.Event{ev("fresh")}}
 	stale := &staged{g: &loadedGroup{tenant: tenant, groupHex: groupHex, ckSeq: cur - 1}, next: checkpoint{InputSeq: 99}, events: []bus.Event{ev("stale")}}

@@ -171,7 +171,7 @@ func (e *env) publish(tenant, clientID string, p published) uint64 {
 	}
 	seq, err := bus.Publish(e.ctx, e.js, bus.Event{
 		Tenant: tenant, ClientID: clientID, ID: p.id,
-		Event: p.ev, ConversationKey: p.convKey, ReferencesOwn: p.refOwn,
+		Event: &p.ev, ConversationKey: p.convKey, ReferencesOwn: p.refOwn,
 	})
 	if err != nil {
 		e.t.Fatal(err)

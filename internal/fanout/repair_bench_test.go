@@ -26,7 +26,8 @@ func BenchmarkRepairRead(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = g.Shutdown(b.Context()) })
 	for i := range fetchBatch {
-		ev := bus.Event{Tenant: tenantA, ClientID: client1, ID: bus.EventID([]byte{byte(i), byte(i >> 8)}), Event: received(groupA, i, &text)}
+		ce := received(groupA, i, &text)
+		ev := bus.Event{Tenant: tenantA, ClientID: client1, ID: bus.EventID([]byte{byte(i), byte(i >> 8)}), Event: &ce}
 		if _, err := bus.Publish(b.Context(), n.JS, ev); err != nil {
 			b.Fatal(err)
 		}

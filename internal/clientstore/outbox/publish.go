@@ -19,7 +19,7 @@ func EventBus(js jetstream.JetStream, groups jetstream.KeyValue) PublishFunc {
 			Tenant:   ev.Tenant,
 			ClientID: ev.ClientID,
 			ID:       ev.ID,
-			Event:    ev.Event,
+			Event:    &ev.Event,
 		})
 		if err != nil {
 			return err
