@@ -340,7 +340,7 @@ func (t *txn) deliver(id, cause []byte, seq uint64, at int64, app AppMessage, op
 	// no entry.
 	ref := t.message(refID)
 	// One event for every recipient (the sender is none), shared by all
-	// of them, so it is encoded once (bus.Msgs).
+	// of them, so it is encoded once (bus.Batch).
 	var received, receivedOwn, deletion *project.Event
 	if ev, ok := project.Received(t.g.GroupID, project.Member{}, project.Message{
 		ID: id, SenderInboxID: app.Sender.InboxID, SenderInstallation: app.Sender.InstallationKey,
