@@ -117,7 +117,7 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	if err != nil {
 		return 0, invalidEvent("checkpoint", err)
 	}
-	var b Batch
+	b := Batch{items: make([]batchItem, 0, len(events)+len(o.extra)+1)}
 	if err := b.AddEvents(events); err != nil {
 		return 0, err
 	}
