@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,23 +112,15 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 	if len(events)+len(o.extra)+1 > o.max {
 		return 0, &BatchTooLargeError{Events: len(events) + len(o.extra), Limit: o.max}
 	}
-	ckSubj, err := subject.Checkpoint(ck.Tenant, ck.GroupID)
+	c, err := CheckpointMsg(ck)
 	if err != nil {
-		return 0, invalidEvent("checkpoint", err)
+		return 0, err
 	}
 	b := Batch{items: make([]batchItem, 0, len(events)+len(o.extra)+1)}
 	if err := b.AddEvents(events); err != nil {
 		return 0, err
 	}
 	b.AddMsgs(o.extra...)
-	c := nats.NewMsg(ckSubj)
-	c.Data = ck.Data
-	// Checkpoints must outlive the events' MaxAge (see package streams).
-	c.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
-	c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(ck.ExpectedSeq, 10))
-	// It replaces the group's earlier checkpoints, so they stay bounded
-	// without a purge (issue 27).
-	c.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	b.AddMsgs(c)
 
 	seq, stream, err := b.Publish(ctx, js)
@@ -140,6 +131,25 @@ func PublishBatch(ctx context.Context, js jetstream.JetStream, events []Event, c
 		return 0, fmt.Errorf("bus: batch stored in stream %q, want %s", stream, streams.StreamEvents)
 	}
 	return seq, nil
+}
+
+// CheckpointMsg is ck's message, the last of its batch: on the group's
+// checkpoint subject, committed only while ck.ExpectedSeq is the group's
+// last checkpoint.
+func CheckpointMsg(ck Checkpoint) (*nats.Msg, error) {
+	subj, err := subject.Checkpoint(ck.Tenant, ck.GroupID)
+	if err != nil {
+		return nil, invalidEvent("checkpoint", err)
+	}
+	c := nats.NewMsg(subj)
+	c.Data = ck.Data
+	// Checkpoints must outlive the events' MaxAge (see package streams).
+	c.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
+	c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(ck.ExpectedSeq, 10))
+	// It replaces the group's earlier checkpoints, so they stay bounded
+	// without a purge (issue 27).
+	c.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	return c, nil
 }
 
 // Batch is the messages of one atomic batch, in order: events, validated
@@ -246,9 +256,9 @@ func (b *Batch) Publish(ctx context.Context, js jetstream.JetStream) (seq uint64
 	var (
 		nc      = js.Conn()
 		id      = []string{nuid.Next()}
-		one     = []string{"1"}
 		scratch = nats.Msg{Header: make(nats.Header, 6)}
-		vals    [3]string // an event's id, the sequence, an event's conversation key
+		headers eventHeaders
+		seqVal  [1]string // the message's sequence in the batch
 	)
 	last := len(b.items) - 1
 	for i, it := range b.items {
@@ -257,24 +267,16 @@ func (b *Batch) Publish(ctx context.Context, js jetstream.JetStream) (seq uint64
 			m = &scratch
 			clear(m.Header)
 			m.Subject, m.Data = it.subj, it.body
-			vals[0] = it.ev.ID
-			m.Header[jetstream.MsgIDHeader] = vals[0:1:1]
-			if len(it.ev.ConversationKey) > 0 {
-				vals[2] = hex.EncodeToString(it.ev.ConversationKey)
-				m.Header[HeaderConversationKey] = vals[2:3:3]
-			}
-			if it.ev.ReferencesOwn {
-				m.Header[HeaderReferencesOwn] = one
-			}
+			it.ev.setHeaders(m.Header, &headers)
 		} else if m.Header == nil {
 			m.Header = nats.Header{}
 		}
-		vals[1] = strconv.Itoa(i + 1)
+		seqVal[0] = strconv.Itoa(i + 1)
 		m.Header[headerBatchID] = id
 		if it.msg == nil {
-			m.Header[headerBatchSeq] = vals[1:2:2]
+			m.Header[headerBatchSeq] = seqVal[:]
 		} else {
-			m.Header[headerBatchSeq] = []string{vals[1]}
+			m.Header[headerBatchSeq] = []string{seqVal[0]}
 		}
 		delete(m.Header, headerBatchCommit) // a message of an earlier attempt
 		switch {

@@ -133,14 +133,31 @@ func (e Event) Msg() (*nats.Msg, error) {
 	}
 	m := nats.NewMsg(subj)
 	m.Data = body
-	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	e.setHeaders(m.Header, new(eventHeaders))
+	return m, nil
+}
+
+// eventHeaders holds the values of an event's headers: a batch reuses one
+// for all its events (Batch.Publish).
+type eventHeaders struct {
+	id, conversationKey [1]string
+}
+
+// one is the value of a flag header, read only.
+var one = []string{"1"}
+
+// setHeaders sets e's headers on h, their values held in v: the id
+// (Nats-Msg-Id) and the filter facts (EVENT-020, EVENT-021).
+func (e Event) setHeaders(h nats.Header, v *eventHeaders) {
+	v.id[0] = e.ID
+	h[jetstream.MsgIDHeader] = v.id[:]
 	if len(e.ConversationKey) > 0 {
-		m.Header.Set(HeaderConversationKey, hex.EncodeToString(e.ConversationKey))
+		v.conversationKey[0] = hex.EncodeToString(e.ConversationKey)
+		h[HeaderConversationKey] = v.conversationKey[:]
 	}
 	if e.ReferencesOwn {
-		m.Header.Set(HeaderReferencesOwn, "1")
+		h[HeaderReferencesOwn] = one
 	}
-	return m, nil
 }
 
 // body is the event's msgpack encoding.

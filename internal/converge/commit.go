@@ -664,7 +664,11 @@ func (w *Worker) commitMany(ctx context.Context, batch []*staged) ([]uint64, err
 			return nil, err
 		}
 		b.AddMsgs(s.ix...)
-		ck, err := checkpointMsg(s.g.tenant, s.g.groupHex, s.g.ckSeq, s.next)
+		body, err := encodeCheckpoint(s.next)
+		if err != nil {
+			return nil, err
+		}
+		ck, err := bus.CheckpointMsg(bus.Checkpoint{Tenant: s.g.tenant, GroupID: s.g.groupHex, Data: body, ExpectedSeq: s.g.ckSeq})
 		if err != nil {
 			return nil, err
 		}

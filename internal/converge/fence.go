@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,8 +11,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fabric-mls/fabric/internal/bus"
-	"github.com/fabric-mls/fabric/internal/bus/streams"
-	"github.com/fabric-mls/fabric/internal/bus/subject"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -167,27 +164,6 @@ func commitBatch(ctx context.Context, js jetstream.JetStream, maxBatch int, tena
 func duplicate(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, bus.ErrDuplicateEvent) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID)
-}
-
-// checkpointMsg builds a group's checkpoint message for a shared batch:
-// never expiring (package streams), fenced on the sequence expect.
-func checkpointMsg(tenant, groupHex string, expect uint64, ck checkpoint) (*nats.Msg, error) {
-	subj, err := subject.Checkpoint(tenant, groupHex)
-	if err != nil {
-		return nil, err
-	}
-	body, err := encodeCheckpoint(ck)
-	if err != nil {
-		return nil, err
-	}
-	m := nats.NewMsg(subj)
-	m.Data = body
-	m.Header.Set(jetstream.MsgTTLHeader, streams.CheckpointTTL)
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
-	// The new checkpoint replaces the group's earlier ones (issue 27: no
-	// purge), as bus.PublishBatch's does.
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	return m, nil
 }
 
 // fencedErr reports the server errors that mean "the fence moved": wrong
