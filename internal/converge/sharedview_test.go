@@ -61,6 +61,15 @@ func wantRemoved(t *testing.T, e *env, group []byte, client string) {
 	}
 }
 
+// wantMember fails unless the stored group state has client an active
+// member.
+func wantMember(t *testing.T, e *env, group []byte, client string) {
+	t.Helper()
+	if m := e.storedGroup(group).Members[client]; m == nil || m.Removed {
+		t.Fatalf("%s in the stored group state: %+v, want a member", client, m)
+	}
+}
+
 // TestJOIN042RemovalOnLosingBranchOfASharedView: bob and dave are hosted;
 // alice removes bob, and the one view grows that branch past the removal
 // for dave (a commit bob's own view could not replay). A branch from before
@@ -102,9 +111,7 @@ func TestJOIN042RemovalOnLosingBranchOfASharedView(t *testing.T) {
 		t.Fatalf("bob rejoined %+v, want origin welcomed", j)
 	}
 	wantReceived(t, evs[6], onB)
-	if m := e.storedGroup(rm.Transport.Group).Members[bob]; m == nil || m.Removed {
-		t.Fatalf("bob in the stored group state: %+v, want a member", m)
-	}
+	wantMember(t, e, rm.Transport.Group, bob)
 
 	devs := e.waitEvents(dave, 7)
 	wantKinds(t, "dave", devs,
@@ -153,9 +160,7 @@ func TestEVENT006RemovalOnlyOnLosingBranchIsNotReported(t *testing.T) {
 	if o := e.outcome(rm.ID); o.Disposition != schema.DispositionDeferred {
 		t.Fatalf("the removal is %s, want deferred", o.Disposition)
 	}
-	if m := e.storedGroup(rm.Transport.Group).Members[bob]; m == nil || m.Removed {
-		t.Fatalf("bob in the stored group state: %+v, want a member", m)
-	}
+	wantMember(t, e, rm.Transport.Group, bob)
 }
 
 // TestEVENT006RemovalBranchGrownForTheOthersWins: as above, but alice's
@@ -301,9 +306,7 @@ func TestJOIN042LostJoinWonAgainRejoins(t *testing.T) {
 	}
 	wantReceived(t, devs[6], lost.onA)
 	wantReceived(t, devs[7], again)
-	if m := e.storedGroup(lost.add.Transport.Group).Members[dave]; m == nil || m.Removed {
-		t.Fatalf("dave in the stored group state: %+v, want a member", m)
-	}
+	wantMember(t, e, lost.add.Transport.Group, dave)
 }
 
 // TestEVENT006RollbackBelowLaterJoinIsReportedRemoved: dave joins by a

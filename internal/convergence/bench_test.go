@@ -193,12 +193,7 @@ func BenchmarkAdmitHosted(b *testing.B) {
 	const h = 100
 	alice := must[*testpeer.Peer](b)(testpeer.NewWithAccount("alice", account(0x80)))
 	ag := must[*testpeer.Group](b)(alice.CreateGroup(components.Set{Admins: []components.AccountID{alice.AccountID()}}))
-	insts := make([]*engine.Installation, h)
-	var kps [][]byte
-	for i := range insts {
-		insts[i] = newHostedInstallation(b)
-		kps = append(kps, must[[][]byte](b)(insts[i].NewKeyPackages(1))...)
-	}
+	insts, kps := hostedKeyPackages(b, h)
 	_, welcome, err := ag.Invite(kps...)
 	if err != nil {
 		b.Fatal(err)
@@ -357,12 +352,7 @@ func hostedCurveGroup(b *testing.B, h int) (send *testpeer.Group, shared, one *G
 	for joined := 0; joined < h; {
 		// Batches: one commit with thousands of adds is mls-go's slowest
 		// path and not what is measured.
-		insts := make([]*engine.Installation, min(500, h-joined))
-		var kps [][]byte
-		for i := range insts {
-			insts[i] = newHostedInstallation(b)
-			kps = append(kps, must[[][]byte](b)(insts[i].NewKeyPackages(1))...)
-		}
+		insts, kps := hostedKeyPackages(b, min(500, h-joined))
 		c, welcome, err := send.Invite(kps...)
 		if err != nil {
 			b.Fatal(err)

@@ -27,10 +27,9 @@ type joiners struct {
 func inviteHosted(t testing.TB, g *testpeer.Group, ids ...string) *joiners {
 	t.Helper()
 	j := &joiners{insts: map[string]*engine.Installation{}}
-	var kps [][]byte
-	for _, id := range ids {
-		j.insts[id] = newHostedInstallation(t)
-		kps = append(kps, must[[][]byte](t)(j.insts[id].NewKeyPackages(1))...)
+	insts, kps := hostedKeyPackages(t, len(ids))
+	for i, id := range ids {
+		j.insts[id] = insts[i]
 	}
 	j.commit, j.welcome = invite(t, g, kps...)
 	j.parsed = must[*engine.ParsedWelcome](t)(engine.ParseWelcome(j.welcome.MLS))

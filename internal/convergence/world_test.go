@@ -73,11 +73,9 @@ func newWorldOf(t testing.TB, h int) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, alice: ag, bob: joined[0], carol: joined[1], hosted: map[string]*engine.State{}, insts: map[string]*engine.Installation{}}
-	var kps [][]byte
-	for i := range h {
-		inst := newHostedInstallation(t)
+	insts, kps := hostedKeyPackages(t, h)
+	for i, inst := range insts {
 		w.insts[fmt.Sprintf("h%d", i)] = inst
-		kps = append(kps, must[[][]byte](t)(inst.NewKeyPackages(1))...)
 	}
 	commit, welcome, err := ag.Invite(kps...)
 	if err != nil {
@@ -106,6 +104,19 @@ func newHostedInstallation(t testing.TB) *engine.Installation {
 	}
 	acct[0] = 0xF0
 	return must[*engine.Installation](t)(engine.CreateInstallation(acct, 0))
+}
+
+// hostedKeyPackages makes n hosted installations and a KeyPackage of each,
+// in the same order, for one Invite.
+func hostedKeyPackages(t testing.TB, n int) ([]*engine.Installation, [][]byte) {
+	t.Helper()
+	insts := make([]*engine.Installation, n)
+	var kps [][]byte
+	for i := range insts {
+		insts[i] = newHostedInstallation(t)
+		kps = append(kps, must[[][]byte](t)(insts[i].NewKeyPackages(1))...)
+	}
+	return insts, kps
 }
 
 // fresh returns a new convergence instance from the joined states: New
