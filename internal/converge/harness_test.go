@@ -168,6 +168,18 @@ func (e *env) invited(admin *testpeer.Peer, h hosted) (*testpeer.Group, testpeer
 	return g, welcome
 }
 
+// publishCommits publishes n empty commits of g, each on the last, and
+// returns the last.
+func (e *env) publishCommits(g *testpeer.Group, n int) testpeer.Message {
+	e.t.Helper()
+	var last testpeer.Message
+	for range n {
+		last = must[testpeer.Message](e.t)(g.Commit())
+		e.publish(last)
+	}
+	return last
+}
+
 // publish puts a peer's message onto FABRIC_IN the way ingest does.
 func (e *env) publish(m testpeer.Message) {
 	e.t.Helper()

@@ -274,9 +274,7 @@ func TestBranchReappliedAfterRollback(t *testing.T) {
 	t.Parallel()
 	e, client, g, cA := rolledBack(t, rename(t, "a"))
 	e.waitEvents(client, 4)
-	for range 2 {
-		e.publish(must[testpeer.Message](t)(g.Commit()))
-	}
+	e.publishCommits(g, 2)
 	e.waitOutcome(cA.ID, schema.DispositionAccepted)
 	evs := settled(t, e, g.ID(), client, 7)
 	want := []schema.EventKind{
@@ -304,11 +302,7 @@ func TestCommitBeyondAnchorIsStale(t *testing.T) {
 	_, g := groupWithHosted(t, e, components.Set{}, h)
 	e.waitEvents(h.rec.ClientID, 1)
 	old := must[*testpeer.Group](t)(g.Clone())
-	var last testpeer.Message
-	for range 6 {
-		last = must[testpeer.Message](t)(g.Commit())
-		e.publish(last)
-	}
+	last := e.publishCommits(g, 6)
 	e.waitOutcome(last.ID, schema.DispositionAccepted)
 	late := must[testpeer.Message](t)(old.Commit())
 	e.publish(late)

@@ -140,11 +140,7 @@ func TestEVENT006RemovalOnlyOnLosingBranchIsNotReported(t *testing.T) {
 	e, hb, hd, _, g := sharedGroup(t, true)
 	bob, dave := hb.rec.ClientID, hd.rec.ClientID
 	other := must[*testpeer.Group](t)(g.Clone())
-	var win testpeer.Message
-	for range 2 {
-		win = must[testpeer.Message](t)(g.Commit())
-		e.publish(win)
-	}
+	win := e.publishCommits(g, 2)
 	e.waitOutcome(win.ID, schema.DispositionAccepted)
 	rm := must[testpeer.Message](t)(other.Remove(peer(t, "bob").InboxID()))
 	e.publish(rm)
@@ -177,17 +173,11 @@ func TestEVENT006RemovalBranchGrownForTheOthersWins(t *testing.T) {
 	e, hb, hd, _, g := sharedGroup(t, true)
 	bob, dave := hb.rec.ClientID, hd.rec.ClientID
 	other := must[*testpeer.Group](t)(g.Clone())
-	var lose testpeer.Message
-	for range 2 {
-		lose = must[testpeer.Message](t)(g.Commit())
-		e.publish(lose)
-	}
+	lose := e.publishCommits(g, 2)
 	e.waitOutcome(lose.ID, schema.DispositionAccepted)
 	rm := must[testpeer.Message](t)(other.Remove(peer(t, "bob").InboxID()))
 	e.publish(rm)
-	for range 2 {
-		e.publish(must[testpeer.Message](t)(other.Commit()))
-	}
+	e.publishCommits(other, 2)
 	e.waitOutcome(rm.ID, schema.DispositionAccepted)
 	msg := must[testpeer.Message](t)(other.SendText("on the removal's branch"))
 	e.publish(msg)
@@ -286,9 +276,7 @@ func TestJOIN042LostJoinWonAgainRejoins(t *testing.T) {
 	lost := joinLost(t)
 	e, dave, g := lost.e, lost.dave, lost.g
 	removed := e.waitEvents(dave, 4)[3]
-	for range 2 {
-		e.publish(must[testpeer.Message](t)(g.Commit()))
-	}
+	e.publishCommits(g, 2)
 	e.waitOutcome(lost.add.ID, schema.DispositionAccepted)
 	again := must[testpeer.Message](t)(g.SendText("on the branch that won back"))
 	e.publish(again)
@@ -330,9 +318,7 @@ func TestEVENT006RollbackBelowLaterJoinIsReportedRemoved(t *testing.T) {
 	e.waitOutcome(add.ID, schema.DispositionAccepted)
 	e.waitEvents(dave, 1)
 
-	for range 3 {
-		e.publish(must[testpeer.Message](t)(other.Commit()))
-	}
+	e.publishCommits(other, 3)
 	e.waitOutcome(below.ID, schema.DispositionDeferred)
 	e.waitOutcome(add.ID, schema.DispositionDeferred)
 	onB := must[testpeer.Message](t)(other.SendText("on the winning branch"))

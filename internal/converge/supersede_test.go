@@ -9,7 +9,6 @@ import (
 	"github.com/fabric-mls/fabric/internal/bus"
 	"github.com/fabric-mls/fabric/internal/components"
 	"github.com/fabric-mls/fabric/internal/eventually"
-	"github.com/fabric-mls/fabric/internal/testpeer"
 	"github.com/fabric-mls/fabric/pkg/schema"
 )
 
@@ -34,9 +33,7 @@ func TestRolledBackOwnCommitDoesNotReadDone(t *testing.T) {
 		t.Fatalf("rename record %+v, want one commit", first)
 	}
 	// bob never applies the rename: his commits are of its parent epoch.
-	for range 2 {
-		e.publish(must[testpeer.Message](t)(bg.Commit()))
-	}
+	e.publishCommits(bg, 2)
 	eventually.NoErrorWithin(t, 30*time.Second, func() error {
 		for _, d := range e.events(h.rec.ClientID) {
 			if s := d.Event.CommitSuperseded; s != nil && s.CommitDigest.Equal(first.MessageIDs[0]) {
